@@ -1,0 +1,119 @@
+#include "trainrt/core/thread_pool.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <chrono>
+
+namespace trainrt {
+
+namespace {
+thread_local bool t_inside_pool = false;
+}
+
+int ThreadPool::default_num_threads() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+ThreadPool& ThreadPool::global() {
+  static ThreadPool pool(default_num_threads());
+  return pool;
+}
+
+ThreadPool::ThreadPool(int num_threads) {
+  for (int i = 1; i < std::max(1, num_threads); ++i)
+    workers_.emplace_back([this, i] { worker_loop(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  for (auto& w : workers_) w.join();
+}
+
+void ThreadPool::work_on_current_job() {
+  for (;;) {
+    int64_t c = next_chunk_.fetch_add(1, std::memory_order_relaxed);
+    if (c >= job_chunks_) return;
+    int64_t begin = c * job_chunk_;
+    int64_t end = std::min(job_n_, begin + job_chunk_);
+    try {
+      (*job_)(begin, end);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!error_) error_ = std::current_exception();
+    }
+    if (chunks_done_.fetch_add(1, std::memory_order_acq_rel) + 1 == job_chunks_) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_.notify_all();
+    }
+  }
+}
+
+void ThreadPool::worker_loop(int) {
+  t_inside_pool = true;
+  uint64_t seen = 0;
+  for (;;) {
+    // Spin briefly: back-to-back kernels in one engine call reuse awake workers.
+    auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+    while (published_generation_.load(std::memory_order_acquire) == seen &&
+           std::chrono::steady_clock::now() < spin_until) {
+    }
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+    }
+    work_on_current_job();
+  }
+}
+
+void ThreadPool::run(int64_t n, int64_t grain, RangeFn fn) {
+  if (n <= 0) return;
+  grain = std::max<int64_t>(1, grain);
+  int64_t max_chunks = (n + grain - 1) / grain;
+  if (workers_.empty() || max_chunks <= 1 || t_inside_pool) {
+    fn(0, n);
+    return;
+  }
+  std::lock_guard<std::mutex> run_lock(run_mutex_);
+  // A few chunks per thread balances uneven chunks without much overhead.
+  int64_t chunks = std::min<int64_t>(max_chunks, num_threads() * 4);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    job_ = &fn;
+    job_n_ = n;
+    job_chunk_ = (n + chunks - 1) / chunks;
+    job_chunks_ = (n + job_chunk_ - 1) / job_chunk_;
+    next_chunk_.store(0);
+    chunks_done_.store(0);
+    error_ = nullptr;
+    ++generation_;
+    published_generation_.store(generation_, std::memory_order_release);
+  }
+  wake_.notify_all();
+  t_inside_pool = true;
+  work_on_current_job();
+  t_inside_pool = false;
+  std::exception_ptr error;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, [&] { return chunks_done_.load() == job_chunks_; });
+    job_ = nullptr;
+    error = error_;
+    error_ = nullptr;
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace trainrt

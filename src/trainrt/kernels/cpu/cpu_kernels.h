@@ -1,0 +1,26 @@
+// The CPU kernel families, registered explicitly into a KernelTable.
+//
+//   KernelTable table;
+//   register_cpu_kernels(table);
+#pragma once
+
+namespace trainrt {
+
+class KernelTable;
+
+void register_elementwise_kernels(KernelTable& t);
+void register_reduction_kernels(KernelTable& t);
+void register_matmul_kernels(KernelTable& t);
+void register_tensor_kernels(KernelTable& t);
+
+inline void register_cpu_kernels(KernelTable& t) {
+  register_elementwise_kernels(t);
+  register_reduction_kernels(t);
+  register_matmul_kernels(t);
+  register_tensor_kernels(t);
+}
+
+// The process-wide table with every CPU kernel, built on first use.
+const KernelTable& cpu_kernel_table();
+
+}  // namespace trainrt

@@ -1,0 +1,62 @@
+// The kernel interface and the explicit kernel table: (domain, op, dtype) -> kernel factory.
+//
+// A factory runs once per node when a plan is built: it reads and checks the node's attributes
+// and returns the function that runs the node. Outputs arrive allocated with their final dims
+// (the executor sized them from shape inference); a kernel only computes. Inputs that are
+// omitted optional inputs are null. An output buffer may alias an input buffer only where the
+// op's schema lists that pair as in-place.
+//
+//   KernelFn make_relu(const Node&) {
+//     return [](KernelContext& ctx) { relu(ctx.in(0), ctx.out(0)); };
+//   }
+//   table.add("", "Relu", DType::kF32, make_relu);
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <span>
+#include <string>
+#include <tuple>
+
+#include "trainrt/core/tensor.h"
+#include "trainrt/core/thread_pool.h"
+#include "trainrt/ir/graph.h"
+
+namespace trainrt {
+
+struct KernelContext {
+  std::span<const Tensor* const> inputs;
+  std::span<Tensor* const> outputs;
+  ThreadPool* pool = nullptr;
+  // Fresh for every run of every node: seeds random ops (Dropout) so a session seed makes runs
+  // reproducible while two runs, or two nodes, never draw the same stream.
+  uint64_t random_seed = 0;
+
+  bool has_in(int i) const { return i < static_cast<int>(inputs.size()) && inputs[i] != nullptr; }
+  const Tensor& in(int i) const { return *inputs[static_cast<size_t>(i)]; }
+  bool has_out(int i) const { return i < static_cast<int>(outputs.size()) && outputs[i] != nullptr; }
+  Tensor& out(int i) const { return *outputs[static_cast<size_t>(i)]; }
+  ThreadPool& threads() const { return pool ? *pool : ThreadPool::global(); }
+};
+
+using KernelFn = std::function<void(KernelContext&)>;
+using KernelFactory = KernelFn (*)(const Node&);
+
+class KernelTable {
+ public:
+  // Kernels are keyed on the dtype of the node's first input (its first output for ops with no
+  // inputs). DType::kUndefined registers a kernel for every dtype.
+  void add(std::string_view domain, std::string_view op, DType dtype, KernelFactory factory);
+  const KernelFactory* find(const std::string& domain, const std::string& op, DType dtype) const;
+  // Finds the kernel for a node whose input/output dtypes are known; throws UnsupportedOp naming
+  // the node, op and dtype when there is none.
+  KernelFn create(const Node& node) const;
+  bool supports(const std::string& domain, const std::string& op) const;
+  static DType key_dtype(const Node& node);
+
+ private:
+  std::map<std::tuple<std::string, std::string, DType>, KernelFactory> factories_;
+};
+
+}  // namespace trainrt

@@ -1,0 +1,116 @@
+#include "trainrt/ops/op_schema.h"
+
+#include "trainrt/ops/register_schemas.h"
+
+namespace trainrt {
+
+void InferenceContext::set_output(int i, DType dtype, Shape shape) {
+  if (i >= num_outputs()) return;
+  outputs_[static_cast<size_t>(i)].dtype = dtype;
+  outputs_[static_cast<size_t>(i)].shape = std::move(shape);
+}
+
+void InferenceContext::set_output_value(int i, Tensor value) {
+  if (i >= num_outputs()) return;
+  Output& o = outputs_[static_cast<size_t>(i)];
+  o.dtype = value.dtype();
+  o.shape = Shape::of(value.dims());
+  o.value = std::move(value);
+}
+
+void InferenceContext::fail(const std::string& message) const {
+  throw ShapeError(node_.describe() + ": " + message);
+}
+
+void InferenceContext::expect_dtype(int i, std::initializer_list<DType> allowed) const {
+  DType t = input_dtype(i);
+  for (DType a : allowed)
+    if (a == t) return;
+  std::string names;
+  for (DType a : allowed) names += (names.empty() ? "" : ", ") + std::string(dtype_name(a));
+  fail(fmt("input ", i, " has dtype ", dtype_name(t), ", expected one of ", names));
+}
+
+const InferenceContext::Input& InferenceContext::require(int i) const {
+  if (!has_input(i)) fail(fmt("input ", i, " is required but missing"));
+  return inputs_[static_cast<size_t>(i)];
+}
+
+const OpRegistry& OpRegistry::global() {
+  static const OpRegistry registry = [] {
+    OpRegistry r;
+    register_all_schemas(r);
+    return r;
+  }();
+  return registry;
+}
+
+void OpRegistry::add(OpSchema schema) {
+  auto key = std::make_pair(schema.domain, schema.name);
+  schemas_[key] = std::move(schema);
+}
+
+const OpSchema* OpRegistry::find(const std::string& domain, const std::string& op) const {
+  const std::string& d = domain == "ai.onnx" ? std::string() : domain;
+  auto it = schemas_.find({d, op});
+  return it == schemas_.end() ? nullptr : &it->second;
+}
+
+const OpSchema& OpRegistry::require(const Node& node) const {
+  const OpSchema* s = find(node.domain(), node.op_type());
+  if (!s) throw UnsupportedOp(fmt(node.describe(), ": op is not supported by TrainRT"));
+  return *s;
+}
+
+std::vector<const OpSchema*> OpRegistry::all() const {
+  std::vector<const OpSchema*> out;
+  for (const auto& [key, s] : schemas_) out.push_back(&s);
+  return out;
+}
+
+void infer_node(const OpSchema& schema, InferenceContext& ctx) {
+  const Node& n = ctx.node();
+  int given = n.num_inputs();
+  while (given > 0 && n.input(given - 1) == nullptr) --given;  // trailing omitted optionals
+  if (given < schema.min_inputs || given > schema.max_inputs)
+    ctx.fail(fmt("has ", given, " inputs, expected ", schema.min_inputs,
+                 schema.max_inputs == schema.min_inputs ? std::string()
+                 : schema.max_inputs >= OpSchema::kVariadic ? " or more"
+                                                             : fmt(" to ", schema.max_inputs)));
+  if (n.num_outputs() < schema.min_outputs || n.num_outputs() > schema.max_outputs)
+    ctx.fail(fmt("has ", n.num_outputs(), " outputs, expected ", schema.min_outputs, " to ",
+                 schema.max_outputs));
+  for (int i = 0; i < schema.min_inputs; ++i)
+    if (!ctx.has_input(i)) ctx.fail(fmt("required input ", i, " is missing"));
+  schema.infer(ctx);
+}
+
+void infer_graph_shapes(Graph& graph) {
+  const OpRegistry& registry = OpRegistry::global();
+  for (Node* node : graph.topological_order()) {
+    const OpSchema& schema = registry.require(*node);
+    std::vector<InferenceContext::Input> inputs;
+    for (Value* v : node->inputs()) {
+      InferenceContext::Input in;
+      if (v) {
+        if (v->dtype == DType::kUndefined)
+          throw ShapeError(fmt(node->describe(), ": input '", v->name, "' has no known type"));
+        in.dtype = v->dtype;
+        in.shape = &v->shape;
+        in.value = v->data.defined() ? &v->data : nullptr;
+      }
+      inputs.push_back(in);
+    }
+    InferenceContext ctx(*node, std::move(inputs));
+    infer_node(schema, ctx);
+    for (int i = 0; i < node->num_outputs(); ++i) {
+      Value* out = node->output(i);
+      if (!out) continue;
+      const auto& o = ctx.output(i);
+      out->dtype = o.dtype;
+      out->shape = o.shape;
+    }
+  }
+}
+
+}  // namespace trainrt

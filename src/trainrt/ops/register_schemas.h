@@ -1,0 +1,20 @@
+// The explicit list of op families whose schemas TrainRT registers (no static self-registration).
+#pragma once
+
+namespace trainrt {
+
+class OpRegistry;
+
+void register_elementwise_schemas(OpRegistry& r);  // unary, binary, compare, logical, Cast, Clip, ...
+void register_reduction_schemas(OpRegistry& r);    // Reduce*, Softmax, LogSoftmax, norms, losses
+void register_matmul_schemas(OpRegistry& r);       // MatMul, Gemm
+void register_tensor_schemas(OpRegistry& r);       // shape and data movement, Constant, Dropout, ...
+
+inline void register_all_schemas(OpRegistry& r) {
+  register_elementwise_schemas(r);
+  register_reduction_schemas(r);
+  register_matmul_schemas(r);
+  register_tensor_schemas(r);
+}
+
+}  // namespace trainrt

@@ -1,0 +1,1 @@
+#include "trainrt/plan/memory_plan.h"
