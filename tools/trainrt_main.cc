@@ -1,1 +1,38 @@
-int main() { return 0; }
+// The `trainrt` command-line tool: inspect and run ONNX models with the engine, no Python needed.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+
+#include "cli_common.h"
+#include "trainrt/core/error.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: trainrt <command> [args]\n"
+    "  inspect MODEL.onnx [--dim NAME=VALUE]...   op histogram, parameters, shapes, planned memory\n"
+    "  run MODEL.onnx [--dim NAME=VALUE]... [--profile trace.json] [--repeat N]\n"
+    "                                             run on random inputs: output shapes, time, memory\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  try {
+    std::string command = argv[1];
+    auto args = trainrt::cli::parse_args(argc, argv, 2, {"--profile"});
+    if (command == "inspect") return trainrt::cli::inspect_command(args);
+    if (command == "run") return trainrt::cli::run_command(args);
+    std::fprintf(stderr, "trainrt: unknown command '%s'\n%s", command.c_str(), kUsage);
+    return 2;
+  } catch (const trainrt::Error& e) {
+    std::fprintf(stderr, "trainrt: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "trainrt: internal error: %s\n", e.what());
+    return 1;
+  }
+}

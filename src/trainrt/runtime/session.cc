@@ -1,0 +1,199 @@
+#include "trainrt/runtime/session.h"
+
+#include "trainrt/core/error.h"
+#include "trainrt/core/logging.h"
+#include "trainrt/kernels/cpu/cpu_kernels.h"
+#include "trainrt/ops/op_schema.h"
+
+namespace trainrt {
+namespace {
+
+// SplitMix64 finalizer: decorrelates (seed, run, step) into a per-node random seed.
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+void signature_of(const std::vector<Tensor>& inputs, std::vector<int64_t>& key) {
+  key.clear();
+  for (const Tensor& t : inputs) {
+    key.push_back(static_cast<int64_t>(t.dtype()));
+    key.push_back(t.rank());
+    key.insert(key.end(), t.dims().begin(), t.dims().end());
+  }
+}
+
+}  // namespace
+
+Session::Session(std::shared_ptr<Graph> graph, SessionOptions options)
+    : graph_(std::move(graph)), options_(std::move(options)),
+      kernels_(options_.kernels ? options_.kernels : &cpu_kernel_table()) {
+  TRAINRT_CHECK(graph_ != nullptr);
+  for (const std::string& name : options_.mutable_initializers) {
+    Value* v = graph_->find_value(name);
+    if (!v || !v->is_initializer())
+      throw InvalidModel(fmt("mutable initializer '", name, "' is not an initializer of the graph"));
+    mutable_data_[name] = v->data;
+  }
+  profiler_.enable(options_.profile);
+}
+
+std::vector<std::string> Session::input_names() const {
+  std::vector<std::string> out;
+  for (const Value* v : graph_->inputs()) out.push_back(v->name);
+  return out;
+}
+
+std::vector<std::string> Session::output_names() const {
+  std::vector<std::string> out;
+  for (const Value* v : graph_->outputs()) out.push_back(v->name);
+  return out;
+}
+
+void Session::set_initializer(const std::string& name, const Tensor& data) {
+  auto it = mutable_data_.find(name);
+  if (it == mutable_data_.end())
+    throw InvalidModel(fmt("'", name, "' is not a mutable initializer of this session"));
+  if (data.dtype() != it->second.dtype() || data.dims() != it->second.dims())
+    throw ShapeError(fmt("initializer '", name, "' is ", describe(it->second), ", got ", describe(data)));
+  it->second = data;
+}
+
+ExecutionPlan& Session::plan_for(const std::vector<Tensor>& inputs) {
+  signature_of(inputs, key_scratch_);
+  if (last_plan_ && key_scratch_ == last_key_) return *last_plan_;
+  auto it = plans_.find(key_scratch_);
+  if (it == plans_.end()) {
+    PlanOptions po;
+    po.mutable_initializers = options_.mutable_initializers;
+    auto plan = build_execution_plan(*graph_, inputs, *kernels_, po);
+    TRAINRT_LOG(kVerbose) << "planned graph '" << graph_->name << "': " << plan->steps.size()
+                          << " steps, " << plan->stats.arena_bytes << " arena bytes";
+    it = plans_.emplace(key_scratch_, std::move(plan)).first;
+  }
+  last_key_ = key_scratch_;
+  last_plan_ = it->second.get();
+  bound_arena_ = nullptr;  // rebind arena views for this plan
+  return *last_plan_;
+}
+
+// Points every slot at its memory for this run: inputs, mutable initializers, arena views.
+void Session::bind(ExecutionPlan& plan, const std::vector<Tensor>& inputs) {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    Tensor& t = plan.slots[static_cast<size_t>(plan.input_slots[i])].tensor;
+    t.rebind(const_cast<void*>(inputs[i].raw()), inputs[i].dims());
+  }
+  for (Slot& s : plan.slots)
+    if (s.kind == SlotKind::kMutable) s.tensor = mutable_data_.at(s.value->name);
+  if (arena_.reserve(plan.stats.arena_bytes)) bound_arena_ = nullptr;
+  if (bound_arena_ != arena_.base()) {
+    for (Slot& s : plan.slots)
+      if (s.kind == SlotKind::kArena) s.tensor.rebind(arena_.base() + s.arena_offset, s.tensor.dims());
+    bound_arena_ = arena_.base();
+  }
+}
+
+void Session::infer_at_run_time(PlanStep& step, ExecutionPlan& plan) {
+  const Node& node = *step.node;
+  std::vector<Shape> shapes(step.inputs.size());
+  std::vector<InferenceContext::Input> in(step.inputs.size());
+  for (size_t i = 0; i < step.inputs.size(); ++i) {
+    if (step.inputs[i] < 0) continue;
+    const Tensor& t = plan.slots[static_cast<size_t>(step.inputs[i])].tensor;
+    shapes[i] = Shape::of(t.dims());
+    in[i] = {t.dtype(), &shapes[i], &t};
+  }
+  InferenceContext ctx(node, std::move(in));
+  infer_node(*step.schema, ctx);
+  for (size_t o = 0; o < step.outputs.size(); ++o) {
+    if (step.outputs[o] < 0) continue;
+    Slot& slot = plan.slots[static_cast<size_t>(step.outputs[o])];
+    if (slot.kind != SlotKind::kDynamic && slot.kind != SlotKind::kOutput) continue;
+    const auto& out = ctx.output(static_cast<int>(o));
+    if (!out.shape.is_static())
+      throw ShapeError(fmt(node.describe(), ": output ", o, " has no concrete shape at run time"));
+    slot.tensor = Tensor::empty(out.dtype, out.shape.concrete());
+    if (slot.kind == SlotKind::kDynamic) dynamic_bytes_ += slot.tensor.nbytes();
+  }
+}
+
+void Session::run_step(PlanStep& step, int index, ExecutionPlan& plan) {
+  if (step.needs_runtime_inference) infer_at_run_time(step, plan);
+  for (size_t i = 0; i < step.inputs.size(); ++i)
+    step.input_ptrs[i] = step.inputs[i] < 0 ? nullptr : &plan.slots[static_cast<size_t>(step.inputs[i])].tensor;
+  for (size_t o = 0; o < step.outputs.size(); ++o) {
+    if (step.outputs[o] < 0) {
+      step.output_ptrs[o] = nullptr;
+      continue;
+    }
+    Slot& slot = plan.slots[static_cast<size_t>(step.outputs[o])];
+    // Graph outputs with static dims get fresh storage now (dynamic ones got it above).
+    if (slot.kind == SlotKind::kOutput && !step.needs_runtime_inference)
+      slot.tensor = Tensor::empty(slot.tensor.dtype(), slot.tensor.dims());
+    step.output_ptrs[o] = &slot.tensor;
+  }
+  KernelContext ctx;
+  ctx.inputs = step.input_ptrs;
+  ctx.outputs = step.output_ptrs;
+  ctx.pool = options_.threads;
+  ctx.random_seed = mix(options_.seed ^ mix(run_counter_ * 1000003ull + static_cast<uint64_t>(index)));
+  if (!profiler_.enabled()) {
+    step.kernel(ctx);
+    return;
+  }
+  int64_t start = profiler_.now_us();
+  step.kernel(ctx);
+  int64_t end = profiler_.now_us();
+  std::string shapes;
+  for (Tensor* t : step.output_ptrs)
+    if (t) shapes += (shapes.empty() ? "" : " ") + describe(*t);
+  profiler_.record({step.node->name(), step.node->op_type(), start, end - start, shapes});
+}
+
+std::vector<Tensor> Session::run(const std::vector<Tensor>& inputs) {
+  ExecutionPlan& plan = plan_for(inputs);
+  bind(plan, inputs);
+  dynamic_bytes_ = 0;
+  for (size_t i = 0; i < plan.steps.size(); ++i) {
+    try {
+      run_step(plan.steps[i], static_cast<int>(i), plan);
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw InternalError(fmt(plan.steps[i].node->describe(), ": ", e.what()));
+    }
+  }
+  peak_dynamic_bytes_ = std::max(peak_dynamic_bytes_, dynamic_bytes_);
+  ++run_counter_;
+  std::vector<Tensor> outputs;
+  outputs.reserve(plan.output_slots.size());
+  for (int s : plan.output_slots) {
+    Slot& slot = plan.slots[static_cast<size_t>(s)];
+    // Outputs produced this run are handed over; inputs or constants are copied so the
+    // caller never aliases engine-owned or its own input memory unexpectedly.
+    outputs.push_back(slot.kind == SlotKind::kOutput ? std::move(slot.tensor) : slot.tensor.clone());
+    if (slot.kind == SlotKind::kOutput) slot.tensor = Tensor::view(outputs.back().dtype(), outputs.back().dims(), nullptr);
+  }
+  // Dynamic intermediates are released now rather than held until the next run.
+  for (Slot& slot : plan.slots)
+    if (slot.kind == SlotKind::kDynamic) slot.tensor = Tensor();
+  return outputs;
+}
+
+const PlanStats& Session::last_stats() const {
+  static const PlanStats kNone;
+  return last_plan_ ? last_plan_->stats : kNone;
+}
+
+MemoryStats Session::memory_stats() const {
+  MemoryStats m;
+  m.planned_arena_bytes = last_stats().arena_bytes;
+  m.live_lower_bound = last_stats().live_lower_bound;
+  m.arena_capacity = arena_.capacity();
+  m.peak_dynamic_bytes = peak_dynamic_bytes_;
+  return m;
+}
+
+}  // namespace trainrt

@@ -1,0 +1,20 @@
+"""TrainRT: a C++ training engine for PyTorch and ONNX models.
+
+    import trainrt
+    session = trainrt.Session("model.onnx")        # run an ONNX model in the engine
+    outputs = session.run([x])                      # numpy / DLPack arrays in, numpy out (zero-copy)
+"""
+
+from trainrt._C import (  # noqa: F401  (re-exported API)
+    Error,
+    InternalError,
+    InvalidModel,
+    OutOfMemory,
+    Session,
+    ShapeError,
+    UnsupportedOp,
+    set_log_level,
+    supported_ops,
+)
+
+__version__ = "0.1.0"

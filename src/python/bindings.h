@@ -1,0 +1,20 @@
+// Pieces of the trainrt._C module, one function per area.
+#pragma once
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+
+#include "trainrt/core/tensor.h"
+
+namespace trainrt::python {
+
+void bind_errors(nanobind::module_& m);
+void bind_session(nanobind::module_& m);
+
+// Zero-copy views between DLPack-capable arrays (numpy, torch) and engine tensors.
+using AnyArray = nanobind::ndarray<nanobind::device::cpu>;
+Tensor tensor_from_array(const AnyArray& array, const char* what);
+// Hands an engine tensor to numpy without copying; the array keeps the storage alive.
+nanobind::object array_from_tensor(Tensor t);
+
+}  // namespace trainrt::python

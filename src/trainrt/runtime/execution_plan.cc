@@ -1,0 +1,288 @@
+#include "trainrt/runtime/execution_plan.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "trainrt/core/error.h"
+#include "trainrt/plan/memory_plan.h"
+
+namespace trainrt {
+namespace {
+
+// What plan-time inference knows about a value.
+struct Known {
+  DType dtype = DType::kUndefined;
+  Shape shape;
+  const Tensor* value = nullptr;
+};
+
+class PlanBuilder {
+ public:
+  PlanBuilder(Graph& graph, const KernelTable& table, const PlanOptions& options)
+      : graph_(graph), table_(table), options_(options), plan_(std::make_unique<ExecutionPlan>()) {}
+
+  std::unique_ptr<ExecutionPlan> build(const std::vector<Tensor>& inputs) {
+    bind_graph_inputs(inputs);
+    bind_initializers();
+    for (Node* node : graph_.topological_order()) plan_node(*node);
+    bind_graph_outputs();
+    assign_memory();
+    return std::move(plan_);
+  }
+
+ private:
+  int add_slot(const Value* v, SlotKind kind) {
+    Slot s;
+    s.kind = kind;
+    s.value = v;
+    plan_->slots.push_back(std::move(s));
+    int index = static_cast<int>(plan_->slots.size()) - 1;
+    slot_of_[v] = index;
+    return index;
+  }
+
+  void bind_graph_inputs(const std::vector<Tensor>& inputs) {
+    const auto& declared = graph_.inputs();
+    if (inputs.size() != declared.size()) {
+      std::string names;
+      for (const Value* v : declared) names += (names.empty() ? "" : ", ") + v->name;
+      throw ShapeError(fmt("graph '", graph_.name, "' has ", declared.size(), " inputs (", names,
+                           "), got ", inputs.size()));
+    }
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const Value* v = declared[i];
+      const Tensor& t = inputs[i];
+      if (t.dtype() != v->dtype)
+        throw ShapeError(fmt("input '", v->name, "' has dtype ", dtype_name(t.dtype()), ", expected ",
+                             dtype_name(v->dtype)));
+      if (v->shape.rank_known) {
+        bool ok = v->shape.rank() == t.rank();
+        for (int64_t d = 0; ok && d < t.rank(); ++d) {
+          const Dim& dim = v->shape.dims[static_cast<size_t>(d)];
+          ok = !dim.is_static() || dim.value == t.dim(d);
+        }
+        if (!ok)
+          throw ShapeError(fmt("input '", v->name, "' has shape ", to_string(t.dims()), ", expected ",
+                               to_string(v->shape)));
+      }
+      int s = add_slot(v, SlotKind::kInput);
+      plan_->slots[static_cast<size_t>(s)].tensor = t;
+      plan_->input_slots.push_back(s);
+      known_[v] = {t.dtype(), Shape::of(t.dims()), nullptr};
+    }
+  }
+
+  void bind_initializers() {
+    for (Value* v : graph_.initializers()) {
+      if (slot_of_.count(v)) continue;  // a graph input with a default value: the caller binds it
+      bool is_mutable = options_.mutable_initializers.count(v->name) > 0;
+      int s = add_slot(v, is_mutable ? SlotKind::kMutable : SlotKind::kConstant);
+      plan_->slots[static_cast<size_t>(s)].tensor = v->data;
+      known_[v] = {v->dtype, Shape::of(v->data.dims()), is_mutable ? nullptr : &v->data};
+    }
+  }
+
+  InferenceContext infer(const Node& node, const OpSchema& schema) {
+    std::vector<InferenceContext::Input> in;
+    for (int i = 0; i < node.num_inputs(); ++i) {
+      const Value* v = node.input(i);
+      InferenceContext::Input x;
+      if (v) {
+        auto it = known_.find(v);
+        if (it == known_.end())
+          throw InvalidModel(fmt(node.describe(), ": input ", i, " '", v->name,
+                                 "' is not a graph input, an initializer or any node's output"));
+        x.dtype = it->second.dtype;
+        x.shape = &it->second.shape;
+        x.value = it->second.value;
+      }
+      in.push_back(x);
+    }
+    InferenceContext ctx(node, std::move(in));
+    infer_node(schema, ctx);
+    return ctx;
+  }
+
+  // True when every present input is a known constant, so the node can run now.
+  bool can_fold(const Node& node, const OpSchema& schema, const InferenceContext& ctx) const {
+    if (!schema.deterministic) return false;
+    int64_t elements = 0;
+    for (int i = 0; i < node.num_inputs(); ++i)
+      if (ctx.has_input(i) && !ctx.input_value(i)) return false;
+    for (int o = 0; o < ctx.num_outputs(); ++o) {
+      if (!ctx.has_output(o)) continue;
+      auto n = ctx.output(o).shape.numel();
+      if (!n) return false;
+      elements += *n;
+    }
+    return elements <= static_cast<int64_t>(options_.fold_max_elements);
+  }
+
+  void set_output_dtypes(const Node& node, const InferenceContext& ctx) {
+    for (int o = 0; o < node.num_outputs(); ++o)
+      if (Value* v = node.output(o)) v->dtype = ctx.output(o).dtype;
+  }
+
+  void add_constant_output(const Value* v, Tensor data) {
+    plan_->folded.push_back(std::move(data));
+    const Tensor& stored = plan_->folded.back();
+    int s = add_slot(v, SlotKind::kConstant);
+    plan_->slots[static_cast<size_t>(s)].tensor = stored;
+    known_[v] = {stored.dtype(), Shape::of(stored.dims()), &stored};
+  }
+
+  void plan_node(const Node& node) {
+    const OpSchema& schema = OpRegistry::global().require(node);
+    InferenceContext ctx = infer(node, schema);
+    set_output_dtypes(node, ctx);
+
+    bool values_known = node.num_outputs() > 0;
+    for (int o = 0; o < node.num_outputs(); ++o)
+      if (node.output(o) && !ctx.output(o).value.defined()) values_known = false;
+    if (values_known) {  // Shape, Size: the value follows from static shapes
+      for (int o = 0; o < node.num_outputs(); ++o)
+        if (const Value* v = node.output(o)) add_constant_output(v, ctx.output(o).value);
+      plan_->stats.num_folded++;
+      return;
+    }
+    if (can_fold(node, schema, ctx)) {
+      fold(node, ctx);
+      return;
+    }
+
+    PlanStep step;
+    step.node = &node;
+    step.schema = &schema;
+    step.kernel = table_.create(node);
+    for (int i = 0; i < node.num_inputs(); ++i)
+      step.inputs.push_back(node.input(i) ? slot_of_.at(node.input(i)) : -1);
+    for (int o = 0; o < node.num_outputs(); ++o) {
+      const Value* v = node.output(o);
+      if (!v) {
+        step.outputs.push_back(-1);
+        continue;
+      }
+      const Shape& shape = ctx.output(o).shape;
+      bool is_output = is_graph_output(v);
+      SlotKind kind = is_output ? SlotKind::kOutput : shape.is_static() ? SlotKind::kArena : SlotKind::kDynamic;
+      if (!shape.is_static()) step.needs_runtime_inference = true;
+      int s = add_slot(v, kind);
+      if (shape.is_static()) plan_->slots[static_cast<size_t>(s)].tensor =
+          Tensor::view(ctx.output(o).dtype, shape.concrete(), nullptr);
+      else plan_->stats.num_dynamic++;
+      known_[v] = {ctx.output(o).dtype, shape, nullptr};
+      step.outputs.push_back(s);
+    }
+    step.input_ptrs.resize(step.inputs.size());
+    step.output_ptrs.resize(step.outputs.size());
+    plan_->steps.push_back(std::move(step));
+  }
+
+  void fold(const Node& node, const InferenceContext& ctx) {
+    std::vector<const Tensor*> in;
+    for (int i = 0; i < node.num_inputs(); ++i) in.push_back(ctx.input_value(i));
+    std::vector<Tensor> out(static_cast<size_t>(node.num_outputs()));
+    std::vector<Tensor*> out_ptrs;
+    for (int o = 0; o < node.num_outputs(); ++o) {
+      if (node.output(o)) {
+        out[static_cast<size_t>(o)] = Tensor::empty(ctx.output(o).dtype, ctx.output(o).shape.concrete());
+        out_ptrs.push_back(&out[static_cast<size_t>(o)]);
+      } else {
+        out_ptrs.push_back(nullptr);
+      }
+    }
+    KernelFn kernel = table_.create(node);
+    KernelContext kctx;
+    kctx.inputs = in;
+    kctx.outputs = out_ptrs;
+    kernel(kctx);
+    for (int o = 0; o < node.num_outputs(); ++o)
+      if (const Value* v = node.output(o)) add_constant_output(v, std::move(out[static_cast<size_t>(o)]));
+    plan_->stats.num_folded++;
+  }
+
+  bool is_graph_output(const Value* v) const {
+    for (const Value* o : graph_.outputs())
+      if (o == v) return true;
+    return false;
+  }
+
+  void bind_graph_outputs() {
+    for (const Value* v : graph_.outputs()) {
+      auto it = slot_of_.find(v);
+      if (it == slot_of_.end())
+        throw InvalidModel(fmt("graph output '", v->name, "' is not produced by any node"));
+      plan_->output_slots.push_back(it->second);
+    }
+  }
+
+  // Lifetimes over steps, in-place aliases, then offsets from the greedy-by-size planner.
+  void assign_memory() {
+    std::vector<BufferSpec> buffers;
+    std::unordered_map<int, int> buffer_of_slot;
+    auto& slots = plan_->slots;
+    const int num_steps = static_cast<int>(plan_->steps.size());
+    for (int s = 0; s < num_steps; ++s) {
+      for (int slot : plan_->steps[static_cast<size_t>(s)].outputs) {
+        if (slot < 0 || slots[static_cast<size_t>(slot)].kind != SlotKind::kArena) continue;
+        BufferSpec b;
+        b.size_bytes = slots[static_cast<size_t>(slot)].tensor.nbytes();
+        b.first_step = s;
+        b.last_step = s;
+        buffer_of_slot[slot] = static_cast<int>(buffers.size());
+        buffers.push_back(b);
+      }
+    }
+    for (int s = 0; s < num_steps; ++s)
+      for (int slot : plan_->steps[static_cast<size_t>(s)].inputs) {
+        auto it = buffer_of_slot.find(slot);
+        if (it != buffer_of_slot.end()) buffers[static_cast<size_t>(it->second)].last_step = s;
+      }
+    for (int s = 0; s < num_steps; ++s) add_inplace_aliases(s, buffers, buffer_of_slot);
+
+    MemoryPlan mem = plan_memory(buffers, kTensorAlignment);
+    for (auto [slot, b] : buffer_of_slot) {
+      slots[static_cast<size_t>(slot)].arena_offset = mem.offsets[static_cast<size_t>(b)];
+      if (mem.kinds[static_cast<size_t>(b)] == AllocKind::kReuse) plan_->stats.num_reused++;
+    }
+    plan_->stats.arena_bytes = mem.arena_bytes;
+    plan_->stats.live_lower_bound = live_bytes_lower_bound(buffers);
+    plan_->stats.num_steps = num_steps;
+  }
+
+  void add_inplace_aliases(int s, std::vector<BufferSpec>& buffers,
+                           const std::unordered_map<int, int>& buffer_of_slot) {
+    const PlanStep& step = plan_->steps[static_cast<size_t>(s)];
+    std::vector<int> taken;
+    for (auto [in, out] : step.schema->inplace) {
+      if (in >= static_cast<int>(step.inputs.size()) || out >= static_cast<int>(step.outputs.size())) continue;
+      auto bi = buffer_of_slot.find(step.inputs[static_cast<size_t>(in)]);
+      auto bo = buffer_of_slot.find(step.outputs[static_cast<size_t>(out)]);
+      if (bi == buffer_of_slot.end() || bo == buffer_of_slot.end()) continue;
+      BufferSpec& src = buffers[static_cast<size_t>(bi->second)];
+      BufferSpec& dst = buffers[static_cast<size_t>(bo->second)];
+      bool dies_here = src.last_step == s && src.size_bytes == dst.size_bytes && dst.alias_of < 0;
+      bool free = std::find(taken.begin(), taken.end(), bi->second) == taken.end();
+      if (!dies_here || !free) continue;
+      dst.alias_of = bi->second;
+      taken.push_back(bi->second);
+      plan_->stats.num_inplace++;
+    }
+  }
+
+  Graph& graph_;
+  const KernelTable& table_;
+  const PlanOptions& options_;
+  std::unique_ptr<ExecutionPlan> plan_;
+  std::unordered_map<const Value*, int> slot_of_;
+  std::unordered_map<const Value*, Known> known_;
+};
+
+}  // namespace
+
+std::unique_ptr<ExecutionPlan> build_execution_plan(Graph& graph, const std::vector<Tensor>& inputs,
+                                                    const KernelTable& table, const PlanOptions& options) {
+  return PlanBuilder(graph, table, options).build(inputs);
+}
+
+}  // namespace trainrt

@@ -1,0 +1,88 @@
+// An ExecutionPlan: everything needed to run a graph for one concrete input signature.
+//
+// Built once per signature (dtype and dims of every graph input) by build_execution_plan():
+//   1. shape inference over the schedule with concrete input dims;
+//   2. constant folding of nodes whose inputs are all known constants (shape arithmetic such as
+//      Shape -> Gather -> Concat -> Reshape), run at plan time with the same kernels;
+//   3. each remaining value becomes an arena buffer when its dims are static, a "dynamic" value
+//      (sized at run time by re-running inference on real inputs) otherwise, or a graph output
+//      (fresh storage handed to the caller every run);
+//   4. lifetimes from the schedule, in-place aliases where the op's schema allows and the input
+//      dies at that node, then offsets from the memory planner (plan/memory_plan.h).
+// Executing the plan (executor.h) then allocates nothing for planned intermediates.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "trainrt/core/tensor.h"
+#include "trainrt/ir/graph.h"
+#include "trainrt/kernels/kernel.h"
+#include "trainrt/ops/op_schema.h"
+
+namespace trainrt {
+
+enum class SlotKind : uint8_t {
+  kInput,        // a graph input: bound to the caller's tensor every run
+  kConstant,     // an initializer or a folded value: fixed data owned by the plan or graph
+  kMutable,      // an initializer the caller may rebind between runs (trainable parameter)
+  kArena,        // planned intermediate at a fixed arena offset
+  kDynamic,      // dims known only at run time: inference + heap allocation per run
+  kOutput,       // graph output: fresh storage every run, returned to the caller
+};
+
+// Run-time home of one value.
+struct Slot {
+  SlotKind kind = SlotKind::kArena;
+  Tensor tensor;            // current binding (view into the arena, input, constant, ...)
+  size_t arena_offset = 0;  // for kArena
+  const Value* value = nullptr;
+};
+
+struct PlanStep {
+  const Node* node = nullptr;
+  const OpSchema* schema = nullptr;
+  KernelFn kernel;
+  std::vector<int> inputs;   // slot index per node input, -1 for omitted
+  std::vector<int> outputs;  // slot index per node output, -1 for omitted
+  bool needs_runtime_inference = false;  // some output is kDynamic or a non-static kOutput
+  // Scratch pointer arrays handed to the kernel (sized at plan time: no per-run allocation).
+  std::vector<const Tensor*> input_ptrs;
+  std::vector<Tensor*> output_ptrs;
+};
+
+struct PlanStats {
+  size_t arena_bytes = 0;           // what the memory plan needs (planned peak)
+  size_t live_lower_bound = 0;      // max over steps of live planned bytes: no plan can do better
+  int num_steps = 0;
+  int num_folded = 0;               // nodes evaluated at plan time
+  int num_inplace = 0;              // outputs sharing their input's buffer
+  int num_reused = 0;               // buffers placed over dead ones
+  int num_dynamic = 0;              // values sized at run time
+};
+
+struct ExecutionPlan {
+  std::vector<Slot> slots;
+  std::vector<PlanStep> steps;
+  std::vector<int> input_slots;   // per graph input
+  std::vector<int> output_slots;  // per graph output
+  std::deque<Tensor> folded;      // storage of values folded at plan time (stable addresses)
+  PlanStats stats;
+};
+
+struct PlanOptions {
+  // Initializers whose data the caller may change between runs: never folded into constants.
+  std::set<std::string> mutable_initializers;
+  size_t fold_max_elements = 1 << 16;  // larger constant subgraphs are left to run time
+};
+
+// Builds a plan for the given concrete inputs (one per graph input, in order). Throws ShapeError
+// naming the input when a dtype or dim contradicts the graph's declaration.
+std::unique_ptr<ExecutionPlan> build_execution_plan(Graph& graph, const std::vector<Tensor>& inputs,
+                                                    const KernelTable& table, const PlanOptions& options);
+
+}  // namespace trainrt

@@ -1,0 +1,87 @@
+// A Session runs a graph: it plans once per input signature and executes the cached plan.
+//
+// Inputs are bound zero-copy (the caller's memory is read in place). Intermediates live in one
+// arena planned per signature (plan/memory_plan.h) and are never heap-allocated in steady state;
+// graph outputs get fresh storage each run and are handed to the caller. Initializers listed in
+// SessionOptions::mutable_initializers may be rebound between runs (trainable parameters); all
+// others are constants the planner may fold.
+//
+//   auto graph = import_onnx_file("mlp.onnx");
+//   Session session(std::move(graph));
+//   std::vector<Tensor> out = session.run({x});          // x: f32(batch, 784)
+//   std::cout << session.last_stats().arena_bytes;
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "trainrt/core/arena.h"
+#include "trainrt/core/tensor.h"
+#include "trainrt/ir/graph.h"
+#include "trainrt/kernels/kernel.h"
+#include "trainrt/runtime/execution_plan.h"
+#include "trainrt/runtime/profiler.h"
+
+namespace trainrt {
+
+struct SessionOptions {
+  std::set<std::string> mutable_initializers;
+  uint64_t seed = 0;           // seeds random ops (Dropout); same seed, same results
+  bool profile = false;        // record per-node timings in profiler()
+  const KernelTable* kernels = nullptr;  // defaults to the CPU kernel table
+  ThreadPool* threads = nullptr;         // defaults to ThreadPool::global()
+};
+
+struct MemoryStats {
+  size_t planned_arena_bytes = 0;   // the current plan's arena (planned peak of intermediates)
+  size_t arena_capacity = 0;        // bytes actually reserved (max over the plans used)
+  size_t peak_dynamic_bytes = 0;    // largest sum of run-time sized intermediates in one run
+  size_t live_lower_bound = 0;      // best possible arena size for the current plan
+};
+
+class Session {
+ public:
+  explicit Session(std::shared_ptr<Graph> graph, SessionOptions options = {});
+
+  // Runs with one tensor per graph input (in graph input order); returns one per graph output.
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs);
+  // Rebinds a mutable initializer to new data of the same dtype and dims (zero-copy).
+  void set_initializer(const std::string& name, const Tensor& data);
+  void set_seed(uint64_t seed) { options_.seed = seed; run_counter_ = 0; }
+
+  const Graph& graph() const { return *graph_; }
+  std::vector<std::string> input_names() const;
+  std::vector<std::string> output_names() const;
+  Profiler& profiler() { return profiler_; }
+  const PlanStats& last_stats() const;
+  MemoryStats memory_stats() const;
+  int num_cached_plans() const { return static_cast<int>(plans_.size()); }
+
+ private:
+  ExecutionPlan& plan_for(const std::vector<Tensor>& inputs);
+  void bind(ExecutionPlan& plan, const std::vector<Tensor>& inputs);
+  void run_step(PlanStep& step, int index, ExecutionPlan& plan);
+  void infer_at_run_time(PlanStep& step, ExecutionPlan& plan);
+
+  std::shared_ptr<Graph> graph_;
+  SessionOptions options_;
+  const KernelTable* kernels_;
+  // Plans keyed by the input signature: dtype and dims of every input.
+  std::map<std::vector<int64_t>, std::unique_ptr<ExecutionPlan>> plans_;
+  ExecutionPlan* last_plan_ = nullptr;
+  std::vector<int64_t> last_key_;
+  std::vector<int64_t> key_scratch_;
+  Arena arena_;
+  void* bound_arena_ = nullptr;
+  std::map<std::string, Tensor> mutable_data_;
+  Profiler profiler_;
+  uint64_t run_counter_ = 0;
+  size_t dynamic_bytes_ = 0;
+  size_t peak_dynamic_bytes_ = 0;
+};
+
+}  // namespace trainrt

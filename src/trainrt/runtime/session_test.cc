@@ -1,0 +1,184 @@
+// Session: planned execution against references, plan caching, in-place and folding, errors, and
+// the steady-state promise that intermediates cost no heap allocation.
+#include "trainrt/runtime/session.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+
+#include "trainrt/core/testing.h"
+
+namespace {
+std::atomic<int64_t> g_allocations{0};
+}  // namespace
+
+// Counts every heap allocation in this test binary.
+void* operator new(std::size_t n) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+
+namespace trainrt {
+namespace {
+
+using testing::expect_close;
+using testing::make_tensor;
+using testing::random_tensor;
+
+// y = Relu(x @ w + b): x (batch, 4), w (4, 3), b (3)
+std::shared_ptr<Graph> linear_relu_graph() {
+  auto g = std::make_shared<Graph>();
+  g->set_opset("", 18);
+  Value* x = g->add_input("x", DType::kF32, Shape({Dim::symbolic("batch"), 4}));
+  Value* w = g->add_initializer("w", random_tensor({4, 3}, 1));
+  Value* b = g->add_initializer("b", random_tensor({3}, 2));
+  Node* mm = g->add_node("MatMul", {x, w}, {"xw"});
+  Node* add = g->add_node("Add", {mm->output(0), b}, {"z"});
+  Node* relu = g->add_node("Relu", {add->output(0)}, {"y"});
+  g->add_output(relu->output(0));
+  return g;
+}
+
+Tensor linear_relu_reference(const Graph& g, const Tensor& x) {
+  const Tensor& w = g.find_value("w")->data;
+  const Tensor& b = g.find_value("b")->data;
+  int64_t batch = x.dim(0);
+  Tensor y = Tensor::empty(DType::kF32, {batch, 3});
+  for (int64_t i = 0; i < batch; ++i)
+    for (int64_t j = 0; j < 3; ++j) {
+      double acc = b.data<float>()[j];
+      for (int64_t k = 0; k < 4; ++k) acc += double(x.data<float>()[i * 4 + k]) * w.data<float>()[k * 3 + j];
+      y.data<float>()[i * 3 + j] = static_cast<float>(std::max(acc, 0.0));
+    }
+  return y;
+}
+
+TEST(Session, RunsAGraphAndCachesOnePlanPerShape) {
+  auto g = linear_relu_graph();
+  Session session(g);
+  for (int64_t batch : {2, 7, 2}) {
+    Tensor x = random_tensor({batch, 4}, static_cast<uint32_t>(batch));
+    auto out = session.run({x});
+    ASSERT_EQ(out.size(), 1u);
+    expect_close(out[0], linear_relu_reference(*g, x), 1e-5, 1e-6);
+  }
+  EXPECT_EQ(session.num_cached_plans(), 2);
+}
+
+TEST(Session, ChainsOfElementwiseOpsRunInPlaceAndReuseMemory) {
+  auto g = std::make_shared<Graph>();
+  g->set_opset("", 18);
+  Value* v = g->add_input("x", DType::kF32, Shape({64}));
+  Value* x = v;
+  v = g->add_node("Neg", {v}, {"n0"})->output(0);
+  for (int i = 0; i < 6; ++i) v = g->add_node("Relu", {v}, {"r" + std::to_string(i)})->output(0);
+  v = g->add_node("Add", {v, x}, {"y"})->output(0);
+  g->add_output(v);
+  Session session(g);
+  Tensor in = random_tensor({64}, 3);
+  Tensor out = session.run({in})[0];
+  for (int i = 0; i < 64; ++i) {
+    float e = std::max(-in.data<float>()[i], 0.f) + in.data<float>()[i];
+    EXPECT_FLOAT_EQ(out.data<float>()[i], e);
+  }
+  EXPECT_GT(session.last_stats().num_inplace, 0);
+  // Every intermediate is 256 bytes and at most one is live at a time: one slot suffices.
+  EXPECT_EQ(session.last_stats().arena_bytes, 256u);
+}
+
+TEST(Session, FoldsShapeArithmeticAtPlanTime) {
+  // y = Reshape(x, Concat(Shape(x)[0:1], [-1])): (batch, 2, 3) -> (batch, 6)
+  auto g = std::make_shared<Graph>();
+  g->set_opset("", 18);
+  Value* x = g->add_input("x", DType::kF32, Shape({Dim::symbolic("batch"), 2, 3}));
+  Value* shape = g->add_node("Shape", {x}, {"s"})->output(0);
+  Value* starts = g->add_initializer("starts", Tensor::from_i64({0}));
+  Value* ends = g->add_initializer("ends", Tensor::from_i64({1}));
+  Value* lead = g->add_node("Slice", {shape, starts, ends}, {"lead"})->output(0);
+  Value* minus1 = g->add_initializer("minus1", Tensor::from_i64({-1}));
+  Node* cat = g->add_node("Concat", {lead, minus1}, {"target"});
+  cat->set_attr("axis", Attribute::of_int(0));
+  Value* y = g->add_node("Reshape", {x, cat->output(0)}, {"y"})->output(0);
+  g->add_output(y);
+  Session session(g);
+  Tensor in = random_tensor({5, 2, 3}, 4);
+  Tensor out = session.run({in})[0];
+  EXPECT_EQ(out.dims(), (std::vector<int64_t>{5, 6}));
+  EXPECT_EQ(session.last_stats().num_folded, 3);  // Shape, Slice, Concat
+  EXPECT_EQ(session.last_stats().num_steps, 1);   // only the Reshape runs
+}
+
+TEST(Session, ShapesKnownOnlyAtRunTimeAreInferredThen) {
+  auto g = std::make_shared<Graph>();
+  g->set_opset("", 18);
+  Value* x = g->add_input("x", DType::kF32, Shape({6}));
+  Value* s = g->add_input("s", DType::kI64, Shape({2}));
+  Value* r = g->add_node("Reshape", {x, s}, {"r"})->output(0);
+  Value* y = g->add_node("Relu", {r}, {"y"})->output(0);
+  g->add_output(y);
+  Session session(g);
+  Tensor in = make_tensor<float>({6}, {-1, 2, -3, 4, -5, 6});
+  Tensor out = session.run({in, Tensor::from_i64({3, 2})})[0];
+  expect_close(out, make_tensor<float>({3, 2}, {0, 2, 0, 4, 0, 6}));
+  out = session.run({in, Tensor::from_i64({2, 3})})[0];
+  EXPECT_EQ(out.dims(), (std::vector<int64_t>{2, 3}));
+}
+
+TEST(Session, BadInputsGiveTypedErrorsNamingTheInput) {
+  Session session(linear_relu_graph());
+  EXPECT_THROW(session.run({}), ShapeError);
+  try {
+    session.run({random_tensor({2, 5}, 1)});
+    FAIL() << "expected ShapeError";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("'x' has shape (2, 5)"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(session.run({Tensor::zeros(DType::kF64, {2, 4})}), ShapeError);
+  // The session still works after errors.
+  EXPECT_EQ(session.run({random_tensor({2, 4}, 1)})[0].dims(), (std::vector<int64_t>{2, 3}));
+}
+
+TEST(Session, MutableInitializersAreReadEveryRun) {
+  auto g = linear_relu_graph();
+  SessionOptions options;
+  options.mutable_initializers = {"b"};
+  Session session(g, options);
+  Tensor x = random_tensor({3, 4}, 5);
+  Tensor bias = make_tensor<float>({3}, {100, 100, 100});
+  session.set_initializer("b", bias);
+  Tensor out = session.run({x})[0];
+  for (int64_t i = 0; i < out.numel(); ++i) EXPECT_GT(out.data<float>()[i], 90.f);
+  EXPECT_THROW(session.set_initializer("w", bias), InvalidModel);
+  EXPECT_THROW(session.set_initializer("b", random_tensor({4}, 1)), ShapeError);
+}
+
+// Allocations per run must not grow with the number of intermediates: they are all planned.
+TEST(Session, SteadyStateRunsDoNotAllocateIntermediates) {
+  auto chain = [](int length) {
+    auto g = std::make_shared<Graph>();
+    g->set_opset("", 18);
+    Value* v = g->add_input("x", DType::kF32, Shape({256}));
+    Value* x = v;
+    for (int i = 0; i < length; ++i) v = g->add_node(i % 2 ? "Relu" : "Add", i % 2 ? std::vector<Value*>{v} : std::vector<Value*>{v, x}, {"v" + std::to_string(i)})->output(0);
+    g->add_output(v);
+    return g;
+  };
+  auto allocations_per_run = [](std::shared_ptr<Graph> g) {
+    Session session(g);
+    Tensor x = random_tensor({256}, 1);
+    session.run({x});
+    session.run({x});
+    int64_t before = g_allocations.load();
+    for (int i = 0; i < 10; ++i) session.run({x});
+    return (g_allocations.load() - before) / 10;
+  };
+  EXPECT_EQ(allocations_per_run(chain(4)), allocations_per_run(chain(64)));
+}
+
+}  // namespace
+}  // namespace trainrt

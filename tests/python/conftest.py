@@ -1,0 +1,42 @@
+"""Shared helpers for the Python tests: small ONNX models built with onnx.helper."""
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+
+def make_model(nodes, inputs, outputs, initializers=(), opset=18):
+    graph = helper.make_graph(nodes, "test", inputs, outputs, list(initializers))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 9
+    onnx.checker.check_model(model)
+    return model.SerializeToString()
+
+
+@pytest.fixture
+def mlp_model():
+    """x: (batch, 8) -> Relu(x @ w1 + b1) @ w2 + b2 : (batch, 3), with its numpy reference."""
+    rng = np.random.default_rng(0)
+    w1 = rng.standard_normal((8, 16)).astype(np.float32)
+    b1 = rng.standard_normal(16).astype(np.float32)
+    w2 = rng.standard_normal((16, 3)).astype(np.float32)
+    b2 = rng.standard_normal(3).astype(np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h0"]),
+        helper.make_node("Add", ["h0", "b1"], ["h1"]),
+        helper.make_node("Relu", ["h1"], ["h2"]),
+        helper.make_node("MatMul", ["h2", "w2"], ["h3"]),
+        helper.make_node("Add", ["h3", "b2"], ["y"]),
+    ]
+    model = make_model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])],
+        [numpy_helper.from_array(a, n) for a, n in ((w1, "w1"), (b1, "b1"), (w2, "w2"), (b2, "b2"))],
+    )
+
+    def reference(x):
+        return np.maximum(x @ w1 + b1, 0) @ w2 + b2
+
+    return model, reference

@@ -1,0 +1,56 @@
+// `trainrt inspect MODEL.onnx [--dim NAME=VALUE]`: op histogram, parameters, shapes, planned memory.
+#include <cstdio>
+#include <iostream>
+#include <map>
+
+#include "cli_common.h"
+#include "trainrt/ir/onnx_import.h"
+#include "trainrt/ir/printer.h"
+#include "trainrt/kernels/cpu/cpu_kernels.h"
+#include "trainrt/ops/op_schema.h"
+#include "trainrt/runtime/execution_plan.h"
+
+namespace trainrt::cli {
+
+int inspect_command(const Args& args) {
+  if (args.positional.size() != 1) throw Error("usage: trainrt inspect MODEL.onnx [--dim NAME=VALUE]...");
+  std::shared_ptr<Graph> graph = import_onnx_file(args.positional[0]);
+
+  std::map<std::string, int> histogram;
+  for (const Node* n : graph->nodes()) histogram[n->domain().empty() ? n->op_type() : n->domain() + "::" + n->op_type()]++;
+  std::printf("model %s: %d nodes, %zu inputs, %zu outputs\n", args.positional[0].c_str(), graph->num_nodes(),
+              graph->inputs().size(), graph->outputs().size());
+  std::printf("\nop histogram:\n");
+  for (const auto& [op, count] : histogram) std::printf("  %-32s %6d\n", op.c_str(), count);
+
+  int64_t params = 0;
+  size_t param_bytes = 0;
+  for (const Value* v : graph->initializers())
+    if (is_floating(v->dtype)) {
+      params += v->data.numel();
+      param_bytes += v->data.nbytes();
+    }
+  std::printf("\nparameters: %lld (%s in floating-point initializers)\n", static_cast<long long>(params),
+              human_bytes(static_cast<double>(param_bytes)).c_str());
+
+  infer_graph_shapes(*graph);
+  std::printf("\ninferred shapes:\n%s", print_graph(*graph).c_str());
+
+  auto dims = parse_dims(args);
+  std::vector<Tensor> inputs;
+  bool defaulted = false;
+  for (const Value* in : graph->inputs()) {
+    for (const Dim& d : in->shape.dims)
+      if (!d.is_static() && !dims.count(d.symbol)) defaulted = true;
+    inputs.push_back(Tensor::zeros(in->dtype, concrete_dims(*in, dims, true)));
+  }
+  auto plan = build_execution_plan(*graph, inputs, cpu_kernel_table(), PlanOptions{});
+  std::printf("\nplanned peak memory of intermediates: %s (arena; lower bound %s), %d steps, %d folded, %d in place%s\n",
+              human_bytes(static_cast<double>(plan->stats.arena_bytes)).c_str(),
+              human_bytes(static_cast<double>(plan->stats.live_lower_bound)).c_str(), plan->stats.num_steps,
+              plan->stats.num_folded, plan->stats.num_inplace,
+              defaulted ? " (dynamic dims without --dim taken as 1)" : "");
+  return 0;
+}
+
+}  // namespace trainrt::cli
