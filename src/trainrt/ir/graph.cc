@@ -145,6 +145,14 @@ Value* Graph::find_value(const std::string& name) const {
   return it == by_name_.end() ? nullptr : it->second;
 }
 
+void Graph::rename_value(Value* v, const std::string& name) {
+  if (v->name == name) return;
+  if (by_name_.count(name)) throw InvalidModel(fmt("cannot rename '", v->name, "' to '", name, "': name taken"));
+  by_name_.erase(v->name);
+  v->name = name;
+  by_name_[name] = v;
+}
+
 std::string Graph::unique_name(const std::string& base) const {
   if (!by_name_.count(base)) return base;
   for (int i = 1;; ++i) {

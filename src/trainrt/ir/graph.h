@@ -114,6 +114,8 @@ class Graph {
   void remove_node(Node* n);  // detaches it from its inputs; its outputs lose their producer
 
   Value* find_value(const std::string& name) const;
+  // Gives a value a new, unused name (throws InvalidModel when the name is taken).
+  void rename_value(Value* v, const std::string& name);
   std::string unique_name(const std::string& base) const;  // "base", "base_1", ...
 
   const std::vector<Value*>& inputs() const { return inputs_; }

@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "trainrt/core/error.h"
+#include "trainrt/plan/lifetimes.h"
 #include "trainrt/plan/memory_plan.h"
 
 namespace trainrt {
@@ -218,26 +219,31 @@ class PlanBuilder {
 
   // Lifetimes over steps, in-place aliases, then offsets from the greedy-by-size planner.
   void assign_memory() {
-    std::vector<BufferSpec> buffers;
-    std::unordered_map<int, int> buffer_of_slot;
     auto& slots = plan_->slots;
     const int num_steps = static_cast<int>(plan_->steps.size());
+    std::unordered_map<int, int> buffer_of_slot;  // arena slots only
+    std::vector<StepUses> uses(static_cast<size_t>(num_steps));
+    auto buffer_id = [&](int slot) {
+      if (slot < 0 || slots[static_cast<size_t>(slot)].kind != SlotKind::kArena) return -1;
+      auto [it, added] = buffer_of_slot.emplace(slot, static_cast<int>(buffer_of_slot.size()));
+      return it->second;
+    };
     for (int s = 0; s < num_steps; ++s) {
-      for (int slot : plan_->steps[static_cast<size_t>(s)].outputs) {
-        if (slot < 0 || slots[static_cast<size_t>(slot)].kind != SlotKind::kArena) continue;
-        BufferSpec b;
-        b.size_bytes = slots[static_cast<size_t>(slot)].tensor.nbytes();
-        b.first_step = s;
-        b.last_step = s;
-        buffer_of_slot[slot] = static_cast<int>(buffers.size());
-        buffers.push_back(b);
-      }
+      const PlanStep& step = plan_->steps[static_cast<size_t>(s)];
+      for (int slot : step.outputs)
+        if (int b = buffer_id(slot); b >= 0) uses[static_cast<size_t>(s)].writes.push_back(b);
+      for (int slot : step.inputs)
+        if (int b = buffer_id(slot); b >= 0) uses[static_cast<size_t>(s)].reads.push_back(b);
     }
-    for (int s = 0; s < num_steps; ++s)
-      for (int slot : plan_->steps[static_cast<size_t>(s)].inputs) {
-        auto it = buffer_of_slot.find(slot);
-        if (it != buffer_of_slot.end()) buffers[static_cast<size_t>(it->second)].last_step = s;
-      }
+    const int num_buffers = static_cast<int>(buffer_of_slot.size());
+    std::vector<Lifetime> lifetimes = compute_lifetimes(uses, num_buffers, {});
+    std::vector<BufferSpec> buffers(static_cast<size_t>(num_buffers));
+    for (auto [slot, b] : buffer_of_slot) {
+      BufferSpec& spec = buffers[static_cast<size_t>(b)];
+      spec.size_bytes = slots[static_cast<size_t>(slot)].tensor.nbytes();
+      spec.first_step = lifetimes[static_cast<size_t>(b)].first_step;
+      spec.last_step = lifetimes[static_cast<size_t>(b)].last_step;
+    }
     for (int s = 0; s < num_steps; ++s) add_inplace_aliases(s, buffers, buffer_of_slot);
 
     MemoryPlan mem = plan_memory(buffers, kTensorAlignment);

@@ -1,0 +1,20 @@
+// The explicit list of gradient rule families (no static self-registration).
+#pragma once
+
+namespace trainrt {
+
+class GradientRegistry;
+
+void register_elementwise_gradients(GradientRegistry& r);  // arithmetic, activations, Where, Cast, ...
+void register_matmul_gradients(GradientRegistry& r);       // MatMul, Gemm
+void register_reduction_gradients(GradientRegistry& r);    // Reduce*, Softmax, LayerNorm, losses
+void register_tensor_gradients(GradientRegistry& r);       // movement ops, Gather, Dropout, shape ops
+
+inline void register_all_gradients(GradientRegistry& r) {
+  register_elementwise_gradients(r);
+  register_matmul_gradients(r);
+  register_reduction_gradients(r);
+  register_tensor_gradients(r);
+}
+
+}  // namespace trainrt

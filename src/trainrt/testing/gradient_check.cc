@@ -1,0 +1,118 @@
+#include "trainrt/testing/gradient_check.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "trainrt/autodiff/gradient_builder.h"
+#include "trainrt/runtime/session.h"
+
+namespace trainrt::testing {
+namespace {
+
+// graph(inputs) -> loss = sum_o ReduceSum(Mul(out_o, W_o)); the node's float outputs only.
+std::shared_ptr<Graph> loss_graph(const NodeSpec& spec, const std::vector<Tensor>& inputs,
+                                  const std::vector<Tensor>& weights) {
+  auto g = std::make_shared<Graph>();
+  g->set_opset("", spec.opset);
+  if (!spec.domain.empty()) g->set_opset(spec.domain, 1);
+  std::vector<Value*> in;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    in.push_back(inputs[i].defined()
+                     ? g->add_input("in" + std::to_string(i), inputs[i].dtype(), Shape::of(inputs[i].dims()))
+                     : nullptr);
+  std::vector<std::string> names;
+  for (int o = 0; o < spec.num_outputs; ++o) names.push_back("out" + std::to_string(o));
+  Node* node = g->add_node(spec.op, in, names, spec.domain, "checked");
+  for (const auto& [k, a] : spec.attrs) node->set_attr(k, a);
+  Value* loss = nullptr;
+  for (int o = 0; o < spec.num_outputs; ++o) {
+    if (!weights[static_cast<size_t>(o)].defined()) continue;
+    std::string s = std::to_string(o);
+    Value* w = g->add_initializer("w" + s, weights[static_cast<size_t>(o)]);
+    Value* prod = g->add_node("Mul", {node->output(o), w}, {"prod" + s})->output(0);
+    Node* red = g->add_node("ReduceSum", {prod}, {"red" + s});
+    red->set_attr("keepdims", Attribute::of_int(0));
+    loss = loss ? g->add_node("Add", {loss, red->output(0)}, {"acc" + s})->output(0) : red->output(0);
+  }
+  g->add_output(loss);
+  return g;
+}
+
+double loss_value(Session& s, const std::vector<Tensor>& inputs) {
+  std::vector<Tensor> fed;
+  for (const Tensor& t : inputs)
+    if (t.defined()) fed.push_back(t);
+  return s.run(fed)[0].to_double(0);
+}
+
+}  // namespace
+
+Tensor random_f64(std::vector<int64_t> dims, uint32_t seed, double lo, double hi) {
+  Tensor t = Tensor::empty(DType::kF64, std::move(dims));
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<double>()[i] = dist(rng);
+  return t;
+}
+
+double expect_gradients_match(const NodeSpec& spec, const std::vector<Tensor>& inputs,
+                              const GradCheckOptions& options) {
+  // Output shapes come from one forward run; weights are random and fixed.
+  std::vector<Tensor> outputs = run_node(spec, inputs, cpu_kernel_table());
+  std::vector<Tensor> weights;
+  for (size_t o = 0; o < outputs.size(); ++o)
+    weights.push_back(is_floating(outputs[o].dtype()) && outputs[o].dtype() == DType::kF64
+                          ? random_f64(outputs[o].dims(), options.seed + static_cast<uint32_t>(o))
+                          : Tensor());
+
+  std::vector<int> wrt = options.wrt;
+  if (wrt.empty())
+    for (size_t i = 0; i < inputs.size(); ++i)
+      if (inputs[i].defined() && is_floating(inputs[i].dtype())) wrt.push_back(static_cast<int>(i));
+
+  auto forward = loss_graph(spec, inputs, weights);
+  auto joint = loss_graph(spec, inputs, weights);
+  GradientRequest request;
+  request.loss = joint->outputs()[0]->name;
+  for (int i : wrt) request.wrt.push_back("in" + std::to_string(i));
+  GradientResult result = build_gradients(*joint, request);
+
+  Session forward_session(forward);
+  Session joint_session(joint);
+  std::vector<Tensor> fed;
+  for (const Tensor& t : inputs)
+    if (t.defined()) fed.push_back(t);
+  std::vector<Tensor> joint_out = joint_session.run(fed);
+
+  double worst = 0;
+  std::vector<Tensor> probe;
+  for (const Tensor& t : inputs) probe.push_back(t.defined() ? t.clone() : Tensor());
+  for (size_t k = 0; k < wrt.size(); ++k) {
+    int i = wrt[k];
+    const Tensor& analytic = joint_out[1 + k];
+    EXPECT_EQ(analytic.dims(), inputs[static_cast<size_t>(i)].dims()) << spec.op << " gradient of input " << i;
+    if (analytic.dims() != inputs[static_cast<size_t>(i)].dims()) continue;
+    Tensor& x = probe[static_cast<size_t>(i)];
+    int failures = 0;
+    for (int64_t e = 0; e < x.numel(); ++e) {
+      double saved = x.data<double>()[e];
+      x.data<double>()[e] = saved + options.eps;
+      double up = loss_value(forward_session, probe);
+      x.data<double>()[e] = saved - options.eps;
+      double down = loss_value(forward_session, probe);
+      x.data<double>()[e] = saved;
+      double numeric = (up - down) / (2 * options.eps);
+      double got = analytic.to_double(e);
+      double err = std::abs(got - numeric);
+      worst = std::max(worst, err / std::max(1e-12, std::abs(numeric)));
+      if (err > options.atol + options.rtol * std::abs(numeric) && failures++ < 3)
+        ADD_FAILURE() << spec.op << ": d loss / d input " << i << "[" << e << "] = " << got
+                      << " (autodiff) vs " << numeric << " (finite difference)";
+    }
+  }
+  return worst;
+}
+
+}  // namespace trainrt::testing
