@@ -6,11 +6,12 @@
 // op then maps each element on its own (ReduceSum copies, ReduceSumSquare squares), as the ONNX
 // reference implementation does.
 //
-//   // x: (2, 3, 4), axes input [-1]
-//   std::vector<bool> mask = reduced_axes_mask(node, &axes, 3);   // {false, false, true}
+//   ReduceAxes spec = ReduceAxes::of(node);               // reads the attributes once
+//   std::vector<bool> mask = spec.mask(&axes_input, 3);   // axes [-1] -> {false, false, true}
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "trainrt/core/tensor.h"
@@ -18,9 +19,20 @@
 
 namespace trainrt {
 
-// `axes` is the value of the node's axes input, or null when the node has no such input (the
-// attribute, if any, is used then). Throws ShapeError naming the node when an axis is out of
-// range or repeated, when the axes input is not int64 of rank <= 1, or when both forms are given.
-std::vector<bool> reduced_axes_mask(const Node& node, const Tensor* axes, int64_t rank);
+class ReduceAxes {
+ public:
+  static ReduceAxes of(const Node& node);
+
+  // Which of `rank` axes are reduced. `axes_input` is the value of the node's axes input, or
+  // null when it has none. Throws ShapeError naming the node when an axis is out of range or
+  // repeated, when the input is not int64 of rank <= 1, or when both attribute and input are given.
+  std::vector<bool> mask(const Tensor* axes_input, int64_t rank) const;
+
+ private:
+  std::string node_;  // node.describe(), for errors
+  bool has_attr_ = false;
+  std::vector<int64_t> attr_axes_;
+  bool noop_with_empty_axes_ = false;
+};
 
 }  // namespace trainrt

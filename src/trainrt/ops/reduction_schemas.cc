@@ -43,7 +43,7 @@ void infer_reduce(InferenceContext& ctx) {
     for (Dim& d : out.dims)
       if (!(d.is_static() && d.value == 1)) d = Dim();
   } else {
-    std::vector<bool> mask = reduced_axes_mask(node, ctx.input_value(1), in.rank());
+    std::vector<bool> mask = ReduceAxes::of(node).mask(ctx.input_value(1), in.rank());
     for (size_t i = 0; i < mask.size(); ++i) {
       if (!mask[i]) out.dims.push_back(in.dims[i]);
       else if (keepdims) out.dims.push_back(Dim(1));
@@ -129,8 +129,8 @@ void infer_classification_loss(InferenceContext& ctx) {
   Shape per_sample = labels;
   if (scores.rank_known && labels.rank_known) {
     if (labels.rank() != scores.rank() - 1)
-      ctx.fail(fmt("input 1 (labels) has shape ", to_string(labels), ", expected (N, d1, ..., dk) for input 0 of shape ",
-                   to_string(scores)));
+      ctx.fail(fmt("input 1 (labels) has shape ", to_string(labels),
+                   ", expected (N, d1, ..., dk) for input 0 of shape ", to_string(scores)));
     for (size_t i = 0; i < per_sample.dims.size(); ++i) {
       const Dim& s = scores.dims[i == 0 ? 0 : i + 1];
       Dim& l = per_sample.dims[i];

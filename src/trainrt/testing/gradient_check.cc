@@ -6,6 +6,7 @@
 #include <random>
 
 #include "trainrt/autodiff/gradient_builder.h"
+#include "trainrt/kernels/cpu/cpu_kernels.h"
 #include "trainrt/runtime/session.h"
 
 namespace trainrt::testing {

@@ -27,6 +27,15 @@ template <typename C>
   return (b < a || b != b) ? b : a;
 }
 
+// acc[0] = combine of acc[0, 2W) as a tree: each level is one vector operation of width W.
+template <int W, typename C, typename Combine>
+[[gnu::always_inline]] inline void combine_lanes(C* acc, Combine combine) {
+  if constexpr (W >= 1) {
+    for (int j = 0; j < W; ++j) acc[j] = combine(acc[j], acc[j + W]);
+    combine_lanes<W / 2>(acc, combine);
+  }
+}
+
 // Folds map(x[i]) over x[0, n) with `combine`, kLanes independent lanes per block; block results
 // are combined into a Total.
 template <typename Total, typename C, typename Map, typename Combine>
@@ -40,9 +49,9 @@ template <typename Total, typename C, typename Map, typename Combine>
     int64_t i = b;
     for (; i + L <= end; i += L)
       for (int j = 0; j < L; ++j) acc[j] = combine(acc[j], map(x[i + j]));
-    C part = init;
+    combine_lanes<L / 2>(acc, combine);
+    C part = acc[0];
     for (; i < end; ++i) part = combine(part, map(x[i]));
-    for (int j = 0; j < L; ++j) part = combine(part, acc[j]);
     total = combine(total, static_cast<Total>(part));
   }
   return static_cast<C>(total);
@@ -75,6 +84,59 @@ template <typename C>
 [[gnu::always_inline]] inline C exp_shift_sum_t(const C* x, C* y, C shift, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = exp_of(x[i] - shift);
   return sum_of(y, n, [](C v) { return v; });
+}
+
+// acc[j] = combine(acc[j], map(x[r * stride + j])) over r < rows: four rows per update of acc,
+// so acc is loaded and stored once per four rows.
+template <typename C, typename Map, typename Combine>
+[[gnu::always_inline]] inline void fold_cols(C* __restrict acc, const C* x, int64_t rows, int64_t stride, int64_t n,
+                                             Map map, Combine combine) {
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    const C* x0 = x + r * stride;
+    const C* x1 = x0 + stride;
+    const C* x2 = x1 + stride;
+    const C* x3 = x2 + stride;
+    for (int64_t j = 0; j < n; ++j)
+      acc[j] = combine(acc[j], combine(combine(map(x0[j]), map(x1[j])), combine(map(x2[j]), map(x3[j]))));
+  }
+  for (; r < rows; ++r) {
+    const C* xr = x + r * stride;
+    for (int64_t j = 0; j < n; ++j) acc[j] = combine(acc[j], map(xr[j]));
+  }
+}
+
+// exp(x - m), except 1 where x == m: two equal infinities would give NaN, and their term is
+// either the max itself (+inf) or rescaled away by a later finite max (-inf).
+template <typename C>
+[[gnu::always_inline]] inline C exp_from(C x, C m) {
+  return x == m ? C(1) : exp_of(x - m);
+}
+
+template <typename C>
+[[gnu::always_inline]] inline void max_sum_exp_cols(C* __restrict max, C* __restrict sum, const C* x, int64_t rows,
+                                                    int64_t stride, int64_t n) {
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    const C* x0 = x + r * stride;
+    const C* x1 = x0 + stride;
+    const C* x2 = x1 + stride;
+    const C* x3 = x2 + stride;
+    for (int64_t j = 0; j < n; ++j) {
+      const C m = nan_max(nan_max(max[j], nan_max(x0[j], x1[j])), nan_max(x2[j], x3[j]));
+      sum[j] = sum[j] * exp_from(max[j], m) + ((exp_from(x0[j], m) + exp_from(x1[j], m)) +
+                                               (exp_from(x2[j], m) + exp_from(x3[j], m)));
+      max[j] = m;
+    }
+  }
+  for (; r < rows; ++r) {
+    const C* xr = x + r * stride;
+    for (int64_t j = 0; j < n; ++j) {
+      const C m = nan_max(max[j], xr[j]);
+      sum[j] = sum[j] * exp_from(max[j], m) + exp_from(xr[j], m);
+      max[j] = m;
+    }
+  }
 }
 
 template <typename C>
@@ -124,7 +186,95 @@ TRAINRT_SIMD_CLONES double row_sum_sq_dev(const double* x, int64_t n, double mea
 
 // ---- Column folds ----
 
-#define TRAINRT_COL_FOLD(name, C, expr)                                      \
-  TRAINRT_SIMD_CLONES void name(C* acc, const C* x, int64_t n) {             \
-    for (int64_t j = 0; j < n; ++j) acc[j] = expr;                           \
-  }
+TRAINRT_SIMD_CLONES void cols_add(float* acc, const float* x, int64_t rows, int64_t stride, int64_t n) {
+  fold_cols(acc, x, rows, stride, n, [](float v) { return v; }, kAdd);
+}
+TRAINRT_SIMD_CLONES void cols_add(double* acc, const double* x, int64_t rows, int64_t stride, int64_t n) {
+  fold_cols(acc, x, rows, stride, n, [](double v) { return v; }, kAdd);
+}
+TRAINRT_SIMD_CLONES void cols_add_abs(float* acc, const float* x, int64_t rows, int64_t stride, int64_t n) {
+  fold_cols(acc, x, rows, stride, n, [](float v) { return std::fabs(v); }, kAdd);
+}
+TRAINRT_SIMD_CLONES void cols_add_abs(double* acc, const double* x, int64_t rows, int64_t stride, int64_t n) {
+  fold_cols(acc, x, rows, stride, n, [](double v) { return std::fabs(v); }, kAdd);
+}
+TRAINRT_SIMD_CLONES void cols_add_sq(float* acc, const float* x, int64_t rows, int64_t stride, int64_t n) {
+  fold_cols(acc, x, rows, stride, n, [](float v) { return v * v; }, kAdd);
+}
+TRAINRT_SIMD_CLONES void cols_add_sq(double* acc, const double* x, int64_t rows, int64_t stride, int64_t n) {
+  fold_cols(acc, x, rows, stride, n, [](double v) { return v * v; }, kAdd);
+}
+TRAINRT_SIMD_CLONES void cols_mul(float* acc, const float* x, int64_t rows, int64_t stride, int64_t n) {
+  fold_cols(acc, x, rows, stride, n, [](float v) { return v; }, kMul);
+}
+TRAINRT_SIMD_CLONES void cols_mul(double* acc, const double* x, int64_t rows, int64_t stride, int64_t n) {
+  fold_cols(acc, x, rows, stride, n, [](double v) { return v; }, kMul);
+}
+TRAINRT_SIMD_CLONES void cols_max(float* acc, const float* x, int64_t rows, int64_t stride, int64_t n) {
+  fold_cols(acc, x, rows, stride, n, [](float v) { return v; }, kMax);
+}
+TRAINRT_SIMD_CLONES void cols_max(double* acc, const double* x, int64_t rows, int64_t stride, int64_t n) {
+  fold_cols(acc, x, rows, stride, n, [](double v) { return v; }, kMax);
+}
+TRAINRT_SIMD_CLONES void cols_min(float* acc, const float* x, int64_t rows, int64_t stride, int64_t n) {
+  fold_cols(acc, x, rows, stride, n, [](float v) { return v; }, kMin);
+}
+TRAINRT_SIMD_CLONES void cols_min(double* acc, const double* x, int64_t rows, int64_t stride, int64_t n) {
+  fold_cols(acc, x, rows, stride, n, [](double v) { return v; }, kMin);
+}
+TRAINRT_SIMD_CLONES void cols_max_sum_exp(float* max, float* sum, const float* x, int64_t rows, int64_t stride,
+                                          int64_t n) {
+  max_sum_exp_cols(max, sum, x, rows, stride, n);
+}
+TRAINRT_SIMD_CLONES void cols_max_sum_exp(double* max, double* sum, const double* x, int64_t rows, int64_t stride,
+                                          int64_t n) {
+  max_sum_exp_cols(max, sum, x, rows, stride, n);
+}
+
+// ---- Softmax steps ----
+
+TRAINRT_SIMD_CLONES float exp_shift_sum(const float* x, float* y, float shift, int64_t n) {
+  return exp_shift_sum_t(x, y, shift, n);
+}
+TRAINRT_SIMD_CLONES double exp_shift_sum(const double* x, double* y, double shift, int64_t n) {
+  return exp_shift_sum_t(x, y, shift, n);
+}
+TRAINRT_SIMD_CLONES void scale(const float* x, float* y, float s, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) y[j] = x[j] * s;
+}
+TRAINRT_SIMD_CLONES void scale(const double* x, double* y, double s, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) y[j] = x[j] * s;
+}
+TRAINRT_SIMD_CLONES void exp_shift_scale_cols(const float* x, float* y, const float* shift, const float* s,
+                                              int64_t n) {
+  for (int64_t j = 0; j < n; ++j) y[j] = exp_of(x[j] - shift[j]) * s[j];
+}
+TRAINRT_SIMD_CLONES void exp_shift_scale_cols(const double* x, double* y, const double* shift, const double* s,
+                                              int64_t n) {
+  for (int64_t j = 0; j < n; ++j) y[j] = exp_of(x[j] - shift[j]) * s[j];
+}
+TRAINRT_SIMD_CLONES void shift(const float* x, float* y, float a, float b, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) y[j] = (x[j] - a) - b;
+}
+TRAINRT_SIMD_CLONES void shift(const double* x, double* y, double a, double b, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) y[j] = (x[j] - a) - b;
+}
+TRAINRT_SIMD_CLONES void shift_cols(const float* x, float* y, const float* a, const float* b, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) y[j] = (x[j] - a[j]) - b[j];
+}
+TRAINRT_SIMD_CLONES void shift_cols(const double* x, double* y, const double* a, const double* b, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) y[j] = (x[j] - a[j]) - b[j];
+}
+
+// ---- Layer normalization ----
+
+TRAINRT_SIMD_CLONES void normalize_row(const float* x, float* y, int64_t n, float mean, float inv_std,
+                                       const float* scale, const float* bias) {
+  normalize_row_t(x, y, n, mean, inv_std, scale, bias);
+}
+TRAINRT_SIMD_CLONES void normalize_row(const double* x, double* y, int64_t n, double mean, double inv_std,
+                                       const double* scale, const double* bias) {
+  normalize_row_t(x, y, n, mean, inv_std, scale, bias);
+}
+
+}  // namespace trainrt

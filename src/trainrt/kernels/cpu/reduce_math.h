@@ -1,18 +1,19 @@
 // Vectorized leaf loops of the reduction family (Reduce*, Softmax, LayerNormalization, losses).
 //
-// Every function works on one contiguous run of n elements and comes in float and double; the
-// float ones are the fast path and are compiled for AVX-512, AVX2 and baseline x86-64
-// (TRAINRT_SIMD_CLONES). Two layouts cover every reduction once the kernel has split a tensor
-// into (outer, reduce, inner):
-//   row_*  reduce a contiguous row (inner == 1): returns one value.
-//   col_*  fold one row of a (reduce, inner) slab into an accumulator row of `inner` values, so
-//          reducing a non-innermost axis streams through memory in order.
+// Every function comes in float and double; the float ones are the fast path and are compiled
+// for AVX-512, AVX2 and baseline x86-64 (TRAINRT_SIMD_CLONES). Two layouts cover every
+// reduction once a kernel has split its tensor into (outer, reduce, inner):
+//   row_*   reduce one contiguous row (inner == 1) to one value.
+//   cols_*  fold `rows` rows of a block (rows `stride` apart, n contiguous columns each) into an
+//           accumulator of n values: reducing a non-innermost axis reads memory in order, four
+//           rows per accumulator update.
 // Sums accumulate in independent lanes (the compiler may not reorder a plain `s += x[i]`), and
 // float rows add their blocks into a double, so a long row loses no more than a short one.
+// Max and min propagate NaN like numpy.
 //
-//   float m = row_max(x, n);                       // x: (n)
-//   float s = row_sum_exp(x, n, m);                // sum exp(x - m)
-//   col_add(acc, x + r * inner, inner);            // acc: (inner) += row r of (reduce, inner)
+//   float m = row_max(x, n);                        // x: (n)
+//   float s = row_sum_exp(x, n, m);                 // sum exp(x - m)
+//   cols_add(acc, x, reduce, inner, inner);         // acc: (inner) += sum over rows of (reduce, inner)
 #pragma once
 
 #include <bit>
@@ -25,8 +26,8 @@ namespace trainrt {
 // range reduction x = n ln2 + r, the Cephes expf polynomial for e^r, and 2^n built from bits.
 // Results below ~1e-38 flush to 0 (they vanish against the 1 that a max-shifted softmax adds).
 [[gnu::always_inline]] inline float exp_approx(float x) {
-  constexpr float kLo = -86.5f;        // keeps n >= -125, so 2^(n-1) below is a normal float
-  constexpr float kHi = 88.72283f;     // log(FLT_MAX)
+  constexpr float kLo = -86.5f;     // keeps n >= -125, so 2^(n-1) below is a normal float
+  constexpr float kHi = 88.72283f;  // log(FLT_MAX)
   const float c = x < kLo ? kLo : (x > kHi ? kHi : x);
   const float n = (c * 1.44269504088896341f + 12582912.f) - 12582912.f;  // round(c / ln2)
   const float r = (c - n * 0.693359375f) - n * -2.12194440e-4f;
@@ -44,7 +45,7 @@ namespace trainrt {
   return x != x ? x : y;
 }
 
-// ---- Row reductions: one value from x[0, n). Max and min propagate NaN like numpy. ----
+// ---- Row reductions: one value from x[0, n). ----
 float row_sum(const float* x, int64_t n);
 double row_sum(const double* x, int64_t n);
 float row_sum_abs(const float* x, int64_t n);
@@ -63,40 +64,41 @@ double row_sum_exp(const double* x, int64_t n, double shift);
 float row_sum_sq_dev(const float* x, int64_t n, float mean);
 double row_sum_sq_dev(const double* x, int64_t n, double mean);
 
-// ---- Column folds: acc[j] = acc[j] (op) f(x[j]) for j < n. ----
-void col_add(float* acc, const float* x, int64_t n);
-void col_add(double* acc, const double* x, int64_t n);
-void col_add_abs(float* acc, const float* x, int64_t n);
-void col_add_abs(double* acc, const double* x, int64_t n);
-void col_add_sq(float* acc, const float* x, int64_t n);
-void col_add_sq(double* acc, const double* x, int64_t n);
-void col_mul(float* acc, const float* x, int64_t n);
-void col_mul(double* acc, const double* x, int64_t n);
-void col_max(float* acc, const float* x, int64_t n);
-void col_max(double* acc, const double* x, int64_t n);
-void col_min(float* acc, const float* x, int64_t n);
-void col_min(double* acc, const double* x, int64_t n);
-// acc[j] += exp(x[j] - shift[j]).
-void col_add_exp(float* acc, const float* x, const float* shift, int64_t n);
-void col_add_exp(double* acc, const double* x, const double* shift, int64_t n);
+// ---- Column folds: acc[j] = acc[j] (op) f(x[r * stride + j]) over r < rows, for j < n. ----
+void cols_add(float* acc, const float* x, int64_t rows, int64_t stride, int64_t n);
+void cols_add(double* acc, const double* x, int64_t rows, int64_t stride, int64_t n);
+void cols_add_abs(float* acc, const float* x, int64_t rows, int64_t stride, int64_t n);
+void cols_add_abs(double* acc, const double* x, int64_t rows, int64_t stride, int64_t n);
+void cols_add_sq(float* acc, const float* x, int64_t rows, int64_t stride, int64_t n);
+void cols_add_sq(double* acc, const double* x, int64_t rows, int64_t stride, int64_t n);
+void cols_mul(float* acc, const float* x, int64_t rows, int64_t stride, int64_t n);
+void cols_mul(double* acc, const double* x, int64_t rows, int64_t stride, int64_t n);
+void cols_max(float* acc, const float* x, int64_t rows, int64_t stride, int64_t n);
+void cols_max(double* acc, const double* x, int64_t rows, int64_t stride, int64_t n);
+void cols_min(float* acc, const float* x, int64_t rows, int64_t stride, int64_t n);
+void cols_min(double* acc, const double* x, int64_t rows, int64_t stride, int64_t n);
+// The running (max, sum exp(x - max)) of each column in one pass ("online softmax", Milakov &
+// Gimelshein 2018): when the max grows, the sum so far is rescaled by exp(old max - new max).
+// Start from max = -inf, sum = 0; log-sum-exp is then max + log(sum).
+void cols_max_sum_exp(float* max, float* sum, const float* x, int64_t rows, int64_t stride, int64_t n);
+void cols_max_sum_exp(double* max, double* sum, const double* x, int64_t rows, int64_t stride, int64_t n);
 
 // ---- Elementwise steps of softmax and log-softmax (y may alias x). ----
 // y = exp(x - shift); returns sum y.
 float exp_shift_sum(const float* x, float* y, float shift, int64_t n);
 double exp_shift_sum(const double* x, double* y, double shift, int64_t n);
-// y[j] = exp(x[j] - shift[j]); sum[j] += y[j].
-void exp_shift_cols(const float* x, float* y, const float* shift, float* sum, int64_t n);
-void exp_shift_cols(const double* x, double* y, const double* shift, double* sum, int64_t n);
-// y = x * s, and y[j] = x[j] * s[j].
+// y = x * s.
 void scale(const float* x, float* y, float s, int64_t n);
 void scale(const double* x, double* y, double s, int64_t n);
-void scale_cols(const float* x, float* y, const float* s, int64_t n);
-void scale_cols(const double* x, double* y, const double* s, int64_t n);
-// y = x - s, and y[j] = x[j] - s[j].
-void shift(const float* x, float* y, float s, int64_t n);
-void shift(const double* x, double* y, double s, int64_t n);
-void shift_cols(const float* x, float* y, const float* s, int64_t n);
-void shift_cols(const double* x, double* y, const double* s, int64_t n);
+// y[j] = exp(x[j] - shift[j]) * s[j].
+void exp_shift_scale_cols(const float* x, float* y, const float* shift, const float* s, int64_t n);
+void exp_shift_scale_cols(const double* x, double* y, const double* shift, const double* s, int64_t n);
+// y = (x - a) - b, and y[j] = (x[j] - a[j]) - b[j]: log-softmax's x - max - log(sum) in that
+// order, so a large max cancels exactly before the small log(sum) is taken away.
+void shift(const float* x, float* y, float a, float b, int64_t n);
+void shift(const double* x, double* y, double a, double b, int64_t n);
+void shift_cols(const float* x, float* y, const float* a, const float* b, int64_t n);
+void shift_cols(const double* x, double* y, const double* a, const double* b, int64_t n);
 
 // ---- Layer normalization of one row: y = (x - mean) * inv_std * scale + bias (bias may be null). ----
 void normalize_row(const float* x, float* y, int64_t n, float mean, float inv_std, const float* scale,

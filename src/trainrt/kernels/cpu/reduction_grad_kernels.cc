@@ -1,8 +1,81 @@
+// CPU kernels of the TrainRT-domain gradient ops of the reduction family.
+#include <cstring>
+
+#include "trainrt/core/error.h"
+#include "trainrt/core/simd.h"
 #include "trainrt/kernels/cpu/cpu_kernels.h"
 #include "trainrt/kernels/kernel.h"
 
 namespace trainrt {
+namespace {
 
-void register_reduction_grad_kernels(KernelTable& t) {}
+// out[j] += x[j] for a row: the bias-gradient case (B, T, C) -> (C) sums rows like this.
+template <typename T>
+TRAINRT_SIMD_CLONES void add_row(T* __restrict out, const T* __restrict x, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) out[j] += x[j];
+}
+
+// X (outer..., inner) summed to Y by broadcast rules. Y's dims are right-aligned with X's; an
+// axis of Y that is 1 (or missing) where X's is larger is summed over.
+template <typename T>
+void reduce_sum_to_shape(const Tensor& x, Tensor& y) {
+  const auto& xd = x.dims();
+  const int64_t rank = x.rank();
+  std::vector<int64_t> yd(static_cast<size_t>(rank), 1);
+  for (int64_t i = 0; i < y.rank(); ++i) yd[static_cast<size_t>(rank - y.rank() + i)] = y.dims()[static_cast<size_t>(i)];
+  for (int64_t i = 0; i < rank; ++i)
+    if (yd[static_cast<size_t>(i)] != 1 && yd[static_cast<size_t>(i)] != xd[static_cast<size_t>(i)])
+      throw ShapeError(fmt("ReduceSumToShape: ", to_string(y.dims()), " does not broadcast to ", to_string(xd)));
+  T* out = y.data<T>();
+  const T* in = x.data<T>();
+  std::memset(static_cast<void*>(out), 0, y.nbytes());
+  if (x.numel() == 0) return;
+  // Fast path: Y equals X's trailing block (only leading axes reduced): sum rows of length n.
+  int64_t kept = rank;
+  while (kept > 0 && yd[static_cast<size_t>(kept - 1)] == xd[static_cast<size_t>(kept - 1)]) --kept;
+  bool leading_only = true;
+  for (int64_t i = 0; i < kept; ++i) leading_only = leading_only && yd[static_cast<size_t>(i)] == 1;
+  if (leading_only) {
+    int64_t n = y.numel();
+    for (int64_t r = 0; r < x.numel() / n; ++r) add_row(out, in + r * n, n);
+    return;
+  }
+  // General: walk X with an odometer, Y's strides are 0 on summed axes.
+  std::vector<int64_t> ystride(static_cast<size_t>(rank), 0), index(static_cast<size_t>(rank), 0);
+  int64_t s = 1;
+  for (int64_t i = rank - 1; i >= 0; --i) {
+    if (yd[static_cast<size_t>(i)] != 1) ystride[static_cast<size_t>(i)] = s;
+    s *= yd[static_cast<size_t>(i)];
+  }
+  int64_t offset = 0;
+  for (int64_t e = 0; e < x.numel(); ++e) {
+    out[offset] += in[e];
+    for (int64_t i = rank - 1; i >= 0; --i) {
+      size_t k = static_cast<size_t>(i);
+      offset += ystride[k];
+      if (++index[k] < xd[k]) break;
+      offset -= ystride[k] * xd[k];
+      index[k] = 0;
+    }
+  }
+}
+
+KernelFn make_reduce_sum_to_shape(const Node& node) {
+  return [&node](KernelContext& ctx) {
+    switch (ctx.in(0).dtype()) {
+      case DType::kF32: return reduce_sum_to_shape<float>(ctx.in(0), ctx.out(0));
+      case DType::kF64: return reduce_sum_to_shape<double>(ctx.in(0), ctx.out(0));
+      default:
+        throw UnsupportedOp(fmt(node.describe(), ": dtype ", dtype_name(ctx.in(0).dtype()), " not supported"));
+    }
+  };
+}
+
+}  // namespace
+
+void register_reduction_grad_kernels(KernelTable& t) {
+  t.add(kTrainrtDomain, "ReduceSumToShape", DType::kF32, make_reduce_sum_to_shape);
+  t.add(kTrainrtDomain, "ReduceSumToShape", DType::kF64, make_reduce_sum_to_shape);
+}
 
 }  // namespace trainrt
