@@ -1,8 +1,30 @@
+#include "trainrt/kernels/cpu/elementwise_kernels.h"
+
+#include "trainrt/core/error.h"
 #include "trainrt/kernels/cpu/cpu_kernels.h"
-#include "trainrt/kernels/kernel.h"
 
 namespace trainrt {
 
-void register_elementwise_kernels(KernelTable& t) {}
+void add_kernels(KernelTable& table, std::string_view op, DTypeSet types, KernelFactory factory) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kF64, DType::kI64, DType::kI32,
+                  DType::kI8, DType::kU8, DType::kBool})
+    if (types & dtype_bit(t)) table.add("", op, t, factory);
+}
+
+void throw_unsupported_dtype(const Node& node, std::string_view which, DType t) {
+  throw UnsupportedOp(fmt(node.describe(), ": no CPU kernel for ", which, " of dtype ", dtype_name(t)));
+}
+
+DType input_dtype(const Node& node, int i) {
+  const Value* v = node.input(i);
+  if (!v) throw InvalidModel(fmt(node.describe(), ": input ", i, " is required but missing"));
+  return v->dtype;
+}
+
+void register_elementwise_kernels(KernelTable& t) {
+  register_unary_kernels(t);
+  register_binary_kernels(t);
+  register_cast_kernels(t);
+}
 
 }  // namespace trainrt

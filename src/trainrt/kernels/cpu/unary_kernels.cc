@@ -1,0 +1,299 @@
+// Unary elementwise kernels: math, activations, Clip, Not, Identity (ONNX semantics).
+//
+// Each op is a functor over arithmetic types (arith_t): float (also for f16 / bf16, converted in
+// blocks) with the vectorizable math of vector_math.h, double with std:: math, and integer types
+// where ONNX defines the op for them. Attributes are read once when the kernel is made.
+
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+#include "trainrt/core/error.h"
+#include "trainrt/kernels/cpu/elementwise.h"
+#include "trainrt/kernels/cpu/elementwise_kernels.h"
+#include "trainrt/kernels/cpu/vector_math.h"
+
+namespace trainrt {
+namespace {
+
+// -x with two's-complement wrap for integers (-INT_MIN == INT_MIN, as in numpy).
+template <typename T>
+T negate(T x) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(U{0} - static_cast<U>(x)));
+  } else {
+    return -x;
+  }
+}
+
+struct NegOp {
+  static constexpr DTypeSet kTypes = kSignedTypes;
+  template <typename T>
+  T operator()(T x) const { return negate(x); }
+};
+
+struct AbsOp {
+  static constexpr DTypeSet kTypes = kNumericTypes;
+  float operator()(float x) const { return abs_f32(x); }
+  template <typename T>
+  T operator()(T x) const {
+    if constexpr (std::is_floating_point_v<T>) return std::fabs(x);
+    else if constexpr (std::is_signed_v<T>) return x < 0 ? negate(x) : x;
+    else return x;
+  }
+};
+
+struct SignOp {
+  static constexpr DTypeSet kTypes = kNumericTypes;
+  template <typename T>
+  T operator()(T x) const {
+    if constexpr (std::is_floating_point_v<T>) return x > T(0) ? T(1) : (x < T(0) ? T(-1) : x);  // NaN, +-0 stay
+    else return static_cast<T>((x > T(0)) - (x < T(0)));
+  }
+};
+
+struct ReluOp {
+  static constexpr DTypeSet kTypes = kSignedTypes;
+  template <typename T>
+  T operator()(T x) const { return x < T(0) ? T(0) : x; }  // NaN stays NaN
+};
+
+struct LeakyReluOp {
+  static constexpr DTypeSet kTypes = kFloatTypes;
+  explicit LeakyReluOp(const Node& node) : alpha(node.attr_float("alpha", 0.01f)) {}
+  float operator()(float x) const { return select_f32(x < 0.f, alpha * x, x); }
+  double operator()(double x) const { return x < 0 ? alpha * x : x; }
+  float alpha;
+};
+
+struct ExpOp {
+  static constexpr DTypeSet kTypes = kFloatTypes;
+  float operator()(float x) const { return exp_f32(x); }
+  double operator()(double x) const { return std::exp(x); }
+};
+
+struct LogOp {
+  static constexpr DTypeSet kTypes = kFloatTypes;
+  float operator()(float x) const { return log_f32(x); }
+  double operator()(double x) const { return std::log(x); }
+};
+
+struct SqrtOp {
+  static constexpr DTypeSet kTypes = kFloatTypes;
+  template <typename T>
+  T operator()(T x) const { return std::sqrt(x); }
+};
+
+struct ReciprocalOp {
+  static constexpr DTypeSet kTypes = kFloatTypes;
+  template <typename T>
+  T operator()(T x) const { return T(1) / x; }
+};
+
+struct FloorOp {
+  static constexpr DTypeSet kTypes = kFloatTypes;
+  float operator()(float x) const { return floor_f32(x); }
+  double operator()(double x) const { return std::floor(x); }
+};
+
+struct CeilOp {
+  static constexpr DTypeSet kTypes = kFloatTypes;
+  float operator()(float x) const { return ceil_f32(x); }
+  double operator()(double x) const { return std::ceil(x); }
+};
+
+struct SigmoidOp {
+  static constexpr DTypeSet kTypes = kFloatTypes;
+  float operator()(float x) const { return sigmoid_f32(x); }
+  double operator()(double x) const { return 1.0 / (1.0 + std::exp(-x)); }
+};
+
+struct TanhOp {
+  static constexpr DTypeSet kTypes = kFloatTypes;
+  float operator()(float x) const { return tanh_f32(x); }
+  double operator()(double x) const { return std::tanh(x); }
+};
+
+struct ErfOp {
+  static constexpr DTypeSet kTypes = kFloatTypes;
+  float operator()(float x) const { return erf_f32(x); }
+  double operator()(double x) const { return std::erf(x); }
+};
+
+// Gelu-20, approximate="none": x Phi(x).
+struct GeluOp {
+  static constexpr DTypeSet kTypes = kFloatTypes;
+  float operator()(float x) const { return gelu_f32(x); }
+  double operator()(double x) const { return 0.5 * x * std::erfc(-x * M_SQRT1_2); }
+};
+
+// Gelu-20, approximate="tanh": 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+struct GeluTanhOp {
+  static constexpr DTypeSet kTypes = kFloatTypes;
+  float operator()(float x) const { return gelu_tanh_f32(x); }
+  double operator()(double x) const {
+    const double u = std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x);
+    return x / (1.0 + std::exp(-2.0 * u));  // = 0.5 x (1 + tanh(u)), without cancellation
+  }
+};
+
+// log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|)), which neither overflows nor cancels.
+struct SoftplusOp {
+  static constexpr DTypeSet kTypes = kFloatTypes;
+  float operator()(float x) const { return (x < 0.f ? 0.f : x) + log1p_f32(exp_f32(-abs_f32(x))); }
+  double operator()(double x) const { return std::max(x, 0.0) + std::log1p(std::exp(-std::fabs(x))); }
+};
+
+// max(0, min(1, alpha x + beta)).
+struct HardSigmoidOp {
+  static constexpr DTypeSet kTypes = kFloatTypes;
+  explicit HardSigmoidOp(const Node& node)
+      : alpha(node.attr_float("alpha", 0.2f)), beta(node.attr_float("beta", 0.5f)) {}
+  template <typename T>
+  T operator()(T x) const {
+    T v = T(alpha) * x + T(beta);
+    v = v < T(0) ? T(0) : v;
+    return v > T(1) ? T(1) : v;
+  }
+  float alpha, beta;
+};
+
+// x for x > 0, alpha (exp(x) - 1) otherwise.
+struct EluOp {
+  static constexpr DTypeSet kTypes = kFloatTypes;
+  explicit EluOp(const Node& node) : alpha(node.attr_float("alpha", 1.f)) {}
+  float operator()(float x) const { return select_f32(x < 0.f, alpha * expm1_f32(x), x); }
+  double operator()(double x) const { return x < 0 ? alpha * std::expm1(x) : x; }
+  float alpha;
+};
+
+// gamma x for x > 0, gamma alpha (exp(x) - 1) otherwise; defaults from the SELU paper.
+struct SeluOp {
+  static constexpr DTypeSet kTypes = kFloatTypes;
+  explicit SeluOp(const Node& node)
+      : alpha(node.attr_float("alpha", 1.67326319217681884765625f)),
+        gamma(node.attr_float("gamma", 1.05070102214813232421875f)) {}
+  float operator()(float x) const { return gamma * select_f32(x > 0.f, x, alpha * expm1_f32(x)); }
+  double operator()(double x) const { return gamma * (x > 0 ? x : alpha * std::expm1(x)); }
+  float alpha, gamma;
+};
+
+// On bools read as the bytes 0 / 1: GCC does not vectorize loops over bool loads.
+struct NotOp {
+  uint8_t operator()(uint8_t x) const { return x ^ 1u; }
+};
+
+// The kernel for `op` on the node's input dtype: y = op(x), same dtype.
+template <typename Op>
+KernelFn unary_kernel(const Node& node, const Op& op) {
+  const DType t = input_dtype(node, 0);
+  return visit_dtype(t, [&]<typename T>() -> KernelFn {
+    if constexpr (dtype_in<T>(Op::kTypes)) {
+      return [op](KernelContext& ctx) { map_unary<T, T>(op, ctx.in(0), ctx.out(0), ctx.threads()); };
+    } else {
+      throw_unsupported_dtype(node, "input 0", t);
+    }
+  });
+}
+
+template <typename Op>
+KernelFn make_unary(const Node& node) {
+  if constexpr (std::is_constructible_v<Op, const Node&>) return unary_kernel(node, Op(node));
+  else return unary_kernel(node, Op{});
+}
+
+KernelFn make_not(const Node&) {
+  return [](KernelContext& ctx) { map_unary<uint8_t, uint8_t>(NotOp{}, ctx.in(0), ctx.out(0), ctx.threads()); };
+}
+
+KernelFn make_gelu(const Node& node) {
+  const std::string approximate = node.attr_string("approximate", "none");
+  if (approximate == "none") return unary_kernel(node, GeluOp{});
+  if (approximate == "tanh") return unary_kernel(node, GeluTanhOp{});
+  throw InvalidModel(fmt(node.describe(), ": attribute approximate is '", approximate,
+                         "', expected 'none' or 'tanh'"));
+}
+
+template <typename C>
+struct ClipOp {
+  C lo, hi;
+  C operator()(C x) const {
+    const C v = x < lo ? lo : x;  // NaN stays NaN; min > max gives max, as numpy.clip
+    return v > hi ? hi : v;
+  }
+};
+
+// Clip-11+: optional scalar inputs min and max. Clip-6: float attributes min and max.
+KernelFn make_clip(const Node& node) {
+  const DType t = input_dtype(node, 0);
+  const bool bounds_are_attrs = node.opset() < 11;
+  for (int i = 1; i <= 2 && !bounds_are_attrs; ++i)
+    if (node.input(i) && node.input(i)->dtype != t)
+      throw InvalidModel(fmt(node.describe(), ": input ", i, " has dtype ", dtype_name(node.input(i)->dtype),
+                             ", expected ", dtype_name(t), " like input 0"));
+  const bool has_min_attr = node.has_attr("min"), has_max_attr = node.has_attr("max");
+  const float min_attr = node.attr_float("min", 0.f), max_attr = node.attr_float("max", 0.f);
+  const std::string where = node.describe();
+  return visit_dtype(t, [&]<typename T>() -> KernelFn {
+    if constexpr (dtype_in<T>(kNumericTypes)) {
+      using C = arith_t<T>;
+      constexpr bool kFloat = std::is_floating_point_v<C>;
+      constexpr C kLowest = kFloat ? -std::numeric_limits<C>::infinity() : std::numeric_limits<C>::lowest();
+      constexpr C kHighest = kFloat ? std::numeric_limits<C>::infinity() : std::numeric_limits<C>::max();
+      return [=](KernelContext& ctx) {
+        ClipOp<C> op{kLowest, kHighest};
+        if (bounds_are_attrs) {
+          if (has_min_attr) op.lo = static_cast<C>(min_attr);
+          if (has_max_attr) op.hi = static_cast<C>(max_attr);
+        } else {
+          for (int i = 1; i <= 2; ++i) {
+            if (!ctx.has_in(i)) continue;
+            if (ctx.in(i).numel() != 1)
+              throw ShapeError(fmt(where, ": input ", i, " has shape ", to_string(ctx.in(i).dims()),
+                                   ", expected a scalar"));
+            (i == 1 ? op.lo : op.hi) = to_arith(*ctx.in(i).data<T>());
+          }
+        }
+        map_unary<T, T>(op, ctx.in(0), ctx.out(0), ctx.threads());
+      };
+    } else {
+      throw_unsupported_dtype(node, "input 0", t);
+    }
+  });
+}
+
+KernelFn make_identity(const Node&) {
+  return [](KernelContext& ctx) {
+    copy_bytes(ctx.out(0).raw(), ctx.in(0).raw(), ctx.in(0).nbytes(), ctx.threads());
+  };
+}
+
+}  // namespace
+
+void register_unary_kernels(KernelTable& t) {
+  add_kernels(t, "Neg", NegOp::kTypes, make_unary<NegOp>);
+  add_kernels(t, "Abs", AbsOp::kTypes, make_unary<AbsOp>);
+  add_kernels(t, "Sign", SignOp::kTypes, make_unary<SignOp>);
+  add_kernels(t, "Relu", ReluOp::kTypes, make_unary<ReluOp>);
+  add_kernels(t, "LeakyRelu", LeakyReluOp::kTypes, make_unary<LeakyReluOp>);
+  add_kernels(t, "Exp", ExpOp::kTypes, make_unary<ExpOp>);
+  add_kernels(t, "Log", LogOp::kTypes, make_unary<LogOp>);
+  add_kernels(t, "Sqrt", SqrtOp::kTypes, make_unary<SqrtOp>);
+  add_kernels(t, "Reciprocal", ReciprocalOp::kTypes, make_unary<ReciprocalOp>);
+  add_kernels(t, "Floor", FloorOp::kTypes, make_unary<FloorOp>);
+  add_kernels(t, "Ceil", CeilOp::kTypes, make_unary<CeilOp>);
+  add_kernels(t, "Sigmoid", SigmoidOp::kTypes, make_unary<SigmoidOp>);
+  add_kernels(t, "Tanh", TanhOp::kTypes, make_unary<TanhOp>);
+  add_kernels(t, "Erf", ErfOp::kTypes, make_unary<ErfOp>);
+  add_kernels(t, "Gelu", kFloatTypes, make_gelu);
+  add_kernels(t, "Softplus", SoftplusOp::kTypes, make_unary<SoftplusOp>);
+  add_kernels(t, "HardSigmoid", HardSigmoidOp::kTypes, make_unary<HardSigmoidOp>);
+  add_kernels(t, "Elu", EluOp::kTypes, make_unary<EluOp>);
+  add_kernels(t, "Selu", SeluOp::kTypes, make_unary<SeluOp>);
+  add_kernels(t, "Not", kBoolTypes, make_not);
+  add_kernels(t, "Clip", kNumericTypes, make_clip);
+  add_kernels(t, "Identity", kAllTypes, make_identity);
+}
+
+}  // namespace trainrt
