@@ -105,7 +105,7 @@ class OpRegistry {
 void infer_node(const OpSchema& schema, InferenceContext& ctx);
 
 // Runs inference over the whole graph in topological order, storing dtypes and shapes in the
-// values (and known values for shape-only ops, see Shape). Throws on the first bad node.
+// values (values of constant-foldable nodes are the planner's job). Throws on the first bad node.
 void infer_graph_shapes(Graph& graph);
 
 }  // namespace trainrt

@@ -49,7 +49,8 @@ Shape reshape_target(const InferenceContext& ctx, const Shape& in, const std::ve
   }
   // Equal symbols have equal values at run time: they cancel out of the element count.
   for (auto it = out_dynamic.begin(); it != out_dynamic.end();) {
-    auto match = std::find_if(in_dynamic.begin(), in_dynamic.end(), [&](const Dim* d) { return *d == **it; });
+    auto match =
+        std::find_if(in_dynamic.begin(), in_dynamic.end(), [&](const Dim* d) { return *d == **it; });
     if (match == in_dynamic.end()) {
       ++it;
     } else {
@@ -57,7 +58,9 @@ Shape reshape_target(const InferenceContext& ctx, const Shape& in, const std::ve
       it = out_dynamic.erase(it);
     }
   }
-  const auto mismatch = [&] { ctx.fail(fmt("cannot reshape input of shape ", to_string(in), " to ", to_string(target))); };
+  const auto mismatch = [&] {
+    ctx.fail(fmt("cannot reshape input of shape ", to_string(in), " to ", to_string(target)));
+  };
   if (in_dynamic.empty() && out_dynamic.empty()) {
     if (infer_at < 0) {
       if (in_static != out_static) mismatch();
@@ -137,7 +140,8 @@ void infer_unsqueeze(InferenceContext& ctx) {
   if (!in.rank_known) return ctx.set_output(0, t, Shape::unknown_rank());
   if (state == ArgState::kUnknown) {
     std::optional<int64_t> n = static_length(ctx, 1);
-    return ctx.set_output(0, t, dynamic_shape(n ? std::optional<int64_t>(in.rank() + *n) : std::nullopt));
+    const std::optional<int64_t> rank = n ? std::optional<int64_t>(in.rank() + *n) : std::nullopt;
+    return ctx.set_output(0, t, dynamic_shape(rank));
   }
   const int64_t out_rank = in.rank() + static_cast<int64_t>(axes.size());
   std::vector<bool> inserted(static_cast<size_t>(out_rank), false);
@@ -148,7 +152,8 @@ void infer_unsqueeze(InferenceContext& ctx) {
   }
   std::vector<Dim> out;
   size_t next = 0;
-  for (int64_t i = 0; i < out_rank; ++i) out.push_back(inserted[static_cast<size_t>(i)] ? Dim(1) : in.dims[next++]);
+  for (int64_t i = 0; i < out_rank; ++i)
+    out.push_back(inserted[static_cast<size_t>(i)] ? Dim(1) : in.dims[next++]);
   ctx.set_output(0, t, Shape(std::move(out)));
 }
 
@@ -157,8 +162,10 @@ void infer_transpose(InferenceContext& ctx) {
   const DType t = ctx.input_dtype(0);
   const bool has_perm = ctx.node().has_attr("perm");
   std::vector<int64_t> perm = ctx.node().attr_ints("perm", {});
-  if (!in.rank_known)
-    return ctx.set_output(0, t, dynamic_shape(has_perm ? std::optional<int64_t>(perm.size()) : std::nullopt));
+  if (!in.rank_known) {
+    const std::optional<int64_t> rank = has_perm ? std::optional<int64_t>(perm.size()) : std::nullopt;
+    return ctx.set_output(0, t, dynamic_shape(rank));
+  }
   const int64_t r = in.rank();
   if (!has_perm)
     for (int64_t i = r - 1; i >= 0; --i) perm.push_back(i);
@@ -217,10 +224,12 @@ void infer_tile(InferenceContext& ctx) {
 }  // namespace
 
 void register_reshape_schemas(OpRegistry& r) {
-  r.add({.name = "Reshape", .min_inputs = 1, .max_inputs = 2, .infer = infer_reshape, .inplace = {{0, 0}}});
-  r.add({.name = "Flatten", .min_inputs = 1, .max_inputs = 1, .infer = infer_flatten, .inplace = {{0, 0}}});
-  r.add({.name = "Squeeze", .min_inputs = 1, .max_inputs = 2, .infer = infer_squeeze, .inplace = {{0, 0}}});
-  r.add({.name = "Unsqueeze", .min_inputs = 1, .max_inputs = 2, .infer = infer_unsqueeze, .inplace = {{0, 0}}});
+  // The reshape-like views: the output is the input's bytes, so it may take the input's buffer.
+  const std::vector<std::pair<int, int>> view = {{0, 0}};
+  r.add({.name = "Reshape", .min_inputs = 1, .max_inputs = 2, .infer = infer_reshape, .inplace = view});
+  r.add({.name = "Flatten", .min_inputs = 1, .max_inputs = 1, .infer = infer_flatten, .inplace = view});
+  r.add({.name = "Squeeze", .min_inputs = 1, .max_inputs = 2, .infer = infer_squeeze, .inplace = view});
+  r.add({.name = "Unsqueeze", .min_inputs = 1, .max_inputs = 2, .infer = infer_unsqueeze, .inplace = view});
   r.add({.name = "Transpose", .min_inputs = 1, .max_inputs = 1, .infer = infer_transpose});
   r.add({.name = "Expand", .min_inputs = 2, .max_inputs = 2, .infer = infer_expand});
   r.add({.name = "Tile", .min_inputs = 2, .max_inputs = 2, .infer = infer_tile});

@@ -1,10 +1,10 @@
 // Schemas of the ops that select or join parts of tensors: Gather, Concat, Split, Slice.
-// Semantics: ONNX operator spec; Slice and Split sizes come from select_params.h, which the CPU
+// Semantics: ONNX operator spec; Slice and Split sizes come from tensor_op_args.h, which the CPU
 // kernels use too.
 #include <algorithm>
 #include <limits>
 
-#include "trainrt/ops/select_params.h"
+#include "trainrt/ops/tensor_op_args.h"
 #include "trainrt/ops/tensor_schemas.h"
 
 namespace trainrt {
@@ -18,7 +18,8 @@ void infer_gather(InferenceContext& ctx) {
   const DType t = ctx.input_dtype(0);
   if (!data.rank_known || !indices.rank_known) return ctx.set_output(0, t, Shape::unknown_rank());
   if (data.rank() == 0) ctx.fail("input 0 is a scalar; Gather needs rank >= 1");
-  const size_t a = static_cast<size_t>(checked_axis(ctx, ctx.node().attr_int("axis", 0), data.rank(), "axis"));
+  const int64_t axis = ctx.node().attr_int("axis", 0);
+  const size_t a = static_cast<size_t>(checked_axis(ctx, axis, data.rank(), "axis"));
   std::vector<Dim> out(data.dims.begin(), data.dims.begin() + static_cast<std::ptrdiff_t>(a));
   out.insert(out.end(), indices.dims.begin(), indices.dims.end());
   out.insert(out.end(), data.dims.begin() + static_cast<std::ptrdiff_t>(a) + 1, data.dims.end());
@@ -28,14 +29,15 @@ void infer_gather(InferenceContext& ctx) {
 void infer_concat(InferenceContext& ctx) {
   const Node& node = ctx.node();
   // Concat-1 defaulted axis to 1; from opset 4 it is required.
-  if (!node.has_attr("axis") && node.opset() >= 4) ctx.fail("attribute 'axis' is required");
+  if (!node.has_attr("axis") && !opset_below(node, 4)) ctx.fail("attribute 'axis' is required");
   const int64_t axis = node.attr_int("axis", 1);
   const DType t = ctx.input_dtype(0);
   const Shape* first = nullptr;
   for (int i = 0; i < ctx.num_inputs(); ++i) {
     if (!ctx.has_input(i)) ctx.fail(fmt("input ", i, " is missing"));
     if (ctx.input_dtype(i) != t)
-      ctx.fail(fmt("input ", i, " has dtype ", dtype_name(ctx.input_dtype(i)), ", input 0 has ", dtype_name(t)));
+      ctx.fail(fmt("input ", i, " has dtype ", dtype_name(ctx.input_dtype(i)), ", input 0 has ",
+                   dtype_name(t)));
     if (!first && ctx.input_shape(i).rank_known) first = &ctx.input_shape(i);
   }
   if (!first) return ctx.set_output(0, t, Shape::unknown_rank());
@@ -58,8 +60,8 @@ void infer_concat(InferenceContext& ctx) {
         else axis_static = false;
       } else if (d.is_static()) {
         if (out[j].is_static() && out[j].value != d.value)
-          ctx.fail(fmt("input ", i, " has shape ", to_string(s), ", which does not match ", to_string(*first),
-                       " outside axis ", a));
+          ctx.fail(fmt("input ", i, " has shape ", to_string(s), ", which does not match ",
+                       to_string(*first), " outside axis ", a));
         out[j] = d;
       }
     }
@@ -90,11 +92,12 @@ void infer_split(InferenceContext& ctx) {
       total += s;
     }
     if (d.is_static() && total != d.value)
-      ctx.fail(fmt("split ", to_string(sizes), " does not add up to dim ", a, " of input ", to_string(in)));
+      ctx.fail(fmt("split ", to_string(sizes), " does not add up to dim ", a, " of input ",
+                   to_string(in)));
   } else if (state == ArgState::kAbsent) {
-    if (node.has_attr("num_outputs") && node.attr_int("num_outputs", 0) != n)
-      ctx.fail(fmt("num_outputs is ", node.attr_int("num_outputs", 0), " but the node has ", n, " outputs"));
-    if (d.is_static()) sizes = equal_split_sizes(node, d.value, n);
+    const int64_t num_outputs = node.attr_int("num_outputs", n);
+    if (num_outputs != n) ctx.fail(fmt("num_outputs is ", num_outputs, " but the node has ", n, " outputs"));
+    if (d.is_static()) sizes = equal_split_sizes(node.describe(), d.value, n);
   }
   for (int i = 0; i < n; ++i) {
     std::vector<Dim> out = in.dims;
@@ -118,9 +121,9 @@ bool read_slice_args(const InferenceContext& ctx, SliceArgs& args, bool& axes_kn
   }
   if (!ctx.has_input(2)) ctx.fail("input 2 (ends) is missing");
   bool known = true;
+  std::vector<int64_t>* dst[] = {&args.starts, &args.ends, &args.axes, &args.steps};  // inputs 1-4
   for (int i = 1; i <= 4; ++i) {
-    std::vector<int64_t>& dst = i == 1 ? args.starts : i == 2 ? args.ends : i == 3 ? args.axes : args.steps;
-    if (read_ints_arg(ctx, i, "", dst) == ArgState::kUnknown) {
+    if (read_ints_arg(ctx, i, "", *dst[i - 1]) == ArgState::kUnknown) {
       known = false;
       if (i == 3) axes_known = false;
     }
@@ -142,20 +145,24 @@ void infer_slice(InferenceContext& ctx) {
     // Axes known, bounds not: the sliced axes become dynamic, the others stay.
     if (args.axes.empty()) {  // no axes input: axes 0 .. len(starts) - 1
       std::optional<int64_t> n = static_length(ctx, 1);
-      if (ctx.input_value(1) && ctx.input_value(1)->defined()) n = static_cast<int64_t>(args.starts.size());
+      const Tensor* starts = ctx.input_value(1);
+      if (starts && starts->defined()) n = static_cast<int64_t>(args.starts.size());
       if (!n) return ctx.set_output(0, t, dynamic_shape(r));
       for (int64_t i = 0; i < std::min(*n, r); ++i) args.axes.push_back(i);
     }
     for (int64_t axis : args.axes) out[static_cast<size_t>(checked_axis(ctx, axis, r, "axis"))] = Dim();
     return ctx.set_output(0, t, Shape(std::move(out)));
   }
-  normalize_slice_args(ctx.node(), args, r);
+  normalize_slice_args(ctx.node().describe(), args, r);
   for (size_t i = 0; i < args.axes.size(); ++i) {
     Dim& d = out[static_cast<size_t>(args.axes[i])];
     if (d.is_static()) {
       d = Dim(slice_axis(d.value, args.starts[i], args.ends[i], args.steps[i]).length);
-    } else if (!(args.starts[i] == 0 && args.steps[i] == 1 && args.ends[i] >= std::numeric_limits<int32_t>::max())) {
-      d = Dim();  // only x[0:INT_MAX] keeps a dynamic dim as it is
+    } else {
+      // Only x[0:INT_MAX] (the exporters' "to the end") keeps a dynamic dim as it is.
+      const bool whole = args.starts[i] == 0 && args.steps[i] == 1 &&
+                         args.ends[i] >= std::numeric_limits<int32_t>::max();
+      if (!whole) d = Dim();
     }
   }
   ctx.set_output(0, t, Shape(std::move(out)));
@@ -166,8 +173,8 @@ void infer_slice(InferenceContext& ctx) {
 void register_select_schemas(OpRegistry& r) {
   r.add({.name = "Gather", .min_inputs = 2, .max_inputs = 2, .infer = infer_gather});
   r.add({.name = "Concat", .min_inputs = 1, .max_inputs = OpSchema::kVariadic, .infer = infer_concat});
-  r.add({.name = "Split", .min_inputs = 1, .max_inputs = 2, .min_outputs = 1, .max_outputs = OpSchema::kVariadic,
-         .infer = infer_split});
+  r.add({.name = "Split", .min_inputs = 1, .max_inputs = 2, .min_outputs = 1,
+         .max_outputs = OpSchema::kVariadic, .infer = infer_split});
   r.add({.name = "Slice", .min_inputs = 1, .max_inputs = 5, .infer = infer_slice});
 }
 

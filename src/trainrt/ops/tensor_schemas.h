@@ -22,9 +22,12 @@
 
 namespace trainrt {
 
-void register_reshape_schemas(OpRegistry& r);  // Reshape, Flatten, Squeeze, Unsqueeze, Transpose, Expand, Tile
-void register_select_schemas(OpRegistry& r);   // Gather, Concat, Split, Slice
-void register_source_schemas(OpRegistry& r);   // Shape, Size, Constant, ConstantOfShape, Range, Trilu, Dropout
+// Reshape, Flatten, Squeeze, Unsqueeze, Transpose, Expand, Tile.
+void register_reshape_schemas(OpRegistry& r);
+// Gather, Concat, Split, Slice.
+void register_select_schemas(OpRegistry& r);
+// Shape, Size, Constant, ConstantOfShape, Range, Trilu, Dropout.
+void register_source_schemas(OpRegistry& r);
 
 enum class ArgState { kAbsent, kUnknown, kKnown };
 

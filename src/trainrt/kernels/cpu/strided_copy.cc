@@ -1,0 +1,129 @@
+#include "trainrt/kernels/cpu/strided_copy.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "trainrt/core/shape.h"
+
+namespace trainrt {
+namespace {
+
+constexpr size_t kChunkBytes = 64 * 1024;
+
+template <typename U>
+void copy_strided_row(const std::byte* src, std::byte* dst, int64_t n, int64_t stride) {
+  const U* s = reinterpret_cast<const U*>(src);
+  U* d = reinterpret_cast<U*>(dst);
+  for (int64_t i = 0; i < n; ++i) d[i] = s[i * stride];
+}
+
+// One output row of n elements read with `stride` (elements) from src.
+void copy_row(const std::byte* src, std::byte* dst, int64_t n, int64_t stride, size_t elem_size) {
+  if (stride == 1) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * elem_size);
+    return;
+  }
+  switch (elem_size) {
+    case 1: return copy_strided_row<uint8_t>(src, dst, n, stride);
+    case 2: return copy_strided_row<uint16_t>(src, dst, n, stride);
+    case 4: return copy_strided_row<uint32_t>(src, dst, n, stride);
+    case 8: return copy_strided_row<uint64_t>(src, dst, n, stride);
+    default:
+      for (int64_t i = 0; i < n; ++i)
+        std::memcpy(dst + static_cast<size_t>(i) * elem_size,
+                    src + i * stride * static_cast<int64_t>(elem_size), elem_size);
+  }
+}
+
+}  // namespace
+
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& dims) {
+  std::vector<int64_t> strides(dims.size(), 1);
+  for (size_t i = dims.size(); i-- > 1;) strides[i - 1] = strides[i] * dims[i];
+  return strides;
+}
+
+void coalesce_dims(std::vector<int64_t>& dims, std::vector<int64_t>& strides) {
+  std::vector<int64_t> d, s;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] == 1) continue;
+    if (!d.empty() && s.back() == strides[i] * dims[i]) {
+      d.back() *= dims[i];
+      s.back() = strides[i];
+    } else {
+      d.push_back(dims[i]);
+      s.push_back(strides[i]);
+    }
+  }
+  dims = std::move(d);
+  strides = std::move(s);
+}
+
+int64_t rows_per_chunk(size_t row_bytes) {
+  return static_cast<int64_t>(kChunkBytes / (row_bytes ? row_bytes : 1)) + 1;
+}
+
+void strided_copy(const void* src, void* dst, std::vector<int64_t> dims, std::vector<int64_t> strides,
+                  size_t elem_size, ThreadPool& pool) {
+  const int64_t n = numel_of(dims);
+  if (n == 0) return;
+  coalesce_dims(dims, strides);
+  const auto* s = static_cast<const std::byte*>(src);
+  auto* d = static_cast<std::byte*>(dst);
+  if (dims.empty()) {
+    std::memcpy(d, s, elem_size);
+    return;
+  }
+  const int64_t inner = dims.back(), inner_stride = strides.back();
+  const size_t row_bytes = static_cast<size_t>(inner) * elem_size;
+  const size_t outer_rank = dims.size() - 1;
+  const int64_t esize = static_cast<int64_t>(elem_size);
+  pool.parallel_for(n / inner, rows_per_chunk(row_bytes), [&](int64_t begin, int64_t end) {
+    // An odometer over the outer dims, started at row `begin`, tracks the source offset.
+    std::vector<int64_t> index(outer_rank);
+    int64_t offset = 0;
+    for (size_t j = outer_rank, rest = static_cast<size_t>(begin); j-- > 0;) {
+      index[j] = static_cast<int64_t>(rest % static_cast<size_t>(dims[j]));
+      rest /= static_cast<size_t>(dims[j]);
+      offset += index[j] * strides[j];
+    }
+    for (int64_t r = begin; r < end; ++r) {
+      std::byte* row = d + static_cast<size_t>(r) * row_bytes;
+      copy_row(s + offset * esize, row, inner, inner_stride, elem_size);
+      for (size_t j = outer_rank; j-- > 0;) {
+        offset += strides[j];
+        if (++index[j] < dims[j]) break;
+        offset -= strides[j] * dims[j];
+        index[j] = 0;
+      }
+    }
+  });
+}
+
+void parallel_copy(void* dst, const void* src, size_t nbytes, ThreadPool& pool) {
+  if (dst == src || nbytes == 0) return;
+  constexpr size_t kBlock = kChunkBytes;
+  const int64_t blocks = static_cast<int64_t>((nbytes + kBlock - 1) / kBlock);
+  auto* d = static_cast<std::byte*>(dst);
+  const auto* s = static_cast<const std::byte*>(src);
+  pool.parallel_for(blocks, 4, [&](int64_t begin, int64_t end) {
+    const size_t from = static_cast<size_t>(begin) * kBlock;
+    const size_t to = std::min(nbytes, static_cast<size_t>(end) * kBlock);
+    std::memcpy(d + from, s + from, to - from);
+  });
+}
+
+void copy_rows(const void* src, size_t src_stride, void* dst, size_t dst_stride, int64_t rows,
+               size_t row_bytes, ThreadPool& pool) {
+  if (rows == 0 || row_bytes == 0) return;
+  const auto* s = static_cast<const std::byte*>(src);
+  auto* d = static_cast<std::byte*>(dst);
+  if (rows == 1) return parallel_copy(d, s, row_bytes, pool);
+  pool.parallel_for(rows, rows_per_chunk(row_bytes), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r)
+      std::memcpy(d + static_cast<size_t>(r) * dst_stride, s + static_cast<size_t>(r) * src_stride,
+                  row_bytes);
+  });
+}
+
+}  // namespace trainrt

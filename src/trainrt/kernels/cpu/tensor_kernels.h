@@ -1,0 +1,19 @@
+// Internal to the shape and data movement kernels: the sub-families register_tensor_kernels adds.
+// The kernels are keyed on DType::kUndefined (any element type) and move bytes by dtype_size,
+// except Dropout (float types) and Range, which compute.
+//
+//   KernelTable table;
+//   register_tensor_kernels(table);  // cpu_kernels.h: adds its own kernels, then calls these
+#pragma once
+
+namespace trainrt {
+
+class KernelTable;
+
+void register_select_kernels(KernelTable& t);     // Gather, Concat, Split, Slice
+void register_transpose_kernels(KernelTable& t);  // Transpose, Expand, Tile
+void register_dropout_kernels(KernelTable& t);    // Dropout
+// tensor_kernels.cc itself: Reshape, Flatten, Squeeze, Unsqueeze, Shape, Size, Constant,
+// ConstantOfShape, Range, Trilu.
+
+}  // namespace trainrt
