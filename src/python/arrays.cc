@@ -3,6 +3,7 @@
 
 #include "bindings.h"
 #include "trainrt/core/error.h"
+#include "trainrt/core/shape.h"
 
 namespace nb = nanobind;
 

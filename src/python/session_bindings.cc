@@ -20,7 +20,7 @@ std::shared_ptr<Graph> load_model(const nb::object& model) {
     nb::bytes b = nb::cast<nb::bytes>(model);
     return import_onnx_bytes(std::string_view(b.c_str(), b.size()));
   }
-  return import_onnx_file(nb::cast<std::string>(nb::str(model)));
+  return import_onnx(nb::cast<std::string>(nb::str(model)));
 }
 
 nb::list run(Session& s, const std::vector<AnyArray>& arrays) {

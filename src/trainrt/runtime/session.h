@@ -46,6 +46,8 @@ struct MemoryStats {
 class Session {
  public:
   explicit Session(std::shared_ptr<Graph> graph, SessionOptions options = {});
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
 
   // Runs with one tensor per graph input (in graph input order); returns one per graph output.
   std::vector<Tensor> run(const std::vector<Tensor>& inputs);

@@ -1,0 +1,83 @@
+#include "trainrt/optim/grad_ops.h"
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "trainrt/core/error.h"
+#include "trainrt/core/shape.h"
+#include "trainrt/core/thread_pool.h"
+#include "trainrt/optim/multi_tensor.h"
+#include "trainrt/optim/optim_math.h"
+#include "trainrt/optim/param_checks.h"
+
+namespace trainrt {
+
+namespace {
+
+// Elementwise loops over one tensor split into pieces of this many elements (256 KiB of f32).
+constexpr int64_t kGrain = 64 * 1024;
+
+MultiTensorPlan grad_plan(std::span<const ParamSlot> slots, std::string_view caller) {
+  std::vector<int64_t> numels;
+  numels.reserve(slots.size());
+  for (const ParamSlot& s : slots) {
+    check_grad(s, caller);
+    numels.push_back(s.grad.numel());
+  }
+  return MultiTensorPlan(numels);
+}
+
+}  // namespace
+
+double grad_norm(std::span<const ParamSlot> slots) {
+  const MultiTensorPlan plan = grad_plan(slots, "grad_norm");
+  std::vector<double> partial(static_cast<size_t>(plan.num_tasks()), 0.0);
+  plan.run([&](int64_t task, const TensorSegment& seg) {
+    const float* g = slots[static_cast<size_t>(seg.tensor)].grad.data<float>();
+    partial[static_cast<size_t>(task)] += sum_squares(g + seg.begin, seg.end - seg.begin);
+  });
+  double total = 0;
+  for (double p : partial) total += p;
+  return std::sqrt(total);
+}
+
+float clip_scale(double norm, double max_norm) {
+  const double coefficient = max_norm / (norm + 1e-6);
+  return coefficient >= 1 ? 1.f : static_cast<float>(coefficient);  // NaN stays NaN
+}
+
+double clip_grad_norm(std::span<const ParamSlot> slots, double max_norm) {
+  const double norm = grad_norm(slots);
+  const float scale = clip_scale(norm, max_norm);
+  if (scale == 1.f) return norm;
+  grad_plan(slots, "clip_grad_norm").run([&](int64_t, const TensorSegment& seg) {
+    float* g = slots[static_cast<size_t>(seg.tensor)].grad.data<float>();
+    scale_in_place(g + seg.begin, seg.end - seg.begin, scale);
+  });
+  return norm;
+}
+
+void accumulate_grad(Tensor& grad_acc, const Tensor& grad, std::string_view name) {
+  if (grad_acc.dtype() != DType::kF32 || grad.dtype() != DType::kF32)
+    throw UnsupportedOp(fmt("accumulate_grad: parameter '", name, "': accumulator ", describe(grad_acc),
+                            ", gradient ", describe(grad), "; supported dtypes: f32"));
+  if (grad_acc.dims() != grad.dims())
+    throw ShapeError(fmt("accumulate_grad: parameter '", name, "': gradient ", describe(grad),
+                         " does not match the accumulator ", describe(grad_acc)));
+  float* acc = grad_acc.data<float>();
+  const float* g = grad.data<float>();
+  ThreadPool::global().parallel_for(grad.numel(), kGrain, [&](int64_t begin, int64_t end) {
+    add_in_place(acc + begin, g + begin, end - begin);
+  });
+}
+
+void zero_grad(Tensor& grad) {
+  auto* bytes = static_cast<char*>(grad.raw());
+  const int64_t n = static_cast<int64_t>(grad.nbytes());
+  ThreadPool::global().parallel_for(n, kGrain * 4, [&](int64_t begin, int64_t end) {
+    std::memset(bytes + begin, 0, static_cast<size_t>(end - begin));
+  });
+}
+
+}  // namespace trainrt

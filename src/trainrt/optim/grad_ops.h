@@ -1,0 +1,41 @@
+// Gradient helpers around the optimizer step: global norm, clipping, accumulation, zeroing.
+//
+// Use grad_norm + clip_scale to clip inside the optimizer's own pass (two passes over the
+// gradients in all: one reads them for the norm, the step reads them once more), or
+// clip_grad_norm to scale the gradients in place as torch.nn.utils.clip_grad_norm_ does.
+// accumulate_grad / zero_grad serve gradient accumulation over micro-batches.
+//
+//   double norm = grad_norm(slots);                        // L2 over every gradient
+//   adam_step(slots, options, clip_scale(norm, 1.0));      // clipped to max_norm 1 on the fly
+//
+//   accumulate_grad(grad_acc, micro_batch_grad, "fc.weight");   // grad_acc += grad
+//   zero_grad(grad_acc);                                        // after the step
+#pragma once
+
+#include <span>
+#include <string_view>
+
+#include "trainrt/optim/optimizer_state.h"
+
+namespace trainrt {
+
+// sqrt(sum of g^2 over every element of every slot's grad), the squares summed in double per
+// piece and the pieces in a fixed order (the result does not depend on thread timing). Inf or NaN
+// gradients give an inf or NaN norm. UnsupportedOp naming the parameter for a non-f32 gradient.
+double grad_norm(std::span<const ParamSlot> slots);
+
+// torch.nn.utils.clip_grad_norm_'s coefficient: min(1, max_norm / (norm + 1e-6)), NaN when norm
+// is NaN (torch's clamp keeps NaN, so a NaN norm poisons the step visibly rather than silently).
+float clip_scale(double norm, double max_norm);
+
+// torch.nn.utils.clip_grad_norm_(norm_type=2): scales every gradient in place by
+// clip_scale(norm, max_norm) when that is below 1 (or NaN) and returns the norm before clipping.
+double clip_grad_norm(std::span<const ParamSlot> slots, double max_norm);
+
+// grad_acc += grad, elementwise (f32, same dims; ShapeError / UnsupportedOp naming `name`).
+void accumulate_grad(Tensor& grad_acc, const Tensor& grad, std::string_view name);
+
+// grad = 0 for any dtype.
+void zero_grad(Tensor& grad);
+
+}  // namespace trainrt

@@ -1,0 +1,98 @@
+#include "trainrt/optim/optim_math.h"
+
+#include <cmath>
+
+#include "trainrt/core/simd.h"
+
+namespace trainrt {
+
+// Coefficients are copied into locals so the compiler keeps them in registers instead of
+// reloading them through the reference on every iteration.
+
+TRAINRT_SIMD_CLONES void sgd_update(float* __restrict p, const float* __restrict g, int64_t n,
+                                    const SgdCoefficients& c) {
+  const float grad_scale = c.grad_scale, weight_decay = c.weight_decay, neg_lr = -c.lr;
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i] * grad_scale + weight_decay * p[i];
+    p[i] = p[i] + neg_lr * gi;
+  }
+}
+
+TRAINRT_SIMD_CLONES void sgd_momentum_update(float* __restrict p, const float* __restrict g,
+                                             float* __restrict buf, int64_t n, const SgdCoefficients& c) {
+  const float grad_scale = c.grad_scale, weight_decay = c.weight_decay, neg_lr = -c.lr;
+  const float buf_keep = c.buf_keep, buf_take = c.buf_take, d_grad = c.d_grad, d_buf = c.d_buf;
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i] * grad_scale + weight_decay * p[i];
+    const float bi = buf_keep * buf[i] + buf_take * gi;
+    buf[i] = bi;
+    p[i] = p[i] + neg_lr * (d_grad * gi + d_buf * bi);
+  }
+}
+
+namespace {
+
+// The Adam element update shared by both leaves (v_max is read and written only for amsgrad).
+template <bool kAmsgrad>
+[[gnu::always_inline]] inline void adam_body(float* __restrict p, const float* __restrict g,
+                                             float* __restrict m, float* __restrict v,
+                                             float* __restrict v_max, int64_t n, const AdamCoefficients& c) {
+  const float grad_scale = c.grad_scale, l2 = c.l2, pre_decay = c.pre_decay;
+  const float beta1_weight = c.beta1_weight, beta2 = c.beta2, one_minus_beta2 = c.one_minus_beta2;
+  const float bc2_sqrt = c.bias_correction2_sqrt, eps = c.eps;
+  const float neg_step_size = c.neg_step_size, post_decay = c.post_decay;
+  for (int64_t i = 0; i < n; ++i) {
+    const float pi = p[i];
+    const float gi = g[i] * grad_scale + l2 * pi;
+    const float mi = m[i] + beta1_weight * (gi - m[i]);
+    const float vi = beta2 * v[i] + one_minus_beta2 * (gi * gi);
+    m[i] = mi;
+    v[i] = vi;
+    float vd = vi;
+    if constexpr (kAmsgrad) {
+      vd = v_max[i] > vi ? v_max[i] : vi;
+      v_max[i] = vd;
+    }
+    const float denom = std::sqrt(vd) / bc2_sqrt + eps;
+    const float updated = pi * pre_decay + neg_step_size * mi / denom;
+    p[i] = updated + post_decay * updated;
+  }
+}
+
+}  // namespace
+
+TRAINRT_SIMD_CLONES void adam_update(float* p, const float* g, float* m, float* v, int64_t n,
+                                     const AdamCoefficients& c) {
+  adam_body<false>(p, g, m, v, nullptr, n, c);
+}
+
+TRAINRT_SIMD_CLONES void adam_amsgrad_update(float* p, const float* g, float* m, float* v, float* v_max,
+                                             int64_t n, const AdamCoefficients& c) {
+  adam_body<true>(p, g, m, v, v_max, n, c);
+}
+
+TRAINRT_SIMD_CLONES double sum_squares(const float* x, int64_t n) {
+  // Two 512-bit registers of double lanes: independent chains hide the add latency.
+  constexpr int kLanes = 16;
+  double acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) {
+      const double xj = x[i + j];
+      acc[j] += xj * xj;
+    }
+  double total = 0;
+  for (; i < n; ++i) total += static_cast<double>(x[i]) * x[i];
+  for (int j = 0; j < kLanes; ++j) total += acc[j];
+  return total;
+}
+
+TRAINRT_SIMD_CLONES void scale_in_place(float* x, int64_t n, float s) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= s;
+}
+
+TRAINRT_SIMD_CLONES void add_in_place(float* __restrict acc, const float* __restrict x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) acc[i] += x[i];
+}
+
+}  // namespace trainrt

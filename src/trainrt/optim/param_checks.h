@@ -1,0 +1,47 @@
+// Checks and lazy state allocation shared by the multi-tensor optimizer calls (optim layer only).
+//
+// Every call validates all its slots before it touches any element, so a bad slot throws with
+// every parameter and state unchanged.
+//
+//   StateBuffers buffers;
+//   for (const ParamSlot& s : slots) {
+//     check_param_and_grad(s, "adam_step");
+//     buffers.require(s.state.exp_avg, s, "adam_step", "exp_avg");
+//   }
+//   buffers.allocate();                     // nothing has changed before this line
+#pragma once
+
+#include <span>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "trainrt/optim/optimizer_state.h"
+
+namespace trainrt {
+
+// Throws UnsupportedOp unless param and grad have a dtype `caller` runs (f32 today; the message
+// names the parameter and its dtype), ShapeError unless grad has the param's dims.
+void check_param_and_grad(const ParamSlot& slot, std::string_view caller);
+
+// Throws UnsupportedOp unless the gradient has a dtype `caller` runs (for grad-only calls).
+void check_grad(const ParamSlot& slot, std::string_view caller);
+
+// The state buffers one call needs. require() checks a defined buffer (e.g. one loaded from a
+// checkpoint) against the parameter and notes an undefined one; allocate() then creates all the
+// noted buffers as f32 zeros with the parameter's dims (torch initializes its state lazily the
+// same way), or none when an allocation fails, so a failed call leaves every state as it was.
+class StateBuffers {
+ public:
+  // ShapeError naming the parameter and buffer when a defined buffer is not f32 of param's dims.
+  void require(Tensor& buffer, const ParamSlot& slot, std::string_view caller, std::string_view buffer_name);
+  void allocate();
+
+ private:
+  std::vector<std::pair<Tensor*, const Tensor*>> missing_;  // (buffer, its parameter)
+};
+
+// numel of every slot's param, in order (the input of a MultiTensorPlan).
+std::vector<int64_t> slot_numels(std::span<const ParamSlot> slots);
+
+}  // namespace trainrt
