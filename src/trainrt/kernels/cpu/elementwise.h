@@ -195,15 +195,86 @@ void map_unary(const Op& op, const Tensor& x, Tensor& y, ThreadPool& pool) {
   });
 }
 
+// How input `x` lines up with output dims `y` in the broadcasts training graphs use most; these
+// run without building a BroadcastPlan (no allocation per call).
+enum class BroadcastForm { kSame, kScalar, kRow, kColumn, kGeneral };
+inline BroadcastForm broadcast_form(const std::vector<int64_t>& x, const std::vector<int64_t>& y) {
+  if (x == y) return BroadcastForm::kSame;
+  int64_t xn = 1;
+  for (int64_t d : x) xn *= d;
+  if (xn == 1) return BroadcastForm::kScalar;
+  // kRow: x is y's trailing dims (after leading 1s), e.g. (B, T, C) + (C).
+  size_t lead = 0;
+  while (lead < x.size() && x[lead] == 1) ++lead;
+  size_t tail = x.size() - lead;
+  if (tail <= y.size() && std::equal(x.begin() + static_cast<std::ptrdiff_t>(lead), x.end(), y.end() - static_cast<std::ptrdiff_t>(tail)))
+    return BroadcastForm::kRow;
+  // kColumn: x is y with the last dim 1, e.g. (B, T, C) * (B, T, 1).
+  if (x.size() == y.size() && !y.empty() && x.back() == 1 &&
+      std::equal(x.begin(), x.end() - 1, y.begin()))
+    return BroadcastForm::kColumn;
+  return BroadcastForm::kGeneral;
+}
+
+// Runs binary_span over [begin, end) of y when `b` has form `form` (a is y-shaped).
+template <typename A, typename B, typename R, typename Op>
+void binary_runs(const Op& op, const A* as, const B* bs, R* ys, BroadcastForm form, int64_t row,
+                 int64_t begin, int64_t end, bool b_first) {
+  auto span = [&](const A* a, const B* b, bool vb, R* y, int64_t len) {
+    if (b_first) binary_span(op, b, vb, a, true, y, len);
+    else binary_span(op, a, true, b, vb, y, len);
+  };
+  switch (form) {
+    case BroadcastForm::kSame: return span(as + begin, bs + begin, true, ys + begin, end - begin);
+    case BroadcastForm::kScalar: return span(as + begin, bs, false, ys + begin, end - begin);
+    case BroadcastForm::kRow:
+      for (int64_t i = begin; i < end;) {
+        int64_t col = i % row, len = std::min(row - col, end - i);
+        span(as + i, bs + col, true, ys + i, len);
+        i += len;
+      }
+      return;
+    case BroadcastForm::kColumn:
+      for (int64_t i = begin; i < end;) {
+        int64_t r = i / row, len = std::min((r + 1) * row, end) - i;
+        span(as + i, bs + r, false, ys + i, len);
+        i += len;
+      }
+      return;
+    case BroadcastForm::kGeneral: return;
+  }
+}
+
 // y = op(a, b) with a and b broadcast to y's dims (y may alias an input of y's size).
 template <typename A, typename B, typename R, typename Op>
 void map_binary(const Op& op, const Tensor& a, const Tensor& b, Tensor& y, ThreadPool& pool) {
-  const BroadcastPlan plan({&a.dims(), &b.dims()}, y.dims());
-  const bool va = plan.inner_stride(0) != 0;
-  const bool vb = plan.inner_stride(1) != 0;
   const A* as = a.data<A>();
   const B* bs = b.data<B>();
   R* ys = y.data<R>();
+  const int64_t row = y.rank() ? y.dims().back() : 1;
+  // Common training shapes first: one operand has y's dims, the other a simple broadcast of it.
+  if (a.dims() == y.dims()) {
+    BroadcastForm form = broadcast_form(b.dims(), y.dims());
+    int64_t b_row = form == BroadcastForm::kRow ? std::max<int64_t>(b.numel(), 1) : row;
+    if (form != BroadcastForm::kGeneral) {
+      parallel_elements(pool, y.numel(), [&](int64_t begin, int64_t end) {
+        binary_runs(op, as, bs, ys, form, b_row, begin, end, false);
+      });
+      return;
+    }
+  } else if (b.dims() == y.dims()) {
+    BroadcastForm form = broadcast_form(a.dims(), y.dims());
+    int64_t a_row = form == BroadcastForm::kRow ? std::max<int64_t>(a.numel(), 1) : row;
+    if (form != BroadcastForm::kGeneral && form != BroadcastForm::kSame) {
+      parallel_elements(pool, y.numel(), [&](int64_t begin, int64_t end) {
+        binary_runs(op, bs, as, ys, form, a_row, begin, end, true);
+      });
+      return;
+    }
+  }
+  const BroadcastPlan plan({&a.dims(), &b.dims()}, y.dims());
+  const bool va = plan.inner_stride(0) != 0;
+  const bool vb = plan.inner_stride(1) != 0;
   parallel_elements(pool, plan.numel(), [&](int64_t begin, int64_t end) {
     plan.for_each_run(begin, end, [&](const int64_t* off, int64_t out, int64_t len) {
       binary_span(op, as + off[0], va, bs + off[1], vb, ys + out, len);
