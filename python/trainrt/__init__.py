@@ -10,11 +10,11 @@ from trainrt._C import (  # noqa: F401  (re-exported API)
     InternalError,
     InvalidModel,
     OutOfMemory,
-    Session,
     ShapeError,
     UnsupportedOp,
     set_log_level,
     supported_ops,
 )
+from trainrt.session import Session  # noqa: F401
 
 __version__ = "0.1.0"

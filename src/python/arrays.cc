@@ -39,7 +39,7 @@ nb::dlpack::dtype dlpack_from_dtype(DType t) {
     case DType::kF32: return make(dtype_code::Float, 32);
     case DType::kF64: return make(dtype_code::Float, 64);
     case DType::kF16: return make(dtype_code::Float, 16);
-    case DType::kBF16: return make(dtype_code::Bfloat, 16);
+    case DType::kBF16: return make(dtype_code::UInt, 16);  // numpy has no bf16: a uint16 view
     case DType::kI64: return make(dtype_code::Int, 64);
     case DType::kI32: return make(dtype_code::Int, 32);
     case DType::kI8: return make(dtype_code::Int, 8);
@@ -52,8 +52,11 @@ nb::dlpack::dtype dlpack_from_dtype(DType t) {
 
 }  // namespace
 
-Tensor tensor_from_array(const AnyArray& a, const char* what) {
+Tensor tensor_from_array(const AnyArray& a, const char* what, bool as_bf16) {
   DType dtype = dtype_from_dlpack(a.dtype());
+  // numpy has no bfloat16: the Python layer passes bf16 data as a uint16 view and says so.
+  if (as_bf16 && a.dtype().code == static_cast<uint8_t>(nb::dlpack::dtype_code::UInt) && a.dtype().bits == 16)
+    dtype = DType::kBF16;
   if (dtype == DType::kUndefined)
     throw UnsupportedOp(fmt(what, ": unsupported array dtype (code ", int(a.dtype().code), ", ",
                             int(a.dtype().bits), " bits)"));
@@ -65,6 +68,7 @@ Tensor tensor_from_array(const AnyArray& a, const char* what) {
     if (dims[i] != 1 && a.stride(i) != expected_stride) contiguous = false;
     expected_stride *= dims[i];
   }
+  if (expected_stride == 0) contiguous = true;  // an empty array has no layout to get wrong
   if (!contiguous)
     throw ShapeError(fmt(what, ": array of shape ", to_string(dims),
                          " is not C-contiguous; pass a contiguous array (numpy.ascontiguousarray or "

@@ -12,9 +12,11 @@ void bind_errors(nanobind::module_& m);
 void bind_session(nanobind::module_& m);
 
 // Zero-copy views between DLPack-capable arrays (numpy, torch) and engine tensors.
-using AnyArray = nanobind::ndarray<nanobind::device::cpu>;
-Tensor tensor_from_array(const AnyArray& array, const char* what);
-// Hands an engine tensor to numpy without copying; the array keeps the storage alive.
+using AnyArray = nanobind::ndarray<nanobind::ro, nanobind::device::cpu>;  // read-only arrays too
+// `as_bf16` reads a uint16 array as bfloat16 bits (numpy has no bfloat16 dtype).
+Tensor tensor_from_array(const AnyArray& array, const char* what, bool as_bf16 = false);
+// Hands an engine tensor to numpy without copying; the array keeps the storage alive. bf16 comes
+// out as a uint16 array of the same bits.
 nanobind::object array_from_tensor(Tensor t);
 
 }  // namespace trainrt::python

@@ -23,11 +23,12 @@ std::shared_ptr<Graph> load_model(const nb::object& model) {
   return import_onnx(nb::cast<std::string>(nb::str(model)));
 }
 
-nb::list run(Session& s, const std::vector<AnyArray>& arrays) {
+nb::list run(Session& s, const std::vector<AnyArray>& arrays, const std::vector<bool>& bf16) {
   std::vector<Tensor> inputs;
   std::vector<std::string> names = s.input_names();
   for (size_t i = 0; i < arrays.size(); ++i)
-    inputs.push_back(tensor_from_array(arrays[i], i < names.size() ? names[i].c_str() : "extra input"));
+    inputs.push_back(tensor_from_array(arrays[i], i < names.size() ? names[i].c_str() : "extra input",
+                                       i < bf16.size() && bf16[i]));
   std::vector<Tensor> outputs;
   {
     nb::gil_scoped_release release;
@@ -77,7 +78,13 @@ void bind_session(nb::module_& m) {
            },
            nb::arg("model"), nb::arg("seed") = 0, nb::arg("profile") = false,
            "Loads an ONNX model (a file path or serialized bytes).")
-      .def("run", &run, nb::arg("inputs"), "Runs the model; one array per graph input, in order.")
+      .def("run", &run, nb::arg("inputs"), nb::arg("bf16") = std::vector<bool>{},
+           "Runs the model; one array per graph input, in order (bf16[i]: input i is bfloat16 bits).")
+      .def_prop_ro("output_dtypes", [](const Session& s) {
+        std::vector<std::string> out;
+        for (const Value* v : s.graph().outputs()) out.emplace_back(dtype_name(v->dtype));
+        return out;
+      })
       .def_prop_ro("input_names", &Session::input_names)
       .def_prop_ro("output_names", &Session::output_names)
       .def("memory_stats", &memory_stats)

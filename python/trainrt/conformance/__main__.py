@@ -22,6 +22,7 @@ import time
 import traceback
 
 import numpy as np
+from onnx import numpy_helper
 
 import trainrt
 
@@ -52,15 +53,23 @@ def tested_op(case, op_of_test: dict[str, str]) -> str | None:
     return op_of_test.get(base) if base != case.name else None
 
 
+def as_array(x) -> np.ndarray:
+    """Test data arrives as numpy arrays or as TensorProtos (for types numpy lacks, e.g. bfloat16)."""
+    return x if isinstance(x, np.ndarray) else numpy_helper.to_array(x) if hasattr(x, "data_type") else np.asarray(x)
+
+
 def compare(expected: np.ndarray, actual: np.ndarray, rtol: float, atol: float) -> None:
     """Raises AssertionError with a readable reason when outputs differ (the ONNX runner's rule)."""
-    expected = np.asarray(expected)
+    expected = as_array(expected)
     if expected.dtype != actual.dtype:
         raise AssertionError(f"dtype {actual.dtype}, expected {expected.dtype}")
     if expected.shape != actual.shape:
         raise AssertionError(f"shape {actual.shape}, expected {expected.shape}")
     if expected.dtype == np.bool_ or np.issubdtype(expected.dtype, np.integer):
         np.testing.assert_array_equal(actual, expected)
+    elif expected.dtype.kind == "V" or expected.dtype.itemsize == 2 and expected.dtype.kind != "f":
+        # ml_dtypes bfloat16: compare in float32
+        np.testing.assert_allclose(actual.astype(np.float32), expected.astype(np.float32), rtol=rtol, atol=atol)
     else:
         np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol)
 
@@ -70,7 +79,7 @@ def run_case(case) -> str | None:
     try:
         session = trainrt.Session(case.model.SerializeToString())
         for inputs, outputs in case.data_sets:
-            arrays = [np.ascontiguousarray(x) for x in inputs]
+            arrays = [np.asarray(as_array(x), order="C") for x in inputs]
             actual = session.run(arrays)
             if len(actual) != len(outputs):
                 return f"{len(actual)} outputs, expected {len(outputs)}"

@@ -67,8 +67,10 @@ TEST(GradientBuilder, PrunesBranchesThatReachNothingAndStopsAtIntegers) {
   g->set_opset("", 18);
   Value* x = g->add_input("x", DType::kF64, Shape({4}));
   Value* y = g->add_node("Relu", {x}, {"y"})->output(0);
-  // A branch the loss does not use, through an op that has no gradient rule: must not matter.
-  g->add_output(g->add_node("Floor", {x}, {"unused"})->output(0));
+  // A branch the loss does not use, through an op that has no gradient rule (a gradient op:
+  // TrainRT builds no second-order gradients): must not matter.
+  g->set_opset(std::string(kTrainrtDomain), 1);
+  g->add_output(g->add_node("ReluGrad", {x, x}, {"unused"}, kTrainrtDomain)->output(0));
   Value* shape = g->add_node("Shape", {y}, {"shape"})->output(0);  // integer: stops gradients
   Node* cast = g->add_node("Cast", {shape}, {"shape_f"});
   cast->set_attr("to", Attribute::of_int(11));
@@ -77,20 +79,24 @@ TEST(GradientBuilder, PrunesBranchesThatReachNothingAndStopsAtIntegers) {
   loss->set_attr("keepdims", Attribute::of_int(0));
   g->add_output(loss->output(0));
   size_t forward_nodes = g->nodes().size();
+  // Throws UnsupportedOp if a rule were looked up for the unused branch.
   GradientResult r = build_gradients(*g, {.loss = "loss", .wrt = {"x"}});
   EXPECT_EQ(r.forward_nodes.size(), forward_nodes);
-  for (const Node* n : g->nodes()) EXPECT_NE(n->op_type(), "FloorGrad");
   Session session(g);
   auto out = session.run({make_tensor<double>({4}, {-1, 2, -3, 4})});
   // d/dx sum(relu(x) * 4) = 4 * [x > 0]
   expect_close(out.back(), make_tensor<double>({4}, {0, 4, 0, 4}));
 }
 
+// ReluGrad (a gradient op: TrainRT builds no second-order gradients) has neither a gradient rule
+// nor a non-differentiable registration.
 TEST(GradientBuilder, MissingRuleOnThePathNamesOpAndNode) {
   auto g = std::make_shared<Graph>();
   g->set_opset("", 18);
+  g->set_opset(std::string(kTrainrtDomain), 1);
   Value* x = g->add_input("x", DType::kF32, Shape({4}));
-  Node* f = g->add_node("Floor", {x}, {"f"}, kOnnxDomain, "my_floor");
+  Value* dy = g->add_input("dy", DType::kF32, Shape({4}));
+  Node* f = g->add_node("ReluGrad", {dy, x}, {"f"}, kTrainrtDomain, "my_relu_grad");
   Node* loss = g->add_node("ReduceSum", {f->output(0)}, {"loss"});
   loss->set_attr("keepdims", Attribute::of_int(0));
   g->add_output(loss->output(0));
@@ -99,8 +105,8 @@ TEST(GradientBuilder, MissingRuleOnThePathNamesOpAndNode) {
     FAIL() << "expected UnsupportedOp";
   } catch (const UnsupportedOp& e) {
     std::string what = e.what();
-    EXPECT_NE(what.find("my_floor"), std::string::npos) << what;
-    EXPECT_NE(what.find("Floor"), std::string::npos) << what;
+    EXPECT_NE(what.find("my_relu_grad"), std::string::npos) << what;
+    EXPECT_NE(what.find("ReluGrad"), std::string::npos) << what;
   }
 }
 
@@ -146,6 +152,10 @@ TEST(GradientCheck, MatMulAndGemmAgreeWithFiniteDifferences) {
   expect_gradients_match({.op = "MatMul"}, {random_f64({2, 1, 3, 4}, 5), random_f64({3, 4, 2}, 6)});
   expect_gradients_match({.op = "MatMul"}, {random_f64({4}, 7), random_f64({2, 4, 3}, 8)});
   expect_gradients_match({.op = "MatMul"}, {random_f64({2, 3, 4}, 9), random_f64({4}, 10)});
+  expect_gradients_match({.op = "MatMul"}, {random_f64({4}, 14), random_f64({4}, 15)});
+  expect_gradients_match({.op = "MatMul"}, {random_f64({3, 4}, 16), random_f64({2, 4, 5}, 17)});
+  expect_gradients_match({.op = "MatMul"}, {random_f64({2, 3, 4}, 18), random_f64({2, 4, 5}, 19)});
+  expect_gradients_match({.op = "MatMul"}, {random_f64({4}, 20), random_f64({4, 3}, 21)});
   for (int ta = 0; ta < 2; ++ta)
     for (int tb = 0; tb < 2; ++tb) {
       NodeSpec spec{.op = "Gemm",

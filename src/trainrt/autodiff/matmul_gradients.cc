@@ -4,7 +4,10 @@
 //   dA = dY @ B^T and dB = A^T @ dY, each summed back over the batch dims it was broadcast along.
 //   1-D operands are promoted as numpy does (A (K) -> (1, K), B (K) -> (K, 1)); the promoted axis
 //   is added to dY and removed from the gradient again.
-//   Plain 2-D products use Gemm's transpose flags instead of materializing transposes.
+//   Plain 2-D products use Gemm's transpose flags; batched ones FusedMatMul's (TrainRT domain,
+//   ops/fused_matmul_schemas.h), so no transpose is materialized. A batched A times a 2-D B (a
+//   Linear layer on (B, T, C) inputs) gets dB = Flatten(A)^T @ Flatten(dY) as one Gemm over all
+//   B * T rows instead of a batched product summed over the batch afterwards.
 // Gemm: Y = alpha * op(A) @ op(B) + beta * C, op = optional transpose (ONNX Gemm spec).
 #include "trainrt/autodiff/grad_context.h"
 #include "trainrt/autodiff/register_gradients.h"
@@ -13,21 +16,20 @@
 namespace trainrt {
 namespace {
 
-Attribute ints(std::vector<int64_t> v) { return Attribute::of_ints(std::move(v)); }
-
-// Swaps the last two axes of a value of known rank >= 2.
-Value* transpose_last_two(GradContext& ctx, Value* v) {
-  int64_t rank = v->shape.rank();
-  std::vector<int64_t> perm(static_cast<size_t>(rank));
-  for (int64_t i = 0; i < rank; ++i) perm[static_cast<size_t>(i)] = i;
-  std::swap(perm[static_cast<size_t>(rank - 1)], perm[static_cast<size_t>(rank - 2)]);
-  return ctx.emit("Transpose", {v}, {{"perm", ints(perm)}});
-}
-
 Value* gemm(GradContext& ctx, Value* a, Value* b, bool trans_a, bool trans_b, float alpha) {
   return ctx.emit("Gemm", {a, b},
                   {{"transA", Attribute::of_int(trans_a)}, {"transB", Attribute::of_int(trans_b)},
                    {"alpha", Attribute::of_float(alpha)}});
+}
+
+Value* fused_matmul(GradContext& ctx, Value* a, Value* b, bool trans_a, bool trans_b) {
+  return ctx.emit("FusedMatMul", {a, b}, {{"transA", Attribute::of_int(trans_a)}, {"transB", Attribute::of_int(trans_b)}},
+                  kTrainrtDomain);
+}
+
+// v (..., K) as a matrix (prod(...), K); symbolic batch dims stay symbolic.
+Value* flatten_batch(GradContext& ctx, Value* v) {
+  return ctx.emit("Flatten", {v}, {{"axis", Attribute::of_int(-1)}});
 }
 
 void matmul_grad(GradContext& ctx) {
@@ -41,25 +43,30 @@ void matmul_grad(GradContext& ctx) {
     if (ctx.needs_input_grad(1)) ctx.set_input_grad(1, gemm(ctx, a, dy, true, false, 1.f));
     return;
   }
-  // Promote 1-D operands so both are at least 2-D, and give dY the promoted axes.
+  // Promote 1-D operands so both are at least 2-D, and give dY the promoted axes (N's first:
+  // (K) @ (K) gives a 0-d dY, which becomes (1) and then (1, 1)).
   Value* a2 = a;
   Value* b2 = b;
-  if (a->shape.rank() == 1) {
-    a2 = ctx.emit("Unsqueeze", {a, ctx.const_i64({0})});
-    dy = ctx.emit("Unsqueeze", {dy, ctx.const_i64({-2})});
-  }
   if (b->shape.rank() == 1) {
     b2 = ctx.emit("Unsqueeze", {b, ctx.const_i64({1})});
     dy = ctx.emit("Unsqueeze", {dy, ctx.const_i64({-1})});
+  }
+  if (a->shape.rank() == 1) {
+    a2 = ctx.emit("Unsqueeze", {a, ctx.const_i64({0})});
+    dy = ctx.emit("Unsqueeze", {dy, ctx.const_i64({-2})});
   }
   auto back_to = [&](Value* grad, Value* promoted, Value* original) {
     Value* g = ctx.reduce_to_shape_of(grad, promoted);
     return promoted == original ? g : ctx.emit("Reshape", {g, ctx.shape_of(original)});
   };
   if (ctx.needs_input_grad(0))
-    ctx.set_input_grad(0, back_to(ctx.emit("MatMul", {dy, transpose_last_two(ctx, b2)}), a2, a));
-  if (ctx.needs_input_grad(1))
-    ctx.set_input_grad(1, back_to(ctx.emit("MatMul", {transpose_last_two(ctx, a2), dy}), b2, b));
+    ctx.set_input_grad(0, back_to(fused_matmul(ctx, dy, b2, false, true), a2, a));
+  if (ctx.needs_input_grad(1)) {
+    Value* db = b2->shape.rank() == 2
+                    ? gemm(ctx, flatten_batch(ctx, a2), flatten_batch(ctx, dy), true, false, 1.f)
+                    : fused_matmul(ctx, a2, dy, true, false);
+    ctx.set_input_grad(1, back_to(db, b2, b));
+  }
 }
 
 void gemm_grad(GradContext& ctx) {

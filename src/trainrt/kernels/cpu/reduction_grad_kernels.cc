@@ -1,9 +1,11 @@
-// CPU kernels of the TrainRT-domain gradient ops of the reduction family.
+// CPU kernels of the TrainRT-domain gradient ops of the reduction family: ReduceSumToShape here,
+// the others in the files listed in reduction_grad_kernels.h.
 #include <cstring>
 
 #include "trainrt/core/error.h"
 #include "trainrt/core/simd.h"
 #include "trainrt/kernels/cpu/cpu_kernels.h"
+#include "trainrt/kernels/cpu/reduction_grad_kernels.h"
 #include "trainrt/kernels/kernel.h"
 
 namespace trainrt {
@@ -76,6 +78,9 @@ KernelFn make_reduce_sum_to_shape(const Node& node) {
 void register_reduction_grad_kernels(KernelTable& t) {
   t.add(kTrainrtDomain, "ReduceSumToShape", DType::kF32, make_reduce_sum_to_shape);
   t.add(kTrainrtDomain, "ReduceSumToShape", DType::kF64, make_reduce_sum_to_shape);
+  register_softmax_grad_kernels(t);
+  register_layer_norm_grad_kernels(t);
+  register_loss_grad_kernels(t);
 }
 
 }  // namespace trainrt

@@ -1,0 +1,110 @@
+// Gradient rules of the ops that select or join parts of tensors (ONNX Runtime's gradient
+// builders and PyTorch's derivatives.yaml give the same math):
+//   Concat(X0, .., Xn-1, axis)   dXi = Split(dY, sizes, axis), sizes = each Xi's dim along axis
+//                                (constants when static, else Shape(Xi, start=axis, end=axis+1))
+//   Split(X, axis, sizes)        dX = Concat(dY0, .., dYn-1, axis), with zeros
+//                                (ConstantOfShape(dims(Yi))) for outputs that got no gradient
+//   Slice(X, starts, ends, axes, steps)
+//                                dX = SliceGrad(dY, dims(X), starts, ends, axes, steps): dY written
+//                                into zeros at the sliced positions (either opset form)
+//   Gather(X, indices, axis)     dX = GatherGrad(dims(X), indices, dY, axis): dY's rows
+//                                scatter-added into zeros; repeated indices accumulate
+// Integer inputs (indices, sizes, bounds) get no gradient; the builder never asks for one.
+#include "trainrt/autodiff/grad_context.h"
+#include "trainrt/autodiff/tensor_gradients.h"
+#include "trainrt/core/error.h"
+
+namespace trainrt {
+namespace {
+
+// Each Concat input's size along `axis` as a 1-D i64 value (one element per input).
+Value* concat_sizes(GradContext& ctx, int64_t axis) {
+  const Node& n = ctx.node();
+  std::vector<int64_t> sizes;
+  for (const Value* x : n.inputs()) {
+    const Shape& s = x->shape;
+    const int64_t a = s.rank_known && axis < 0 ? axis + s.rank() : axis;
+    if (!s.rank_known || a < 0 || a >= s.rank() || !s.dims[static_cast<size_t>(a)].is_static()) break;
+    sizes.push_back(s.dims[static_cast<size_t>(a)].value);
+  }
+  if (sizes.size() == n.inputs().size()) return ctx.const_i64(sizes);
+  // Shape-15's start/end pick one dim without knowing the rank (end -1 + 1 = 0 would be empty).
+  std::map<std::string, Attribute> pick{{"start", Attribute::of_int(axis)}};
+  if (axis != -1) pick["end"] = Attribute::of_int(axis + 1);
+  std::vector<Value*> parts;
+  for (Value* x : n.inputs()) parts.push_back(ctx.emit("Shape", {x}, pick));
+  return ctx.emit("Concat", parts, {{"axis", Attribute::of_int(0)}});
+}
+
+void concat_grad(GradContext& ctx) {
+  const Node& n = ctx.node();
+  Value* dy = ctx.output_grad(0);
+  const int num = n.num_inputs();
+  if (num == 1) {
+    ctx.set_input_grad(0, dy);
+    return;
+  }
+  const int64_t axis = n.attr_int("axis", 1);  // Concat-1's default; required from opset 4
+  std::vector<bool> wanted;
+  for (int i = 0; i < num; ++i) wanted.push_back(ctx.needs_input_grad(i));
+  std::vector<Value*> parts = ctx.emit_multi("Split", {dy, concat_sizes(ctx, axis)}, num,
+                                             {{"axis", Attribute::of_int(axis)}}, kOnnxDomain, wanted);
+  for (int i = 0; i < num; ++i)
+    if (Value* g = parts[static_cast<size_t>(i)]) ctx.set_input_grad(i, with_shape_of(g, n.input(i)));
+}
+
+void split_grad(GradContext& ctx) {
+  const Node& n = ctx.node();
+  std::vector<Value*> parts;
+  for (int o = 0; o < n.num_outputs(); ++o) {
+    if (Value* g = ctx.output_grad(o)) {
+      parts.push_back(g);
+      continue;
+    }
+    Value* y = n.output(o);
+    if (!y)
+      throw UnsupportedOp(fmt(n.describe(), ": the Split gradient needs output ", o,
+                              " (it is omitted) to size that part's zero gradient"));
+    Value* zero = ctx.emit("ConstantOfShape", {dims_of(ctx, y)},
+                           {{"value", Attribute::of_tensor(Tensor::zeros(y->dtype, {1}))}});
+    parts.push_back(with_shape_of(zero, y));
+  }
+  Value* dx = parts.size() == 1 ? parts[0]
+                                : ctx.emit("Concat", parts, {{"axis", Attribute::of_int(n.attr_int("axis", 0))}});
+  ctx.set_input_grad(0, with_shape_of(dx, n.input(0)));
+}
+
+// Slice's starts, ends, axes, steps as SliceGrad inputs: the node's inputs 1-4 (opset >= 10) or
+// constants made from its attributes (opset 1: starts, ends, optional axes, no steps).
+std::vector<Value*> slice_args(GradContext& ctx) {
+  const Node& n = ctx.node();
+  if (n.input(1)) return {n.input(1), n.input(2), n.input(3), n.input(4)};
+  Value* axes = n.has_attr("axes") ? ctx.const_i64(n.attr_ints("axes", {})) : nullptr;
+  return {ctx.const_i64(n.attr_ints("starts", {})), ctx.const_i64(n.attr_ints("ends", {})), axes, nullptr};
+}
+
+void slice_grad(GradContext& ctx) {
+  Value* x = ctx.input(0);
+  std::vector<Value*> inputs{ctx.output_grad(0), dims_of(ctx, x)};
+  for (Value* a : slice_args(ctx)) inputs.push_back(a);
+  while (!inputs.back()) inputs.pop_back();  // omitted trailing axes / steps
+  ctx.set_input_grad(0, with_shape_of(ctx.emit("SliceGrad", inputs, {}, kTrainrtDomain), x));
+}
+
+void gather_grad(GradContext& ctx) {
+  Value* x = ctx.input(0);
+  Value* dx = ctx.emit("GatherGrad", {dims_of(ctx, x), ctx.input(1), ctx.output_grad(0)},
+                       {{"axis", Attribute::of_int(ctx.node().attr_int("axis", 0))}}, kTrainrtDomain);
+  ctx.set_input_grad(0, with_shape_of(dx, x));
+}
+
+}  // namespace
+
+void register_select_gradients(GradientRegistry& r) {
+  r.add("", "Concat", concat_grad);
+  r.add("", "Split", split_grad);
+  r.add("", "Slice", slice_grad);
+  r.add("", "Gather", gather_grad);
+}
+
+}  // namespace trainrt

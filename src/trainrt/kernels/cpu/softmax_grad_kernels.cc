@@ -1,0 +1,87 @@
+// CPU kernels of SoftmaxGrad and LogSoftmaxGrad (TrainRT domain): the backward of Softmax and
+// LogSoftmax along one axis (opset-13 semantics; the gradient rule flattens an older node's
+// input to 2-D first).
+//
+//   SoftmaxGrad(dY, Y):     dX = Y * (dY - sum_axis(dY * Y))
+//   LogSoftmaxGrad(dY, Y):  dX = dY - exp(Y) * sum_axis(dY)
+// (PyTorch _softmax_backward_data / _log_softmax_backward_data; ONNX Runtime SoftmaxGrad.)
+// dY, Y, dX: (outer, axis, inner). Along the innermost axis each row (in cache) takes two
+// vectorized passes; along another axis tiles of (axis, columns) are folded into per-column sums
+// and then written, whole rows at a time. f32 and f64.
+#include <algorithm>
+#include <string>
+
+#include "trainrt/core/error.h"
+#include "trainrt/core/shape.h"
+#include "trainrt/kernels/cpu/reduce_grad_math.h"
+#include "trainrt/kernels/cpu/reduce_math.h"
+#include "trainrt/kernels/cpu/reduce_util.h"
+#include "trainrt/kernels/cpu/reduction_grad_kernels.h"
+#include "trainrt/kernels/kernel.h"
+
+namespace trainrt {
+namespace {
+
+constexpr int64_t kMaxColumns = 2048;
+
+template <typename T>
+void softmax_grad_along(bool log, const T* dy, const T* y, T* dx, ReduceGeometry g, ThreadPool& pool) {
+  const int64_t reduce = g.reduce, inner = g.inner;
+  if (inner == 1) {
+    pool.parallel_for(g.outer, rows_per_task(reduce), [&](int64_t begin, int64_t end) {
+      for (int64_t o = begin; o < end; ++o) {
+        const int64_t off = o * reduce;
+        if (log) log_softmax_grad_row(dy + off, y + off, dx + off, row_sum(dy + off, reduce), reduce);
+        else softmax_grad_row(dy + off, y + off, dx + off, row_dot(dy + off, y + off, reduce), reduce);
+      }
+    });
+    return;
+  }
+  // Tiles of (outer index, up to kMaxColumns columns): the column sums stay in L1.
+  const int64_t block = std::min(inner, kMaxColumns), blocks = (inner + block - 1) / block;
+  const int64_t grain = std::max<int64_t>(1, kMinTaskElements / std::max<int64_t>(1, reduce * block));
+  pool.parallel_for(g.outer * blocks, grain, [&](int64_t begin, int64_t end) {
+    T* s = scratch<T>(0, block);
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t o = t / blocks, j0 = (t % blocks) * block, n = std::min(block, inner - j0);
+      const int64_t off = o * reduce * inner + j0;
+      std::fill(s, s + n, T(0));
+      if (log) cols_add(s, dy + off, reduce, inner, n);
+      else cols_add_prod(s, dy + off, y + off, reduce, inner, n);
+      for (int64_t r = 0; r < reduce; ++r) {
+        const int64_t row = off + r * inner;
+        if (log) log_softmax_grad_cols(dy + row, y + row, dx + row, s, n);
+        else softmax_grad_cols(dy + row, y + row, dx + row, s, n);
+      }
+    }
+  });
+}
+
+template <typename T>
+KernelFn make_softmax_grad(const Node& node) {
+  const bool log = node.op_type() == "LogSoftmaxGrad";
+  const int64_t axis_attr = node.attr_int("axis", -1);
+  const std::string name = node.describe();
+  return [log, axis_attr, name](KernelContext& ctx) {
+    const Tensor& dy = ctx.in(0);
+    const Tensor& y = ctx.in(1);
+    if (dy.dims() != y.dims())
+      throw ShapeError(fmt(name, ": input 0 (dY) has shape ", to_string(dy.dims()), ", input 1 (Y) has shape ",
+                           to_string(y.dims()), "; they must match"));
+    if (axis_attr < -y.rank() || axis_attr >= y.rank())
+      throw ShapeError(fmt(name, ": axis ", axis_attr, " is out of range for shape ", to_string(y.dims())));
+    const ReduceGeometry g = axis_geometry(y.dims(), normalize_axis(axis_attr, y.rank()));
+    softmax_grad_along<T>(log, dy.data<T>(), y.data<T>(), ctx.out(0).data<T>(), g, ctx.threads());
+  };
+}
+
+}  // namespace
+
+void register_softmax_grad_kernels(KernelTable& t) {
+  for (const char* op : {"SoftmaxGrad", "LogSoftmaxGrad"}) {
+    t.add(kTrainrtDomain, op, DType::kF32, make_softmax_grad<float>);
+    t.add(kTrainrtDomain, op, DType::kF64, make_softmax_grad<double>);
+  }
+}
+
+}  // namespace trainrt
