@@ -14,7 +14,7 @@ namespace trainrt::cli {
 
 int inspect_command(const Args& args) {
   if (args.positional.size() != 1) throw Error("usage: trainrt inspect MODEL.onnx [--dim NAME=VALUE]...");
-  std::shared_ptr<Graph> graph = import_onnx_file(args.positional[0]);
+  std::shared_ptr<Graph> graph = import_onnx(args.positional[0]);
 
   std::map<std::string, int> histogram;
   for (const Node* n : graph->nodes()) histogram[n->domain().empty() ? n->op_type() : n->domain() + "::" + n->op_type()]++;

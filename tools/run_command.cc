@@ -15,7 +15,7 @@ int run_command(const Args& args) {
     throw Error("usage: trainrt run MODEL.onnx [--dim NAME=VALUE]... [--profile trace.json] [--repeat N]");
   SessionOptions options;
   options.profile = args.has("--profile");
-  Session session(import_onnx_file(args.positional[0]), options);
+  Session session(import_onnx(args.positional[0]), options);
 
   auto dims = parse_dims(args);
   std::vector<Tensor> inputs;
