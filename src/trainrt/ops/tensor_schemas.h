@@ -28,6 +28,7 @@ void register_reshape_schemas(OpRegistry& r);
 void register_select_schemas(OpRegistry& r);
 // Shape, Size, Constant, ConstantOfShape, Range, Trilu, Dropout.
 void register_source_schemas(OpRegistry& r);
+void register_gather_elements_schema(OpRegistry& r);  // GatherElements
 
 enum class ArgState { kAbsent, kUnknown, kKnown };
 

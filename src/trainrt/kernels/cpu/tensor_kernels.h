@@ -13,6 +13,7 @@ class KernelTable;
 void register_select_kernels(KernelTable& t);     // Gather, Concat, Split, Slice
 void register_transpose_kernels(KernelTable& t);  // Transpose, Expand, Tile
 void register_dropout_kernels(KernelTable& t);    // Dropout
+void register_gather_elements_kernels(KernelTable& t);  // GatherElements
 // tensor_kernels.cc itself: Reshape, Flatten, Squeeze, Unsqueeze, Shape, Size, Constant,
 // ConstantOfShape, Range, Trilu.
 

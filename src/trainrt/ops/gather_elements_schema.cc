@@ -1,0 +1,26 @@
+// GatherElements (ONNX opset 11/13): out[i][j][k] = data[index[i][j][k]][j][k] for axis 0, and so
+// on for the other axes. The output has the shape of `indices`; indices may be negative.
+#include "trainrt/ops/tensor_schemas.h"
+
+namespace trainrt {
+namespace {
+
+void infer_gather_elements(InferenceContext& ctx) {
+  ctx.expect_dtype(1, {DType::kI64, DType::kI32});
+  const Shape& data = ctx.input_shape(0);
+  const Shape& indices = ctx.input_shape(1);
+  if (data.rank_known && indices.rank_known) {
+    if (data.rank() != indices.rank())
+      ctx.fail(fmt("data ", to_string(data), " and indices ", to_string(indices), " must have the same rank"));
+    checked_axis(ctx, ctx.node().attr_int("axis", 0), data.rank(), "axis");
+  }
+  ctx.set_output(0, ctx.input_dtype(0), indices);
+}
+
+}  // namespace
+
+void register_gather_elements_schema(OpRegistry& r) {
+  r.add({.domain = "", .name = "GatherElements", .min_inputs = 2, .max_inputs = 2, .infer = infer_gather_elements});
+}
+
+}  // namespace trainrt
