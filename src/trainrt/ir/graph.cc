@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "trainrt/core/error.h"
 
@@ -114,6 +115,7 @@ Node* Graph::add_node_with_outputs(const std::string& op_type, const std::vector
   n->op_type_ = op_type;
   n->domain_ = std::string(domain);
   n->name_ = node_name.empty() ? unique_node_name(op_type) : std::move(node_name);
+  node_names_.insert(n->name_);
   n->inputs_ = inputs;
   for (int i = 0; i < static_cast<int>(inputs.size()); ++i)
     if (inputs[i]) inputs[i]->uses.push_back({n, i});
@@ -130,7 +132,11 @@ Node* Graph::add_node_with_outputs(const std::string& op_type, const std::vector
 }
 
 std::string Graph::unique_node_name(const std::string& op_type) {
-  return op_type + "_" + std::to_string(next_node_id_++);
+  std::string name;
+  do {
+    name = op_type + "_" + std::to_string(next_node_id_++);
+  } while (node_names_.count(name));
+  return name;
 }
 
 void Graph::remove_node(Node* n) {

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -140,6 +141,7 @@ class Graph {
  private:
   std::string unique_node_name(const std::string& op_type);
   int next_node_id_ = 0;
+  std::multiset<std::string> node_names_;  // generated names avoid every name ever given
   std::vector<std::unique_ptr<Node>> nodes_;
   std::vector<std::unique_ptr<Value>> values_;
   std::map<std::string, Value*> by_name_;

@@ -10,9 +10,12 @@ namespace {
 StringStringEntryProto decode_entry(WireReader r) {
   StringStringEntryProto e;
   while (r.next()) {
-    if (r.field() == 1) e.key = r.read_string();
-    else if (r.field() == 2) e.value = r.read_string();
-    else r.skip();
+    if (r.field() == 1)
+      e.key = r.read_string();
+    else if (r.field() == 2)
+      e.value = r.read_string();
+    else
+      r.skip();
   }
   return e;
 }
@@ -20,9 +23,12 @@ StringStringEntryProto decode_entry(WireReader r) {
 OperatorSetIdProto decode_opset(WireReader r) {
   OperatorSetIdProto o;
   while (r.next()) {
-    if (r.field() == 1) o.domain = r.read_string();
-    else if (r.field() == 2) o.version = r.read_int64();
-    else r.skip();
+    if (r.field() == 1)
+      o.domain = r.read_string();
+    else if (r.field() == 2)
+      o.version = r.read_int64();
+    else
+      r.skip();
   }
   return o;
 }
@@ -32,12 +38,18 @@ void decode_tensor_into(WireReader r, TensorProto& t) {
     switch (r.field()) {
       case 1: r.read_repeated(t.dims); break;
       case 2: t.data_type = r.read_int32(); break;
-      case 3: t.has_segment = true; r.skip(); break;
+      case 3:
+        t.has_segment = true;
+        r.skip();
+        break;
       case 4: r.read_repeated(t.float_data); break;
       case 5: r.read_repeated(t.int32_data); break;
       case 7: r.read_repeated(t.int64_data); break;
       case 8: t.name = r.read_string(); break;
-      case 9: t.raw_data = r.read_bytes(); t.has_raw_data = true; break;
+      case 9:
+        t.raw_data = r.read_bytes();
+        t.has_raw_data = true;
+        break;
       case 10: r.read_repeated(t.double_data); break;
       case 13: t.external_data.push_back(decode_entry(r.read_message())); break;
       case 14: t.data_location = r.read_int32(); break;
@@ -69,8 +81,10 @@ void decode_tensor_type(WireReader r, TypeProto& type) {
       type.has_shape = true;
       WireReader shape = r.read_message();
       while (shape.next()) {
-        if (shape.field() == 1) type.dims.push_back(decode_dimension(shape.read_message()));
-        else shape.skip();
+        if (shape.field() == 1)
+          type.dims.push_back(decode_dimension(shape.read_message()));
+        else
+          shape.skip();
       }
     } else {
       r.skip();
@@ -82,12 +96,30 @@ TypeProto decode_type(WireReader r) {
   TypeProto type;
   while (r.next()) {
     switch (r.field()) {
-      case 1: type.kind = TypeProto::Kind::kTensor; decode_tensor_type(r.read_message(), type); break;
-      case 4: type.kind = TypeProto::Kind::kSequence; r.skip(); break;
-      case 5: type.kind = TypeProto::Kind::kMap; r.skip(); break;
-      case 7: type.kind = TypeProto::Kind::kOpaque; r.skip(); break;
-      case 8: type.kind = TypeProto::Kind::kSparseTensor; r.skip(); break;
-      case 9: type.kind = TypeProto::Kind::kOptional; r.skip(); break;
+      case 1:
+        type.kind = TypeProto::Kind::kTensor;
+        decode_tensor_type(r.read_message(), type);
+        break;
+      case 4:
+        type.kind = TypeProto::Kind::kSequence;
+        r.skip();
+        break;
+      case 5:
+        type.kind = TypeProto::Kind::kMap;
+        r.skip();
+        break;
+      case 7:
+        type.kind = TypeProto::Kind::kOpaque;
+        r.skip();
+        break;
+      case 8:
+        type.kind = TypeProto::Kind::kSparseTensor;
+        r.skip();
+        break;
+      case 9:
+        type.kind = TypeProto::Kind::kOptional;
+        r.skip();
+        break;
       default: r.skip(); break;
     }
   }
@@ -97,9 +129,12 @@ TypeProto decode_type(WireReader r) {
 ValueInfoProto decode_value_info(WireReader r) {
   ValueInfoProto v;
   while (r.next()) {
-    if (r.field() == 1) v.name = r.read_string();
-    else if (r.field() == 2) v.type = decode_type(r.read_message());
-    else r.skip();
+    if (r.field() == 1)
+      v.name = r.read_string();
+    else if (r.field() == 2)
+      v.type = decode_type(r.read_message());
+    else
+      r.skip();
   }
   return v;
 }
@@ -146,8 +181,9 @@ void decode_attribute_into(WireReader r, AttributeProto& a) {
 // Decodes one attribute into `attrs`, naming it (as far as it was read) when it is malformed.
 void decode_attribute_at(WireReader& r, std::vector<AttributeProto>& attrs) {
   AttributeProto& a = attrs.emplace_back();
-  with_context([&] { return fmt("attribute #", attrs.size() - 1, a.name.empty() ? "" : " '" + a.name + "'"); },
-               [&] { decode_attribute_into(r.read_message(), a); });
+  with_context(
+      [&] { return fmt("attribute #", attrs.size() - 1, a.name.empty() ? "" : " '" + a.name + "'"); },
+      [&] { decode_attribute_into(r.read_message(), a); });
 }
 
 void decode_node_into(WireReader r, NodeProto& n) {
@@ -189,8 +225,8 @@ void decode_value_info_at(WireReader& r, std::vector<ValueInfoProto>& infos, con
                [&] { infos.push_back(decode_value_info(r.read_message())); });
 }
 
-GraphProto decode_graph(WireReader r) {
-  GraphProto g;
+// Into an existing graph: a message field seen twice is merged, as protobuf does.
+void decode_graph_into(WireReader r, GraphProto& g) {
   while (r.next()) {
     switch (r.field()) {
       case 1: decode_node_at(r, g.node); break;
@@ -200,11 +236,13 @@ GraphProto decode_graph(WireReader r) {
       case 11: decode_value_info_at(r, g.input, "graph input"); break;
       case 12: decode_value_info_at(r, g.output, "graph output"); break;
       case 13: decode_value_info_at(r, g.value_info, "value_info"); break;
-      case 15: ++g.sparse_initializer_count; r.skip(); break;
+      case 15:
+        ++g.sparse_initializer_count;
+        r.skip();
+        break;
       default: r.skip(); break;
     }
   }
-  return g;
 }
 
 FunctionProto decode_function(WireReader r) {
@@ -250,8 +288,10 @@ WireWriter encode_type(const TypeProto& type) {
     WireWriter shape;
     for (const DimensionProto& d : type.dims) {
       WireWriter dim;
-      if (d.has_value) dim.write_int64(1, d.value);
-      else if (!d.param.empty()) dim.write_string(2, d.param);
+      if (d.has_value)
+        dim.write_int64(1, d.value);
+      else if (!d.param.empty())
+        dim.write_string(2, d.param);
       shape.write_message(1, std::move(dim));
     }
     tensor.write_message(2, std::move(shape));
@@ -285,8 +325,8 @@ WireWriter encode_attribute(const AttributeProto& a) {
     case kAttrStrings:
       for (const std::string& s : a.strings) w.write_string(9, s);
       break;
-    default:
-      throw InternalError(fmt("attribute '", a.name, "': cannot encode attribute type ", a.type));
+    default:  // kinds that are not modelled (graphs, sparse tensors, ...) carry only their type
+      break;
   }
   return w;
 }
@@ -361,7 +401,7 @@ ModelProto decode_model(std::string_view bytes) {
       case 1: m.ir_version = r.read_int64(); break;
       case 2: m.producer_name = r.read_string(); break;
       case 7:
-        with_context([] { return "graph"; }, [&] { m.graph = decode_graph(r.read_message()); });
+        with_context([] { return "graph"; }, [&] { decode_graph_into(r.read_message(), m.graph); });
         m.has_graph = true;
         break;
       case 8: m.opset_import.push_back(decode_opset(r.read_message())); break;

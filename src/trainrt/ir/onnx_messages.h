@@ -94,7 +94,7 @@ struct ValueInfoProto {
 
 struct AttributeProto {
   std::string name;
-  std::string ref_attr_name;  // set in a function body: take the value of the caller's attribute
+  std::string ref_attr_name;      // set in a function body: take the value of the caller's attribute
   int32_t type = kAttrUndefined;  // from the `type` field, or from the value field seen
   float f = 0;
   int64_t i = 0;
@@ -122,7 +122,7 @@ struct GraphProto {
 struct FunctionProto {
   std::string name, domain, overload;
   std::vector<std::string> input, output;
-  std::vector<std::string> attribute;         // attribute names without a default
+  std::vector<std::string> attribute;           // attribute names without a default
   std::vector<AttributeProto> attribute_proto;  // attributes with a default value
   std::vector<NodeProto> node;
   std::vector<OperatorSetIdProto> opset_import;

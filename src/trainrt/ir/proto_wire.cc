@@ -31,21 +31,19 @@ WireReader::WireReader(std::string_view bytes, int depth, size_t base)
 
 void WireReader::fail(std::string_view what) const {
   if (field_ == 0) throw InvalidModel(fmt("malformed protobuf at byte ", base_ + pos_, ": ", what));
-  throw InvalidModel(
-      fmt("malformed protobuf at byte ", field_offset(), " (field ", field_, "): ", what));
+  throw InvalidModel(fmt("malformed protobuf at byte ", field_offset(), " (field ", field_, "): ", what));
 }
 
 uint64_t WireReader::raw_varint() {
   uint64_t v = 0;
-  for (int shift = 0; shift < 64; shift += 7) {
+  for (int shift = 0;; shift += 7) {
     if (pos_ >= end_) fail("varint runs past the end");
     uint8_t b = static_cast<uint8_t>(bytes_[pos_++]);
-    // The tenth byte may only carry the top bit of a 64-bit value.
-    if (shift == 63 && b > 1) fail("varint overflows 64 bits");
+    // The tenth byte may only carry the top bit of a 64-bit value, and must be the last.
+    if (shift == 63 && b > 1) fail("varint is longer than 10 bytes or overflows 64 bits");
     v |= static_cast<uint64_t>(b & 0x7f) << shift;
     if (!(b & 0x80)) return v;
   }
-  fail("varint is longer than 10 bytes");
 }
 
 template <typename T>
@@ -74,8 +72,7 @@ bool WireReader::next() {
 }
 
 void WireReader::expect(WireType t) const {
-  if (type_ != t)
-    fail(fmt("wire type is ", wire_type_name(type_), ", expected ", wire_type_name(t)));
+  if (type_ != t) fail(fmt("wire type is ", wire_type_name(type_), ", expected ", wire_type_name(t)));
 }
 
 uint64_t WireReader::read_varint() {
