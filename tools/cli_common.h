@@ -34,5 +34,6 @@ std::string human_bytes(double bytes);
 
 int inspect_command(const Args& args);
 int run_command(const Args& args);
+int train_command(const Args& args);
 
 }  // namespace trainrt::cli

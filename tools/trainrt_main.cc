@@ -12,7 +12,10 @@ constexpr const char* kUsage =
     "usage: trainrt <command> [args]\n"
     "  inspect MODEL.onnx [--dim NAME=VALUE]...   op histogram, parameters, shapes, planned memory\n"
     "  run MODEL.onnx [--dim NAME=VALUE]... [--profile trace.json] [--repeat N]\n"
-    "                                             run on random inputs: output shapes, time, memory\n";
+    "                                             run on random inputs: output shapes, time, memory\n"
+    "  train MODEL.onnx --data DATA.safetensors --input NAME --label NAME --loss cross_entropy|mse\n"
+    "        --optimizer sgd|adamw --lr LR --batch B --steps N [--weight-decay W] [--no-shuffle] [--save DIR]\n"
+    "                                             train from C++ alone (see trainrt train --help)\n";
 
 }  // namespace
 
@@ -23,9 +26,10 @@ int main(int argc, char** argv) {
   }
   try {
     std::string command = argv[1];
-    auto args = trainrt::cli::parse_args(argc, argv, 2, {"--profile"});
+    auto args = trainrt::cli::parse_args(argc, argv, 2, {"--profile", "--no-shuffle"});
     if (command == "inspect") return trainrt::cli::inspect_command(args);
     if (command == "run") return trainrt::cli::run_command(args);
+    if (command == "train") return trainrt::cli::train_command(args);
     std::fprintf(stderr, "trainrt: unknown command '%s'\n%s", command.c_str(), kUsage);
     return 2;
   } catch (const trainrt::Error& e) {
