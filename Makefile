@@ -39,7 +39,7 @@ cpp-test: build
 	$(VENV)/bin/ctest --test-dir $(BUILD) --output-on-failure
 
 py-test: build
-	$(PY) -m pytest tests/python -q -m "not slow"
+	TRAINRT_CLI=$(CURDIR)/$(BUILD)/trainrt $(PY) -m pytest tests/python -q -m "not slow"
 
 conformance: build
 	$(PY) -m trainrt.conformance
@@ -47,7 +47,7 @@ conformance: build
 # Everything: C++ units, Python tests (slow ones included), ONNX conformance.
 test: build
 	$(VENV)/bin/ctest --test-dir $(BUILD) --output-on-failure
-	$(PY) -m pytest tests/python -q
+	TRAINRT_CLI=$(CURDIR)/$(BUILD)/trainrt $(PY) -m pytest tests/python -q
 	$(PY) -m trainrt.conformance
 
 # The quick subset for iteration: C++ units and the Python tests not marked slow.
