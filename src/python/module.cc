@@ -7,4 +7,5 @@ NB_MODULE(_C, m) {
   m.doc() = "TrainRT engine (C++). Use the trainrt package, not this module directly.";
   trainrt::python::bind_errors(m);
   trainrt::python::bind_session(m);
+  trainrt::python::bind_training(m);
 }

@@ -97,8 +97,12 @@ void pow_base_grad_constant(GradContext& ctx, double e) {
   Value* dy = ctx.output_grad(0);
   if (e == 0) return;
   Value* slope = nullptr;  // e X^(e-1)
-  if (e == 2) slope = ctx.emit("Mul", {x, ctx.scalar_like(x, 2)});
-  else if (e != 1) slope = ctx.emit("Mul", {ctx.emit("Pow", {x, ctx.scalar_like(ctx.input(1), e - 1)}), ctx.scalar_like(x, e)});
+  if (e == 2) {
+    slope = ctx.emit("Mul", {x, ctx.scalar_like(x, 2)});
+  } else if (e != 1) {
+    Value* power = ctx.emit("Pow", {x, ctx.scalar_like(ctx.input(1), e - 1)});
+    slope = ctx.emit("Mul", {power, ctx.scalar_like(x, e)});
+  }
   set_broadcast_grad(ctx, 0, slope ? ctx.emit("Mul", {dy, slope}) : dy);
 }
 

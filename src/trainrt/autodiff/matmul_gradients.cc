@@ -23,8 +23,8 @@ Value* gemm(GradContext& ctx, Value* a, Value* b, bool trans_a, bool trans_b, fl
 }
 
 Value* fused_matmul(GradContext& ctx, Value* a, Value* b, bool trans_a, bool trans_b) {
-  return ctx.emit("FusedMatMul", {a, b}, {{"transA", Attribute::of_int(trans_a)}, {"transB", Attribute::of_int(trans_b)}},
-                  kTrainrtDomain);
+  return ctx.emit("FusedMatMul", {a, b},
+                  {{"transA", Attribute::of_int(trans_a)}, {"transB", Attribute::of_int(trans_b)}}, kTrainrtDomain);
 }
 
 // v (..., K) as a matrix (prod(...), K); symbolic batch dims stay symbolic.

@@ -38,10 +38,16 @@ namespace {
 
 Attribute ints(std::vector<int64_t> v) { return Attribute::of_ints(std::move(v)); }
 
-// Reshape, Flatten, Squeeze, Unsqueeze (either opset form of their axes): dX = Reshape(dY, dims(X)).
+// Reshape, Flatten, Squeeze, Unsqueeze (either opset form of their axes): dX = Reshape(dY, dims(X)),
+// or dY itself when it provably has X's shape already (equal static dims or equal symbols).
 void reshape_like_grad(GradContext& ctx) {
   Value* x = ctx.input(0);
-  ctx.set_input_grad(0, with_shape_of(ctx.emit("Reshape", {ctx.output_grad(0), dims_of(ctx, x)}), x));
+  Value* dy = ctx.output_grad(0);
+  if (x->shape.rank_known && dy->shape == x->shape) {
+    ctx.set_input_grad(0, dy);
+    return;
+  }
+  ctx.set_input_grad(0, with_shape_of(ctx.emit("Reshape", {dy, dims_of(ctx, x)}), x));
 }
 
 // Y = Transpose(X, perm): Y's axis i is X's axis perm[i], so X's axis perm[i] is dY's axis i.

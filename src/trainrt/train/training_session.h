@@ -53,6 +53,7 @@ class TrainingSession {
   TrainingSession(std::shared_ptr<Graph> graph, TrainingConfig config);
   TrainingSession(const TrainingSession&) = delete;
   TrainingSession& operator=(const TrainingSession&) = delete;
+  TrainingSession(TrainingSession&&) = default;
 
   // Forward and backward on one micro-batch (one tensor per graph input); returns the loss.
   float train_step(const std::vector<Tensor>& inputs);

@@ -35,6 +35,31 @@ void copy_row(const std::byte* src, std::byte* dst, int64_t n, int64_t stride, s
   }
 }
 
+template <typename U>
+void scatter_strided_row(const std::byte* src, std::byte* dst, int64_t n, int64_t stride) {
+  const U* s = reinterpret_cast<const U*>(src);
+  U* d = reinterpret_cast<U*>(dst);
+  for (int64_t i = 0; i < n; ++i) d[i * stride] = s[i];
+}
+
+// One contiguous input row of n elements written with `stride` (elements) into dst.
+void scatter_row(const std::byte* src, std::byte* dst, int64_t n, int64_t stride, size_t elem_size) {
+  if (stride == 1) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * elem_size);
+    return;
+  }
+  switch (elem_size) {
+    case 1: return scatter_strided_row<uint8_t>(src, dst, n, stride);
+    case 2: return scatter_strided_row<uint16_t>(src, dst, n, stride);
+    case 4: return scatter_strided_row<uint32_t>(src, dst, n, stride);
+    case 8: return scatter_strided_row<uint64_t>(src, dst, n, stride);
+    default:
+      for (int64_t i = 0; i < n; ++i)
+        std::memcpy(dst + i * stride * static_cast<int64_t>(elem_size),
+                    src + static_cast<size_t>(i) * elem_size, elem_size);
+  }
+}
+
 }  // namespace
 
 std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& dims) {
@@ -63,23 +88,19 @@ int64_t rows_per_chunk(size_t row_bytes) {
   return static_cast<int64_t>(kChunkBytes / (row_bytes ? row_bytes : 1)) + 1;
 }
 
-void strided_copy(const void* src, void* dst, std::vector<int64_t> dims, std::vector<int64_t> strides,
-                  size_t elem_size, ThreadPool& pool) {
-  const int64_t n = numel_of(dims);
-  if (n == 0) return;
-  coalesce_dims(dims, strides);
-  const auto* s = static_cast<const std::byte*>(src);
-  auto* d = static_cast<std::byte*>(dst);
-  if (dims.empty()) {
-    std::memcpy(d, s, elem_size);
-    return;
-  }
+namespace {
+
+// Walks coalesced (dims, strides) row by row, in parallel chunks of rows: calls
+// row_fn(r, offset, inner, inner_stride) for each contiguous row r (of `inner` elements) with the
+// strided side's element offset of the row's first element.
+template <typename RowFn>
+void for_each_row(const std::vector<int64_t>& dims, const std::vector<int64_t>& strides, size_t elem_size,
+                  ThreadPool& pool, RowFn&& row_fn) {
   const int64_t inner = dims.back(), inner_stride = strides.back();
-  const size_t row_bytes = static_cast<size_t>(inner) * elem_size;
   const size_t outer_rank = dims.size() - 1;
-  const int64_t esize = static_cast<int64_t>(elem_size);
-  pool.parallel_for(n / inner, rows_per_chunk(row_bytes), [&](int64_t begin, int64_t end) {
-    // An odometer over the outer dims, started at row `begin`, tracks the source offset.
+  pool.parallel_for(numel_of(dims) / inner, rows_per_chunk(static_cast<size_t>(inner) * elem_size),
+                    [&](int64_t begin, int64_t end) {
+    // An odometer over the outer dims, started at row `begin`, tracks the strided offset.
     std::vector<int64_t> index(outer_rank);
     int64_t offset = 0;
     for (size_t j = outer_rank, rest = static_cast<size_t>(begin); j-- > 0;) {
@@ -88,8 +109,7 @@ void strided_copy(const void* src, void* dst, std::vector<int64_t> dims, std::ve
       offset += index[j] * strides[j];
     }
     for (int64_t r = begin; r < end; ++r) {
-      std::byte* row = d + static_cast<size_t>(r) * row_bytes;
-      copy_row(s + offset * esize, row, inner, inner_stride, elem_size);
+      row_fn(r, offset, inner, inner_stride);
       for (size_t j = outer_rank; j-- > 0;) {
         offset += strides[j];
         if (++index[j] < dims[j]) break;
@@ -97,6 +117,40 @@ void strided_copy(const void* src, void* dst, std::vector<int64_t> dims, std::ve
         index[j] = 0;
       }
     }
+  });
+}
+
+}  // namespace
+
+void strided_copy(const void* src, void* dst, std::vector<int64_t> dims, std::vector<int64_t> strides,
+                  size_t elem_size, ThreadPool& pool) {
+  if (numel_of(dims) == 0) return;
+  coalesce_dims(dims, strides);
+  const auto* s = static_cast<const std::byte*>(src);
+  auto* d = static_cast<std::byte*>(dst);
+  if (dims.empty()) {
+    std::memcpy(d, s, elem_size);
+    return;
+  }
+  const int64_t esize = static_cast<int64_t>(elem_size);
+  for_each_row(dims, strides, elem_size, pool, [&](int64_t r, int64_t offset, int64_t inner, int64_t stride) {
+    copy_row(s + offset * esize, d + r * inner * esize, inner, stride, elem_size);
+  });
+}
+
+void strided_scatter(const void* src, void* dst, std::vector<int64_t> dims, std::vector<int64_t> strides,
+                     size_t elem_size, ThreadPool& pool) {
+  if (numel_of(dims) == 0) return;
+  coalesce_dims(dims, strides);
+  const auto* s = static_cast<const std::byte*>(src);
+  auto* d = static_cast<std::byte*>(dst);
+  if (dims.empty()) {
+    std::memcpy(d, s, elem_size);
+    return;
+  }
+  const int64_t esize = static_cast<int64_t>(elem_size);
+  for_each_row(dims, strides, elem_size, pool, [&](int64_t r, int64_t offset, int64_t inner, int64_t stride) {
+    scatter_row(s + r * inner * esize, d + offset * esize, inner, stride, elem_size);
   });
 }
 

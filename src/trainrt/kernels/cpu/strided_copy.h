@@ -29,6 +29,12 @@ void coalesce_dims(std::vector<int64_t>& dims, std::vector<int64_t>& strides);
 void strided_copy(const void* src, void* dst, std::vector<int64_t> dims, std::vector<int64_t> strides,
                   size_t elem_size, ThreadPool& pool);
 
+// The inverse walk: src, contiguous with `dims`, is written to dst[i0 * strides[0] + .. + ik *
+// strides[k]] (SliceGrad writes dY into the sliced positions of dX this way). The strides must
+// address distinct elements.
+void strided_scatter(const void* src, void* dst, std::vector<int64_t> dims, std::vector<int64_t> strides,
+                     size_t elem_size, ThreadPool& pool);
+
 // memcpy, split across the pool when large; does nothing when dst == src (in-place views).
 void parallel_copy(void* dst, const void* src, size_t nbytes, ThreadPool& pool);
 

@@ -1,0 +1,355 @@
+// Gradient rules of the shape and data movement family against f64 finite differences: single
+// nodes over attribute and opset variants, graphs with symbolic dims (the rules' run-time shape
+// paths), Split with an unused output, Dropout's mask reuse, and a small GPT-style block.
+#include <gtest/gtest.h>
+
+#include <climits>
+#include <functional>
+#include <iostream>
+
+#include "trainrt/autodiff/gradient_builder.h"
+#include "trainrt/core/error.h"
+#include "trainrt/core/testing.h"
+#include "trainrt/runtime/session.h"
+#include "trainrt/testing/gradient_check.h"
+
+namespace trainrt {
+namespace {
+
+using testing::expect_gradients_match;
+using testing::GradCheckOptions;
+using testing::make_tensor;
+using testing::random_f64;
+
+Attribute int_attr(int64_t v) { return Attribute::of_int(v); }
+Attribute ints_attr(std::vector<int64_t> v) { return Attribute::of_ints(std::move(v)); }
+Tensor i64(std::vector<int64_t> v) { return Tensor::from_i64(v); }
+
+// The worst relative error of each op's checks, printed when a test ends (the checks themselves
+// fail on atol + rtol * |numeric|).
+class WorstErrors {
+ public:
+  ~WorstErrors() {
+    std::cout << "  worst relative error:";
+    for (const auto& [op, e] : worst_) std::cout << " " << op << " " << e;
+    std::cout << "\n";
+  }
+  void check(const NodeSpec& spec, const std::vector<Tensor>& inputs, const GradCheckOptions& options = {}) {
+    SCOPED_TRACE(spec.op + " at opset " + std::to_string(spec.opset));
+    double& w = worst_[spec.op];
+    w = std::max(w, expect_gradients_match(spec, inputs, options));
+  }
+  void record(const std::string& what, double e) { worst_[what] = std::max(worst_[what], e); }
+
+ private:
+  std::map<std::string, double> worst_;
+};
+
+// d loss / d input for the graph inputs `wrt` of the graph `make` builds (output 0: the loss)
+// against central differences, as expect_gradients_match does for one node. Returns the worst
+// relative error.
+double expect_graph_gradients_match(const std::function<std::shared_ptr<Graph>()>& make, std::vector<Tensor> inputs,
+                                    const std::vector<int>& wrt, double rtol = 1e-5, double atol = 1e-7) {
+  auto forward = make();
+  auto joint = make();
+  GradientRequest request{.loss = joint->outputs()[0]->name};
+  for (int i : wrt) request.wrt.push_back(joint->inputs()[static_cast<size_t>(i)]->name);
+  build_gradients(*joint, request);
+  Session forward_session(forward);
+  Session joint_session(joint);
+  const std::vector<Tensor> analytic = joint_session.run(inputs);
+  const size_t first_grad = joint->outputs().size() - wrt.size();
+  const double eps = 1e-6;
+  double worst = 0;
+  for (size_t k = 0; k < wrt.size(); ++k) {
+    Tensor& x = inputs[static_cast<size_t>(wrt[k])];
+    const Tensor& grad = analytic[first_grad + k];
+    EXPECT_EQ(grad.dims(), x.dims()) << "gradient of " << request.wrt[k];
+    if (grad.dims() != x.dims()) continue;
+    int failures = 0;
+    for (int64_t e = 0; e < x.numel(); ++e) {
+      const double saved = x.data<double>()[e];
+      x.data<double>()[e] = saved + eps;
+      const double up = forward_session.run(inputs)[0].to_double(0);
+      x.data<double>()[e] = saved - eps;
+      const double down = forward_session.run(inputs)[0].to_double(0);
+      x.data<double>()[e] = saved;
+      const double numeric = (up - down) / (2 * eps);
+      const double err = std::abs(grad.to_double(e) - numeric);
+      worst = std::max(worst, err / std::max(1e-12, std::abs(numeric)));
+      if (err > atol + rtol * std::abs(numeric) && failures++ < 3)
+        ADD_FAILURE() << "d loss / d " << request.wrt[k] << "[" << e << "] = " << grad.to_double(e)
+                      << " (autodiff) vs " << numeric << " (finite difference)";
+    }
+  }
+  return worst;
+}
+
+// Builds test graphs node by node: b.op("Transpose", {x}, {{"perm", ints_attr({1, 0})}}).
+class GraphBuilder {
+ public:
+  explicit GraphBuilder(int opset = 18) : g_(std::make_shared<Graph>()) { g_->set_opset("", opset); }
+  Value* input(const std::string& name, Shape shape, DType t = DType::kF64) {
+    return g_->add_input(name, t, std::move(shape));
+  }
+  Value* constant(Tensor t) { return g_->add_initializer(g_->unique_name("const"), std::move(t)); }
+  std::vector<Value*> ops(const std::string& op, const std::vector<Value*>& inputs, int outputs,
+                          const std::map<std::string, Attribute>& attrs = {}) {
+    std::vector<std::string> names;
+    for (int o = 0; o < outputs; ++o) names.push_back(g_->unique_name(op + "_out" + std::to_string(o)));
+    Node* n = g_->add_node(op, inputs, names);
+    for (const auto& [k, a] : attrs) n->set_attr(k, a);
+    return n->outputs();
+  }
+  Value* op(const std::string& op, const std::vector<Value*>& inputs,
+            const std::map<std::string, Attribute>& attrs = {}) {
+    return ops(op, inputs, 1, attrs)[0];
+  }
+  // sum(v * v): a loss whose gradient tells every element apart.
+  Value* sum_of_squares(Value* v) { return op("ReduceSum", {op("Mul", {v, v})}, {{"keepdims", int_attr(0)}}); }
+  std::shared_ptr<Graph> finish(Value* loss) {
+    g_->add_output(loss);
+    return g_;
+  }
+
+ private:
+  std::shared_ptr<Graph> g_;
+};
+
+// ---- single nodes ----
+
+TEST(TensorGradients, ReshapeFlattenSqueezeUnsqueezeMatchFiniteDifferences) {
+  WorstErrors worst;
+  const Tensor x = random_f64({2, 3, 4}, 1);
+  worst.check({.op = "Reshape"}, {x, i64({4, -1})});
+  worst.check({.op = "Reshape"}, {x, i64({0, -1, 2})});
+  for (int64_t axis : {0, 2, -1}) worst.check({.op = "Flatten", .attrs = {{"axis", int_attr(axis)}}}, {x});
+  const Tensor ones = random_f64({2, 1, 3, 1}, 2);
+  worst.check({.op = "Squeeze"}, {ones, i64({-1})});
+  worst.check({.op = "Squeeze"}, {ones});  // every size-1 dim
+  worst.check({.op = "Squeeze", .attrs = {{"axes", ints_attr({1})}}, .opset = 11}, {ones});
+  worst.check({.op = "Unsqueeze"}, {random_f64({2, 3}, 3), i64({0, -1})});
+  worst.check({.op = "Unsqueeze", .attrs = {{"axes", ints_attr({1})}}, .opset = 11}, {random_f64({2, 3}, 3)});
+}
+
+TEST(TensorGradients, TransposeMatchesFiniteDifferences) {
+  WorstErrors worst;
+  worst.check({.op = "Transpose"}, {random_f64({2, 3, 4}, 4)});  // default: reversed axes
+  worst.check({.op = "Transpose", .attrs = {{"perm", ints_attr({1, 2, 0})}}}, {random_f64({2, 3, 4}, 5)});
+  worst.check({.op = "Transpose", .attrs = {{"perm", ints_attr({0, 2, 1, 3})}}}, {random_f64({2, 3, 2, 2}, 6)});
+}
+
+TEST(TensorGradients, ConcatAndSplitMatchFiniteDifferences) {
+  WorstErrors worst;
+  worst.check({.op = "Concat", .attrs = {{"axis", int_attr(1)}}},
+              {random_f64({2, 1, 3}, 7), random_f64({2, 4, 3}, 8), random_f64({2, 2, 3}, 9)});
+  worst.check({.op = "Concat", .attrs = {{"axis", int_attr(-1)}}},
+              {random_f64({2, 2}, 10), random_f64({2, 3}, 11), random_f64({2, 1}, 12)});
+  worst.check({.op = "Concat", .attrs = {{"axis", int_attr(0)}}}, {random_f64({1, 3}, 13), random_f64({2, 3}, 14)});
+  const Tensor x = random_f64({2, 6}, 15);
+  worst.check({.op = "Split", .attrs = {{"axis", int_attr(1)}}, .num_outputs = 3}, {x, i64({1, 3, 2})});
+  worst.check({.op = "Split", .attrs = {{"axis", int_attr(-1)}, {"split", ints_attr({2, 4})}}, .num_outputs = 2,
+               .opset = 11},
+              {x});
+  worst.check({.op = "Split", .num_outputs = 2}, {random_f64({4, 3}, 16)});  // equal parts along axis 0
+  worst.check({.op = "Split", .attrs = {{"axis", int_attr(1)}, {"num_outputs", int_attr(3)}}, .num_outputs = 3},
+              {random_f64({2, 7}, 17)});  // Split-18: parts of 3, 3, 1
+}
+
+TEST(TensorGradients, SliceMatchesFiniteDifferences) {
+  WorstErrors worst;
+  const Tensor x = random_f64({4, 5}, 18);
+  worst.check({.op = "Slice"}, {x, i64({-1}), i64({INT64_MIN}), i64({1}), i64({-1})});    // reversed columns
+  worst.check({.op = "Slice"}, {x, i64({1, 0}), i64({100, -1}), i64({-2, 1}), i64({2, 1})});  // clamped end
+  worst.check({.op = "Slice"}, {random_f64({3, 4, 5}, 19), i64({4, -100}), i64({-100, 100}), i64({2, 0}),
+                                i64({-2, 1})});
+  worst.check({.op = "Slice"}, {x, i64({1}), i64({3})});  // no axes, no steps
+  worst.check({.op = "Slice",
+               .attrs = {{"starts", ints_attr({1, -3})}, {"ends", ints_attr({3, 100})}, {"axes", ints_attr({0, -1})}},
+               .opset = 9},
+              {x});
+}
+
+TEST(TensorGradients, GatherMatchesFiniteDifferences) {
+  WorstErrors worst;
+  worst.check({.op = "Gather"}, {random_f64({5, 3}, 20), make_tensor<int64_t>({4}, {1, -4, 4, 1})});  // repeats
+  worst.check({.op = "Gather", .attrs = {{"axis", int_attr(1)}}},
+              {random_f64({2, 6, 3}, 21), make_tensor<int64_t>({2, 2}, {0, 5, -1, 0})});
+  worst.check({.op = "Gather", .attrs = {{"axis", int_attr(-1)}}},
+              {random_f64({3, 4}, 22), make_tensor<int64_t>({}, {2})});  // a scalar index drops the axis
+  worst.check({.op = "Gather"}, {random_f64({4, 3}, 23), make_tensor<int32_t>({3}, {3, 3, -1})});
+}
+
+TEST(TensorGradients, ExpandTileTriluMatchFiniteDifferences) {
+  WorstErrors worst;
+  worst.check({.op = "Expand"}, {random_f64({3, 1}, 24), i64({2, 3, 4})});
+  worst.check({.op = "Expand"}, {random_f64({1}, 25), i64({3})});
+  worst.check({.op = "Expand"}, {random_f64({2, 1, 4}, 26), i64({1, 3, 1})});
+  worst.check({.op = "Tile"}, {random_f64({2, 3, 2}, 27), i64({2, 1, 3})});
+  worst.check({.op = "Tile"}, {random_f64({3}, 28), i64({2})});
+  worst.check({.op = "Tile"}, {random_f64({2, 2}, 29), i64({1, 1})});
+  worst.check({.op = "Trilu"}, {random_f64({3, 4}, 30)});
+  worst.check({.op = "Trilu", .attrs = {{"upper", int_attr(0)}}},
+              {random_f64({3, 4}, 31), Tensor::scalar<int64_t>(-1)});
+  worst.check({.op = "Trilu"}, {random_f64({2, 3, 3}, 32), Tensor::scalar<int64_t>(1)});
+}
+
+// Finite differences need a fixed mask: here Dropout drops nothing (inference, ratio 0, old
+// opsets); the training formula is DropoutGrad's kernel test and the mask test below.
+TEST(TensorGradients, DropoutThatDropsNothingPassesTheGradient) {
+  WorstErrors worst;
+  const Tensor x = random_f64({3, 4}, 33);
+  const GradCheckOptions data_only{.wrt = {0}};
+  worst.check({.op = "Dropout", .num_outputs = 2}, {x, Tensor::scalar<double>(0.3), Tensor::scalar<bool>(false)},
+              data_only);
+  worst.check({.op = "Dropout", .num_outputs = 2}, {x, Tensor::scalar<double>(0.0), Tensor::scalar<bool>(true)},
+              data_only);
+  worst.check({.op = "Dropout"}, {x});  // no training_mode: inference
+  worst.check({.op = "Dropout", .attrs = {{"ratio", Attribute::of_float(0.4f)}}, .num_outputs = 2, .opset = 11}, {x});
+}
+
+// ---- graphs ----
+
+// loss = sum(y0^2) + sum(y2^3); y1 unused, so its part of dX comes from zeros of y1's shape, here
+// (batch, 3) with a symbolic batch: the zeros' dims are read at run time.
+TEST(TensorGradients, SplitWithAnUnusedOutputGetsZerosForIt) {
+  const auto make = [] {
+    GraphBuilder b;
+    Value* x = b.input("x", Shape({Dim::symbolic("batch"), 6}));
+    std::vector<Value*> y = b.ops("Split", {x, b.constant(i64({1, 3, 2}))}, 3, {{"axis", int_attr(1)}});
+    Value* cube = b.op("Mul", {b.op("Mul", {y[2], y[2]}), y[2]});
+    Value* loss = b.op("Add", {b.sum_of_squares(y[0]), b.op("ReduceSum", {cube}, {{"keepdims", int_attr(0)}})});
+    return b.finish(loss);
+  };
+  WorstErrors worst;
+  worst.record("Split", expect_graph_gradients_match(make, {random_f64({2, 6}, 34)}, {0}));
+  // The unused part's gradient is exactly zero.
+  auto g = make();
+  build_gradients(*g, {.loss = g->outputs()[0]->name, .wrt = {"x"}});
+  const Tensor x = random_f64({3, 6}, 35);
+  const Tensor dx = Session(g).run({x})[1];
+  for (int64_t r = 0; r < 3; ++r)
+    for (int64_t c = 1; c < 4; ++c) EXPECT_EQ(dx.data<double>()[r * 6 + c], 0.0) << r << ", " << c;
+}
+
+// Every rule of the family on symbolic dims, where sizes, shapes and pair dims are computed at
+// run time: x (batch, 4) through Transpose, Unsqueeze, Tile, Slice, Concat along the symbolic axis,
+// Gather, Split, Squeeze, Expand to a Shape, Trilu, Flatten and Reshape.
+std::shared_ptr<Graph> symbolic_chain() {
+  GraphBuilder b;
+  Value* x = b.input("x", Shape({Dim::symbolic("batch"), 4}));
+  Value* a = b.op("Transpose", {x}, {{"perm", ints_attr({1, 0})}});                         // (4, batch)
+  Value* c = b.op("Tile", {b.op("Unsqueeze", {a, b.constant(i64({0}))}), b.constant(i64({2, 1, 1}))});  // (2, 4, batch)
+  Value* d = b.op("Slice", {c, b.constant(i64({1})), b.constant(i64({INT64_MAX})),
+                            b.constant(i64({1}))});                                        // (2, 3, batch)
+  Value* e = b.op("Concat", {d, b.op("Mul", {d, d})}, {{"axis", int_attr(-1)}});            // (2, 3, 2 batch)
+  Value* f = b.op("Gather", {e, b.constant(i64({2, 0, -1}))}, {{"axis", int_attr(1)}});     // (2, 3, 2 batch)
+  std::vector<Value*> s = b.ops("Split", {f}, 2, {{"axis", int_attr(-1)}, {"num_outputs", int_attr(2)}});
+  Value* m = b.op("Mul", {s[0], s[1]});                                                      // (2, 3, batch)
+  Value* p = b.op("Squeeze", {b.op("ReduceSum", {m, b.constant(i64({0}))}), b.constant(i64({0}))});  // (3, batch)
+  Value* q = b.op("Expand", {p, b.op("Shape", {m})});                                        // (2, 3, batch)
+  Value* t = b.op("Trilu", {q});
+  Value* flat = b.op("Reshape", {b.op("Flatten", {t}), b.constant(i64({-1}))});
+  return b.finish(b.sum_of_squares(flat));
+}
+
+TEST(TensorGradients, SymbolicDimsChainMatchesFiniteDifferences) {
+  WorstErrors worst;
+  worst.record("symbolic chain", expect_graph_gradients_match(symbolic_chain, {random_f64({3, 4}, 36)}, {0}));
+  auto g = symbolic_chain();
+  build_gradients(*g, {.loss = g->outputs()[0]->name, .wrt = {"x"}});
+  EXPECT_EQ(g->find_value("x_grad")->shape, Shape({Dim::symbolic("batch"), 4}));
+  // One graph, several batch sizes.
+  Session session(g);
+  for (int64_t batch : {1, 5})
+    EXPECT_EQ(session.run({random_f64({batch, 4}, 37)})[1].dims(), (std::vector<int64_t>{batch, 4}));
+}
+
+// y, mask = Dropout(x, 0.5, training); loss = sum(y): d loss / d x = 2 * mask, and y = 2 x * mask,
+// with the mask of the same run.
+TEST(TensorGradients, DropoutBackwardUsesTheForwardsMask) {
+  GraphBuilder b;
+  Value* x = b.input("x", Shape({256}));
+  Value* ratio = b.constant(Tensor::scalar<double>(0.5));
+  std::vector<Value*> y = b.ops("Dropout", {x, ratio, b.constant(Tensor::scalar<bool>(true))}, 2);
+  auto g = b.finish(b.op("ReduceSum", {y[0]}, {{"keepdims", int_attr(0)}}));
+  g->add_output(y[0]);
+  g->add_output(y[1]);
+  build_gradients(*g, {.loss = g->outputs()[0]->name, .wrt = {"x"}});
+  Session session(g);
+  const Tensor xs = random_f64({256}, 38, 0.5, 1.5);
+  for (int run = 0; run < 2; ++run) {  // a fresh mask each run, always the forward's
+    const std::vector<Tensor> out = session.run({xs});  // loss, y, mask, x_grad
+    int64_t kept = 0;
+    for (int64_t i = 0; i < 256; ++i) {
+      const bool keep = out[2].data<bool>()[i];
+      kept += keep;
+      EXPECT_EQ(out[1].data<double>()[i], keep ? 2 * xs.data<double>()[i] : 0.0) << i;
+      EXPECT_EQ(out[3].data<double>()[i], keep ? 2.0 : 0.0) << i;
+    }
+    EXPECT_GT(kept, 64);
+    EXPECT_LT(kept, 192);
+  }
+}
+
+TEST(TensorGradients, TrainingDropoutWithoutMaskOutputNamesTheNode) {
+  GraphBuilder b;
+  Value* x = b.input("x", Shape({4}));
+  Value* mode = b.input("training", Shape::of({}), DType::kBool);
+  Value* y = b.op("Dropout", {x, b.constant(Tensor::scalar<double>(0.5)), mode});
+  auto g = b.finish(b.op("ReduceSum", {y}, {{"keepdims", int_attr(0)}}));
+  try {
+    build_gradients(*g, {.loss = g->outputs()[0]->name, .wrt = {"x"}});
+    FAIL() << "expected UnsupportedOp";
+  } catch (const UnsupportedOp& e) {
+    EXPECT_NE(std::string(e.what()).find(y->producer->name()), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("mask"), std::string::npos) << e.what();
+  }
+}
+
+// A GPT-style attention block, batch and sequence symbolic:
+//   emb = Gather(wte, tokens)                                  (B, T, C)
+//   h = LayerNormalization(emb, scale, bias)                   (B, T, C)
+//   q, k, v = h @ wq, h @ wk, h @ wv -> heads                  (B, H, T, D), k as (B, H, D, T)
+//   att = Softmax(q @ k / sqrt(D)) @ v -> (B, T, H, D) -> (B, T, C)
+//   out = emb + att @ wo;  loss = ReduceSum(out * probe)
+std::shared_ptr<Graph> attention_block() {
+  constexpr int64_t kC = 8, kH = 2, kD = 4;
+  GraphBuilder b;
+  const Dim batch = Dim::symbolic("B"), seq = Dim::symbolic("T");
+  Value* tokens = b.input("tokens", Shape({batch, seq}), DType::kI64);
+  Value* wte = b.input("wte", Shape({7, kC}));
+  Value* scale = b.input("ln_scale", Shape({kC}));
+  Value* bias = b.input("ln_bias", Shape({kC}));
+  Value* wq = b.input("wq", Shape({kC, kC}));
+  Value* wk = b.input("wk", Shape({kC, kC}));
+  Value* wv = b.input("wv", Shape({kC, kC}));
+  Value* wo = b.input("wo", Shape({kC, kC}));
+  Value* emb = b.op("Gather", {wte, tokens});
+  Value* h = b.op("LayerNormalization", {emb, scale, bias}, {{"axis", int_attr(-1)}});
+  Value* heads_dims = b.constant(i64({0, 0, kH, kD}));
+  const auto heads = [&](Value* w, std::vector<int64_t> perm) {
+    return b.op("Transpose", {b.op("Reshape", {b.op("MatMul", {h, w}), heads_dims})}, {{"perm", ints_attr(perm)}});
+  };
+  Value* q = heads(wq, {0, 2, 1, 3});
+  Value* k = heads(wk, {0, 2, 3, 1});
+  Value* v = heads(wv, {0, 2, 1, 3});
+  Value* logits = b.op("Mul", {b.op("MatMul", {q, k}), b.constant(Tensor::scalar<double>(0.5))});  // 1 / sqrt(D)
+  Value* att = b.op("MatMul", {b.op("Softmax", {logits}, {{"axis", int_attr(-1)}}), v});
+  Value* merged = b.op("Reshape", {b.op("Transpose", {att}, {{"perm", ints_attr({0, 2, 1, 3})}}),
+                                   b.constant(i64({0, 0, kC}))});
+  Value* out = b.op("Add", {emb, b.op("MatMul", {merged, wo})});
+  Value* probe = b.constant(random_f64({kC}, 40));
+  return b.finish(b.op("ReduceSum", {b.op("Mul", {out, probe})}, {{"keepdims", int_attr(0)}}));
+}
+
+TEST(TensorGradients, GptStyleBlockMatchesFiniteDifferences) {
+  std::vector<Tensor> inputs{make_tensor<int64_t>({2, 3}, {1, 6, 1, -2, 0, 3}), random_f64({7, 8}, 41),
+                             random_f64({8}, 42, 0.5, 1.5), random_f64({8}, 43)};
+  for (uint32_t seed : {44, 45, 46, 47}) inputs.push_back(random_f64({8, 8}, seed));
+  WorstErrors worst;
+  worst.record("GPT block", expect_graph_gradients_match(attention_block, inputs, {1, 2, 3, 4, 5, 6, 7}));
+}
+
+}  // namespace
+}  // namespace trainrt

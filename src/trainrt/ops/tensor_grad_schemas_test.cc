@@ -1,0 +1,80 @@
+// Plan-time inference of the data movement family's gradient ops (SliceGrad, GatherGrad,
+// DropoutGrad): dX's dims from a shape value when it is known, its rank from the shape's length
+// when only that is, and the dtype and rank checks. Kernels: kernels/cpu/tensor_grad_kernels_test.cc.
+#include <gtest/gtest.h>
+
+#include "trainrt/ops/op_schema.h"
+
+namespace trainrt {
+namespace {
+
+// Infers one TrainRT-domain node over graph inputs (unknown values) and initializers (known).
+class GradNode {
+ public:
+  Value* input(DType t, Shape s) { return g_.add_input(fmt("x", n_++), t, std::move(s)); }
+  Value* ints(const std::vector<int64_t>& v) {
+    return g_.add_initializer(fmt("c", n_++), Tensor::from_i64(v));
+  }
+
+  InferenceContext::Output infer(const std::string& op, const std::vector<Value*>& inputs,
+                                 std::map<std::string, Attribute> attrs = {}) {
+    Node* node = g_.add_node(op, inputs, {fmt("y", n_++)}, kTrainrtDomain);
+    for (auto& [name, a] : attrs) node->set_attr(name, a);
+    std::vector<InferenceContext::Input> ins;
+    for (Value* v : inputs) {
+      InferenceContext::Input in;
+      if (v) {
+        in.dtype = v->dtype;
+        in.shape = &v->shape;
+        in.value = v->data.defined() ? &v->data : nullptr;
+      }
+      ins.push_back(in);
+    }
+    InferenceContext ctx(*node, std::move(ins));
+    infer_node(OpRegistry::global().require(*node), ctx);
+    return ctx.output(0);
+  }
+
+ private:
+  Graph g_;
+  int n_ = 0;
+};
+
+const Dim kBatch = Dim::symbolic("batch");
+
+TEST(TensorGradSchemas, SliceGradTakesItsDimsFromTheShapeInput) {
+  GradNode n;
+  Value* dy = n.input(DType::kF32, Shape({kBatch, 2}));
+  Value* s = n.ints({0});
+  auto known = n.infer("SliceGrad", {dy, n.ints({4, 5}), s, n.ints({2})});
+  EXPECT_EQ(known.dtype, DType::kF32);
+  EXPECT_EQ(to_string(known.shape), "(4, 5)");
+  Value* dims = n.input(DType::kI64, Shape({2}));  // Shape(X) of a symbolic X: only its length is known
+  EXPECT_EQ(to_string(n.infer("SliceGrad", {dy, dims, s, s}).shape), "(?, ?)");
+  EXPECT_THROW(n.infer("SliceGrad", {dy, n.ints({4, 5, 6}), s, s}), ShapeError);  // rank of dY differs
+  EXPECT_THROW(n.infer("SliceGrad", {n.input(DType::kI64, Shape({2})), dims, s, s}), ShapeError);
+}
+
+TEST(TensorGradSchemas, GatherGradChecksAxisAndDyRank) {
+  GradNode n;
+  Value* indices = n.input(DType::kI64, Shape({kBatch, 3}));
+  Value* dy = n.input(DType::kF64, Shape({kBatch, 3, 8}));
+  auto out = n.infer("GatherGrad", {n.ints({50, 8}), indices, dy});
+  EXPECT_EQ(out.dtype, DType::kF64);
+  EXPECT_EQ(to_string(out.shape), "(50, 8)");
+  EXPECT_THROW(n.infer("GatherGrad", {n.ints({50, 8}), indices, dy}, {{"axis", Attribute::of_int(2)}}), ShapeError);
+  EXPECT_THROW(n.infer("GatherGrad", {n.ints({50, 8, 2}), indices, dy}), ShapeError);  // dY rank 3, expected 4
+  EXPECT_THROW(n.infer("GatherGrad", {n.ints({50, 8}), n.input(DType::kF32, Shape({3})), dy}), ShapeError);
+}
+
+TEST(TensorGradSchemas, DropoutGradHasDyShapeAndNeedsABoolMask) {
+  GradNode n;
+  Value* dy = n.input(DType::kF32, Shape({kBatch, 4}));
+  EXPECT_EQ(to_string(n.infer("DropoutGrad", {dy, n.input(DType::kBool, Shape({kBatch, 4}))}).shape), "(batch, 4)");
+  EXPECT_THROW(n.infer("DropoutGrad", {dy, n.input(DType::kF32, Shape({kBatch, 4}))}), ShapeError);
+  Value* small = n.input(DType::kF32, Shape({2, 4}));
+  EXPECT_THROW(n.infer("DropoutGrad", {small, n.input(DType::kBool, Shape({2, 5}))}), ShapeError);
+}
+
+}  // namespace
+}  // namespace trainrt
