@@ -3,6 +3,10 @@
     import trainrt
     session = trainrt.Session("model.onnx")        # run an ONNX model in the engine
     outputs = session.run([x])                      # numpy / DLPack arrays in, numpy out (zero-copy)
+
+    trainer = trainrt.TrainingSession("mlp.onnx", append_loss="cross_entropy", output="logits",
+                                      label="y", optimizer="adamw", lr=1e-3)
+    loss = trainer.train_step([x, y]); trainer.optimizer_step()
 """
 
 from trainrt._C import (  # noqa: F401  (re-exported API)
@@ -11,6 +15,7 @@ from trainrt._C import (  # noqa: F401  (re-exported API)
     InvalidModel,
     OutOfMemory,
     ShapeError,
+    TrainingSession,
     UnsupportedOp,
     set_log_level,
     supported_ops,

@@ -1,0 +1,183 @@
+// FusedMatMul CPU kernels (fused_matmul_kernels.h).
+//
+// A (..., M, K) or stored (..., K, M) with transA; B (..., K, N) or stored (..., N, K) with
+// transB; Y (batch..., M, N). The batch dims are planned as MatMul's kernel plans them: size-1
+// dims dropped, broadcast dims given stride 0, contiguous runs merged, and the innermost one left
+// to gemm_f32_batched. A B shared by a contiguous, untransposed A (dA = dY @ W^T of a Linear
+// layer's batched input) is one product with the batch folded into M.
+#include <algorithm>
+#include <array>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "trainrt/core/error.h"
+#include "trainrt/kernels/cpu/elementwise.h"
+#include "trainrt/kernels/cpu/fused_matmul_kernels.h"
+#include "trainrt/kernels/cpu/gemm.h"
+#include "trainrt/kernels/kernel.h"
+
+namespace trainrt {
+namespace {
+
+struct Attrs {
+  std::string where;
+  bool trans_a, trans_b;
+  float alpha;
+};
+
+// One batch dim after broadcasting: its size and the element strides stepping A, B and Y to the
+// next matrix along it (0 where A or B is broadcast).
+struct BatchDim {
+  int64_t size, stride_a, stride_b, stride_c;
+};
+
+struct ProductPlan {
+  int64_t m = 1, n = 1, k = 1;
+  int64_t lda = 1, ldb = 1;     // row strides of A and B as stored (>= 1, as BLAS wants)
+  std::vector<BatchDim> batch;  // outermost first
+};
+
+// The concrete-shape counterpart of the schema's inference, with the same checks (a dim that was
+// symbolic when the plan was built is checked here).
+ProductPlan plan_product(const Attrs& at, const std::vector<int64_t>& a, const std::vector<int64_t>& b,
+                         const std::vector<int64_t>& out) {
+  if (a.size() < 2 || b.size() < 2)
+    throw ShapeError(fmt(at.where, ": FusedMatMul needs rank >= 2, got shapes ", to_string(a), " and ", to_string(b)));
+  const size_t ra = a.size(), rb = b.size();
+  ProductPlan p;
+  p.m = a[at.trans_a ? ra - 1 : ra - 2];
+  p.k = a[at.trans_a ? ra - 2 : ra - 1];
+  p.n = b[at.trans_b ? rb - 2 : rb - 1];
+  const int64_t k_b = b[at.trans_b ? rb - 1 : rb - 2];
+  if (p.k != k_b)
+    throw ShapeError(fmt(at.where, ": inner dims differ: input 0 ", to_string(a), " has K = ", p.k, ", input 1 ",
+                         to_string(b), " has K = ", k_b));
+  p.lda = std::max<int64_t>(1, a[ra - 1]);
+  p.ldb = std::max<int64_t>(1, b[rb - 1]);
+  const size_t batch_a = ra - 2, batch_b = rb - 2, rank = std::max(batch_a, batch_b);
+  std::vector<BatchDim> dims(rank);
+  std::vector<int64_t> expected(rank);
+  int64_t stride_a = p.m * p.k, stride_b = p.k * p.n, stride_c = p.m * p.n;
+  for (size_t i = rank; i-- > 0;) {
+    const int64_t da = i + batch_a >= rank ? a[i + batch_a - rank] : 1;
+    const int64_t db = i + batch_b >= rank ? b[i + batch_b - rank] : 1;
+    if (da != db && da != 1 && db != 1)
+      throw ShapeError(fmt(at.where, ": batch dims of input 0 ", to_string(a), " and input 1 ", to_string(b),
+                           " do not broadcast"));
+    const int64_t size = da == 1 ? db : da;
+    dims[i] = {size, da == 1 ? 0 : stride_a, db == 1 ? 0 : stride_b, stride_c};
+    expected[i] = size;
+    stride_a *= da, stride_b *= db, stride_c *= size;
+  }
+  expected.push_back(p.m);
+  expected.push_back(p.n);
+  TRAINRT_CHECK(out == expected, at.where, ": output allocated as ", to_string(out), ", expected ",
+                to_string(expected));
+  for (const BatchDim& d : dims) {
+    if (d.size == 1) continue;
+    BatchDim* outer = p.batch.empty() ? nullptr : &p.batch.back();
+    if (outer && outer->stride_a == d.stride_a * d.size && outer->stride_b == d.stride_b * d.size &&
+        outer->stride_c == d.stride_c * d.size)
+      *outer = {outer->size * d.size, d.stride_a, d.stride_b, d.stride_c};
+    else
+      p.batch.push_back(d);
+  }
+  return p;
+}
+
+// Calls fn(offset_a, offset_b, offset_c, inner) for every index of the outer batch dims; inner is
+// the innermost batch dim (size 1 when there is none), left for a batched product.
+template <typename Fn>
+void for_each_batch_run(const ProductPlan& p, Fn&& fn) {
+  const BatchDim inner = p.batch.empty() ? BatchDim{1, 0, 0, 0} : p.batch.back();
+  const size_t outer = p.batch.empty() ? 0 : p.batch.size() - 1;
+  std::vector<int64_t> index(outer, 0);
+  int64_t off_a = 0, off_b = 0, off_c = 0;
+  for (;;) {
+    fn(off_a, off_b, off_c, inner);
+    size_t d = outer;
+    for (; d > 0; --d) {
+      const BatchDim& bd = p.batch[d - 1];
+      off_a += bd.stride_a, off_b += bd.stride_b, off_c += bd.stride_c;
+      if (++index[d - 1] < bd.size) break;
+      off_a -= bd.stride_a * bd.size, off_b -= bd.stride_b * bd.size, off_c -= bd.stride_c * bd.size;
+      index[d - 1] = 0;
+    }
+    if (d == 0) return;
+  }
+}
+
+void run_f32(const Attrs& at, const ProductPlan& p, const float* a, const float* b, float* y) {
+  const int64_t ldc = std::max<int64_t>(1, p.n);
+  if (p.batch.size() == 1 && p.batch[0].stride_b == 0 && !at.trans_a && p.batch[0].stride_a == p.m * p.k) {
+    gemm_f32(false, at.trans_b, p.batch[0].size * p.m, p.n, p.k, at.alpha, a, p.lda, b, p.ldb, 0.f, y, ldc);
+    return;
+  }
+  for_each_batch_run(p, [&](int64_t oa, int64_t ob, int64_t oc, const BatchDim& inner) {
+    gemm_f32_batched(inner.size, at.trans_a, at.trans_b, p.m, p.n, p.k, at.alpha, a + oa, p.lda, inner.stride_a,
+                     b + ob, p.ldb, inner.stride_b, 0.f, y + oc, ldc, inner.stride_c);
+  });
+}
+
+// The row loop: every (matrix, row) pair is a task; sums in arith_t<T> (f64 for f64, f32 for the
+// 16-bit floats).
+template <typename T>
+void run_loop(const Attrs& at, const ProductPlan& p, const T* a, const T* b, T* y, ThreadPool& pool) {
+  using Acc = arith_t<T>;
+  std::vector<std::array<int64_t, 3>> matrices;
+  for_each_batch_run(p, [&](int64_t oa, int64_t ob, int64_t oc, const BatchDim& inner) {
+    for (int64_t i = 0; i < inner.size; ++i)
+      matrices.push_back({oa + i * inner.stride_a, ob + i * inner.stride_b, oc + i * inner.stride_c});
+  });
+  const int64_t rows = static_cast<int64_t>(matrices.size()) * p.m;
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(1, p.n * p.k));
+  pool.parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
+    std::vector<Acc> acc(static_cast<size_t>(p.n));
+    for (int64_t r = begin; r < end; ++r) {
+      const auto& [oa, ob, oc] = matrices[static_cast<size_t>(r / p.m)];
+      const int64_t i = r % p.m;
+      std::fill(acc.begin(), acc.end(), Acc(0));
+      for (int64_t l = 0; l < p.k; ++l) {
+        const Acc x = to_arith(a[oa + (at.trans_a ? l * p.lda + i : i * p.lda + l)]);
+        for (int64_t j = 0; j < p.n; ++j)
+          acc[static_cast<size_t>(j)] += x * to_arith(b[ob + (at.trans_b ? j * p.ldb + l : l * p.ldb + j)]);
+      }
+      for (int64_t j = 0; j < p.n; ++j)
+        y[oc + i * p.n + j] = from_arith<T>(static_cast<Acc>(at.alpha) * acc[static_cast<size_t>(j)]);
+    }
+  });
+}
+
+template <typename T>
+KernelFn make_fused_matmul(const Node& node) {
+  Attrs at{node.describe(), node.attr_int("transA", 0) != 0, node.attr_int("transB", 0) != 0,
+           node.attr_float("alpha", 1.f)};
+  for (int i = 0; i < 2; ++i)
+    if (!node.input(i) || node.input(i)->dtype != dtype_of<T>())
+      throw InvalidModel(fmt(at.where, ": input ", i, " must be present with dtype ", dtype_name(dtype_of<T>())));
+  return [at](KernelContext& ctx) {
+    const Tensor& a = ctx.in(0);
+    const Tensor& b = ctx.in(1);
+    Tensor& y = ctx.out(0);
+    const ProductPlan p = plan_product(at, a.dims(), b.dims(), y.dims());
+    if (y.numel() == 0) return;
+    if constexpr (std::is_same_v<T, float>) {
+      if (p.k == 0) std::fill(y.data<float>(), y.data<float>() + y.numel(), 0.f);
+      else run_f32(at, p, a.data<float>(), b.data<float>(), y.data<float>());
+    } else {
+      run_loop<T>(at, p, a.data<T>(), b.data<T>(), y.data<T>(), ctx.threads());
+    }
+  };
+}
+
+}  // namespace
+
+void register_fused_matmul_kernels(KernelTable& t) {
+  t.add(kTrainrtDomain, "FusedMatMul", DType::kF32, make_fused_matmul<float>);
+  t.add(kTrainrtDomain, "FusedMatMul", DType::kF64, make_fused_matmul<double>);
+  t.add(kTrainrtDomain, "FusedMatMul", DType::kF16, make_fused_matmul<Half>);
+  t.add(kTrainrtDomain, "FusedMatMul", DType::kBF16, make_fused_matmul<BFloat16>);
+}
+
+}  // namespace trainrt
