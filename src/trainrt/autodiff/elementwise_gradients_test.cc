@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <iostream>
 
 #include "trainrt/autodiff/gradient_builder.h"
 #include "trainrt/core/testing.h"
@@ -19,32 +18,9 @@ using testing::expect_close;
 using testing::GradCheckOptions;
 using testing::make_tensor;
 using testing::random_f64;
+using testing::WorstErrors;
 
 Attribute float_attr(float v) { return Attribute::of_float(v); }
-
-// The worst relative error of each op's checks, printed when a test ends (for reviews of the
-// rules' numerics; the checks themselves fail on atol + rtol * |numeric|).
-class WorstErrors {
- public:
-  ~WorstErrors() {
-    std::cout << "  worst relative error:";
-    for (const auto& [op, e] : worst_) std::cout << " " << op << " " << e;
-    std::cout << "\n";
-  }
-  void check(const NodeSpec& spec, const std::vector<Tensor>& inputs, const GradCheckOptions& options = {}) {
-    std::string shapes;
-    for (const Tensor& t : inputs) {
-      shapes += ' ';
-      shapes += t.defined() ? describe(t) : "none";
-    }
-    SCOPED_TRACE(spec.op + " on" + shapes);
-    double& w = worst_[spec.op];
-    w = std::max(w, testing::expect_gradients_match(spec, inputs, options));
-  }
-
- private:
-  std::map<std::string, double> worst_;
-};
 
 // The broadcasting shape pairs every binary op is checked on.
 const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> kBroadcastPairs = {

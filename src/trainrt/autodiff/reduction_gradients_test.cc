@@ -3,8 +3,7 @@
 // nodes over attribute variants, graphs with symbolic dims, and a small classifier end to end.
 #include <gtest/gtest.h>
 
-#include <functional>
-#include <iostream>
+#include <random>
 
 #include "trainrt/autodiff/gradient_builder.h"
 #include "trainrt/core/error.h"
@@ -16,32 +15,14 @@ namespace trainrt {
 namespace {
 
 using testing::expect_close;
-using testing::expect_gradients_match;
+using testing::expect_graph_gradients_match;
 using testing::GradCheckOptions;
 using testing::make_tensor;
 using testing::random_f64;
+using testing::WorstErrors;
 
 Attribute int_attr(int64_t v) { return Attribute::of_int(v); }
 Attribute ints_attr(std::vector<int64_t> v) { return Attribute::of_ints(std::move(v)); }
-
-// The worst relative error of each op's checks, printed when a test ends (for reviews of the
-// rules' numerics; the checks themselves fail on atol + rtol * |numeric|).
-class WorstErrors {
- public:
-  ~WorstErrors() {
-    std::cout << "  worst relative error:";
-    for (const auto& [op, e] : worst_) std::cout << " " << op << " " << e;
-    std::cout << "\n";
-  }
-  void check(const NodeSpec& spec, const std::vector<Tensor>& inputs, const GradCheckOptions& options = {}) {
-    SCOPED_TRACE(spec.op + " at opset " + std::to_string(spec.opset));
-    double& w = worst_[spec.op];
-    w = std::max(w, expect_gradients_match(spec, inputs, options));
-  }
-
- private:
-  std::map<std::string, double> worst_;
-};
 
 // Class labels in [0, classes) of the given dims and integer type.
 Tensor random_labels(std::vector<int64_t> dims, int64_t classes, uint32_t seed, DType t = DType::kI64) {
@@ -53,39 +34,6 @@ Tensor random_labels(std::vector<int64_t> dims, int64_t classes, uint32_t seed, 
     else l.data<int64_t>()[i] = v;
   }
   return l;
-}
-
-// d loss / d input for the graph inputs `wrt` of the graph `make` builds (first output: the
-// loss) against central differences, as expect_gradients_match does for one node.
-void expect_graph_gradients_match(const std::function<std::shared_ptr<Graph>()>& make, std::vector<Tensor> inputs,
-                                  const std::vector<int>& wrt, double rtol = 1e-5, double atol = 1e-7) {
-  auto forward = make();
-  auto joint = make();
-  GradientRequest request{.loss = joint->outputs()[0]->name};
-  for (int i : wrt) request.wrt.push_back(joint->inputs()[static_cast<size_t>(i)]->name);
-  build_gradients(*joint, request);
-  Session forward_session(forward);
-  Session joint_session(joint);
-  const std::vector<Tensor> analytic = joint_session.run(inputs);
-  const double eps = 1e-6;
-  for (size_t k = 0; k < wrt.size(); ++k) {
-    Tensor& x = inputs[static_cast<size_t>(wrt[k])];
-    const Tensor& grad = analytic[1 + k];
-    ASSERT_EQ(grad.dims(), x.dims()) << "gradient of " << request.wrt[k];
-    int failures = 0;
-    for (int64_t e = 0; e < x.numel(); ++e) {
-      const double saved = x.data<double>()[e];
-      x.data<double>()[e] = saved + eps;
-      const double up = forward_session.run(inputs)[0].to_double(0);
-      x.data<double>()[e] = saved - eps;
-      const double down = forward_session.run(inputs)[0].to_double(0);
-      x.data<double>()[e] = saved;
-      const double numeric = (up - down) / (2 * eps);
-      if (std::abs(grad.to_double(e) - numeric) > atol + rtol * std::abs(numeric) && failures++ < 3)
-        ADD_FAILURE() << "d loss / d " << request.wrt[k] << "[" << e << "] = " << grad.to_double(e)
-                      << " (autodiff) vs " << numeric << " (finite difference)";
-    }
-  }
 }
 
 // ---- Reduce* ----

@@ -4,8 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <climits>
-#include <functional>
-#include <iostream>
 
 #include "trainrt/autodiff/gradient_builder.h"
 #include "trainrt/core/error.h"
@@ -16,74 +14,15 @@
 namespace trainrt {
 namespace {
 
-using testing::expect_gradients_match;
+using testing::expect_graph_gradients_match;
 using testing::GradCheckOptions;
 using testing::make_tensor;
 using testing::random_f64;
+using testing::WorstErrors;
 
 Attribute int_attr(int64_t v) { return Attribute::of_int(v); }
 Attribute ints_attr(std::vector<int64_t> v) { return Attribute::of_ints(std::move(v)); }
 Tensor i64(std::vector<int64_t> v) { return Tensor::from_i64(v); }
-
-// The worst relative error of each op's checks, printed when a test ends (the checks themselves
-// fail on atol + rtol * |numeric|).
-class WorstErrors {
- public:
-  ~WorstErrors() {
-    std::cout << "  worst relative error:";
-    for (const auto& [op, e] : worst_) std::cout << " " << op << " " << e;
-    std::cout << "\n";
-  }
-  void check(const NodeSpec& spec, const std::vector<Tensor>& inputs, const GradCheckOptions& options = {}) {
-    SCOPED_TRACE(spec.op + " at opset " + std::to_string(spec.opset));
-    double& w = worst_[spec.op];
-    w = std::max(w, expect_gradients_match(spec, inputs, options));
-  }
-  void record(const std::string& what, double e) { worst_[what] = std::max(worst_[what], e); }
-
- private:
-  std::map<std::string, double> worst_;
-};
-
-// d loss / d input for the graph inputs `wrt` of the graph `make` builds (output 0: the loss)
-// against central differences, as expect_gradients_match does for one node. Returns the worst
-// relative error.
-double expect_graph_gradients_match(const std::function<std::shared_ptr<Graph>()>& make, std::vector<Tensor> inputs,
-                                    const std::vector<int>& wrt, double rtol = 1e-5, double atol = 1e-7) {
-  auto forward = make();
-  auto joint = make();
-  GradientRequest request{.loss = joint->outputs()[0]->name};
-  for (int i : wrt) request.wrt.push_back(joint->inputs()[static_cast<size_t>(i)]->name);
-  build_gradients(*joint, request);
-  Session forward_session(forward);
-  Session joint_session(joint);
-  const std::vector<Tensor> analytic = joint_session.run(inputs);
-  const size_t first_grad = joint->outputs().size() - wrt.size();
-  const double eps = 1e-6;
-  double worst = 0;
-  for (size_t k = 0; k < wrt.size(); ++k) {
-    Tensor& x = inputs[static_cast<size_t>(wrt[k])];
-    const Tensor& grad = analytic[first_grad + k];
-    EXPECT_EQ(grad.dims(), x.dims()) << "gradient of " << request.wrt[k];
-    if (grad.dims() != x.dims()) continue;
-    int failures = 0;
-    for (int64_t e = 0; e < x.numel(); ++e) {
-      const double saved = x.data<double>()[e];
-      x.data<double>()[e] = saved + eps;
-      const double up = forward_session.run(inputs)[0].to_double(0);
-      x.data<double>()[e] = saved - eps;
-      const double down = forward_session.run(inputs)[0].to_double(0);
-      x.data<double>()[e] = saved;
-      const double numeric = (up - down) / (2 * eps);
-      const double err = std::abs(grad.to_double(e) - numeric);
-      worst = std::max(worst, err / std::max(1e-12, std::abs(numeric)));
-      if (err > atol + rtol * std::abs(numeric) && failures++ < 3)
-        ADD_FAILURE() << "d loss / d " << request.wrt[k] << "[" << e << "] = " << grad.to_double(e)
-                      << " (autodiff) vs " << numeric << " (finite difference)";
-    }
-  }
-  return worst;
-}
 
 // Builds test graphs node by node: b.op("Transpose", {x}, {{"perm", ints_attr({1, 0})}}).
 class GraphBuilder {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <iostream>
 #include <random>
 
 #include "trainrt/autodiff/gradient_builder.h"
@@ -115,5 +116,61 @@ double expect_gradients_match(const NodeSpec& spec, const std::vector<Tensor>& i
   }
   return worst;
 }
+
+double expect_graph_gradients_match(const std::function<std::shared_ptr<Graph>()>& make, std::vector<Tensor> inputs,
+                                    const std::vector<int>& wrt, double rtol, double atol) {
+  auto forward = make();
+  auto joint = make();
+  GradientRequest request{.loss = joint->outputs()[0]->name};
+  for (int i : wrt) request.wrt.push_back(joint->inputs()[static_cast<size_t>(i)]->name);
+  build_gradients(*joint, request);
+  Session forward_session(forward);
+  Session joint_session(joint);
+  const std::vector<Tensor> analytic = joint_session.run(inputs);
+  // The gradients are the joint graph's last outputs, in the order of `wrt`.
+  const size_t first_grad = joint->outputs().size() - wrt.size();
+  const double eps = 1e-6;
+  double worst = 0;
+  for (size_t k = 0; k < wrt.size(); ++k) {
+    Tensor& x = inputs[static_cast<size_t>(wrt[k])];
+    const Tensor& grad = analytic[first_grad + k];
+    EXPECT_EQ(grad.dims(), x.dims()) << "gradient of " << request.wrt[k];
+    if (grad.dims() != x.dims()) continue;
+    int failures = 0;
+    for (int64_t e = 0; e < x.numel(); ++e) {
+      const double saved = x.data<double>()[e];
+      x.data<double>()[e] = saved + eps;
+      const double up = forward_session.run(inputs)[0].to_double(0);
+      x.data<double>()[e] = saved - eps;
+      const double down = forward_session.run(inputs)[0].to_double(0);
+      x.data<double>()[e] = saved;
+      const double numeric = (up - down) / (2 * eps);
+      const double err = std::abs(grad.to_double(e) - numeric);
+      worst = std::max(worst, err / std::max(1e-12, std::abs(numeric)));
+      if (err > atol + rtol * std::abs(numeric) && failures++ < 3)
+        ADD_FAILURE() << "d loss / d " << request.wrt[k] << "[" << e << "] = " << grad.to_double(e)
+                      << " (autodiff) vs " << numeric << " (finite difference)";
+    }
+  }
+  return worst;
+}
+
+WorstErrors::~WorstErrors() {
+  std::cout << "  worst relative error:";
+  for (const auto& [what, e] : worst_) std::cout << " " << what << " " << e;
+  std::cout << "\n";
+}
+
+void WorstErrors::check(const NodeSpec& spec, const std::vector<Tensor>& inputs, const GradCheckOptions& options) {
+  std::string shapes;
+  for (const Tensor& t : inputs) {
+    shapes += ' ';
+    shapes += t.defined() ? describe(t) : "none";
+  }
+  SCOPED_TRACE(spec.op + " at opset " + std::to_string(spec.opset) + " on" + shapes);
+  record(spec.op, expect_gradients_match(spec, inputs, options));
+}
+
+void WorstErrors::record(const std::string& what, double error) { worst_[what] = std::max(worst_[what], error); }
 
 }  // namespace trainrt::testing
