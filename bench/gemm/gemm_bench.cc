@@ -1,19 +1,25 @@
 // GEMM microbenchmark: times one candidate library on the shapes bench/gemm/run.py passes in.
 //
 // One process measures one backend, so libraries that export the same symbols (two oneDNN builds,
-// three OpenBLAS builds) never meet in one address space; run.py interleaves the processes.
+// three OpenBLAS builds) never meet in one address space; run.py keeps one process per candidate
+// and interleaves them shape by shape.
 // Backends:
 //   cblas       any CBLAS loaded with dlopen (--lib PATH, --prefix for scipy-openblas's "scipy_"),
 //               threads set through --threads-fn (openblas_set_num_threads, ...) when given.
 //   dnnl        oneDNN matmul primitive, created once per shape and reused (compiled only with
 //               -DGEMM_BENCH_DNNL against a oneDNN's headers); also bf16 x bf16 -> f32.
 //   dnnl_sgemm  oneDNN's BLAS-like dnnl_sgemm (no primitive), same build.
+//   trainrt     TrainRT's own gemm_f32_batched (kernels/cpu/gemm.h: oneDNN run one thread per
+//               piece on TrainRT's ThreadPool), compiled only with -DGEMM_BENCH_TRAINRT.
 // A shape is "TRANS,M,N,K,BATCH" with TRANS one of NN, NT, TN: C(MxN) = op(A) op(B), row-major,
-// A stored KxM when transposed, B stored NxK when transposed. Prints one JSON object per shape:
+// A stored KxM when transposed, B stored NxK when transposed. Shapes come from --shape arguments
+// or, without any, from stdin one per line (run.py keeps one such worker per candidate). Prints one
+// JSON object per shape with the median and best time over the repeats:
 //
-//   gemm_bench --backend cblas --lib /usr/lib/x86_64-linux-gnu/blis-pthread/libblis.so.4 \
+//   gemm_bench --backend cblas --lib /usr/lib/x86_64-linux-gnu/blis-pthread/libblis.so.4
 //       --threads-fn bli_thread_set_num_threads --threads 2 --shape NT,256,2048,784,1
-//   {"shape": "NT,256,2048,784,1", "dtype": "f32", "ms": 2.1, "gflops": 385.2, "max_rel_err": 1e-7}
+//   {"shape": "NT,256,2048,784,1", "dtype": "f32", "ms": 1.78, "gflops": 462.7,
+//    "best_gflops": 470.1, "max_rel_err": 6.9e-08}
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -24,6 +30,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <iostream>
 #include <memory>
 #include <random>
 #include <stdexcept>
@@ -32,6 +39,9 @@
 
 #ifdef GEMM_BENCH_DNNL
 #include <oneapi/dnnl/dnnl.hpp>
+#endif
+#ifdef GEMM_BENCH_TRAINRT
+#include "trainrt/kernels/cpu/gemm.h"
 #endif
 
 namespace {
@@ -128,7 +138,8 @@ Cblas load_cblas(const std::string& lib, const std::string& prefix, const std::s
   c.sgemm = reinterpret_cast<SgemmFn>(dlsym(h, (prefix + "cblas_sgemm").c_str()));
   if (!c.sgemm) throw std::runtime_error("no " + prefix + "cblas_sgemm in " + lib);
   // OpenBLAS says which kernels it picked (OPENBLAS_CORETYPE or its own CPU detection).
-  if (auto core = reinterpret_cast<char* (*)()>(dlsym(h, (prefix + "openblas_get_corename").c_str())))
+  if (auto core =
+          reinterpret_cast<char* (*)()>(dlsym(h, (prefix + "openblas_get_corename").c_str())))
     std::fprintf(stderr, "openblas core: %s\n", core());
   if (!threads_fn.empty()) {
     auto set = reinterpret_cast<void (*)(int)>(dlsym(h, threads_fn.c_str()));
@@ -140,7 +151,8 @@ Cblas load_cblas(const std::string& lib, const std::string& prefix, const std::s
 
 GemmRun cblas_runner(const Cblas& lib, const GemmShape& s, Buffers& buf) {
   return [&lib, s, &buf] {
-    int lda = static_cast<int>(s.trans_a ? s.m : s.k), ldb = static_cast<int>(s.trans_b ? s.k : s.n);
+    int lda = static_cast<int>(s.trans_a ? s.m : s.k),
+        ldb = static_cast<int>(s.trans_b ? s.k : s.n);
     for (int64_t p = 0; p < s.batch; ++p)
       lib.sgemm(kRowMajor, s.trans_a ? kTrans : kNoTrans, s.trans_b ? kTrans : kNoTrans,
                 static_cast<int>(s.m), static_cast<int>(s.n), static_cast<int>(s.k), 1.f,
@@ -216,20 +228,35 @@ GemmRun dnnl_sgemm_runner(const GemmShape& s, Buffers& buf) {
 }
 #endif
 
-// Median milliseconds of one run after warm-up; repeats until min_time seconds or 200 runs.
-double time_ms(const GemmRun& run, double min_time) {
+struct Timing {
+  double median_ms, best_ms;
+};
+
+#ifdef GEMM_BENCH_TRAINRT
+GemmRun trainrt_runner(const GemmShape& s, Buffers& buf) {
+  return [s, &buf] {
+    trainrt::gemm_f32_batched(s.batch, s.trans_a, s.trans_b, s.m, s.n, s.k, 1.f, buf.a.data(),
+                              s.trans_a ? s.m : s.k, s.m * s.k, buf.b.data(), s.trans_b ? s.k : s.n,
+                              s.k * s.n, 0.f, buf.c.data(), s.n, s.m * s.n);
+  };
+}
+#endif
+
+// Median and best milliseconds of one run after warm-up; repeats until min_time seconds (at
+// least 5 runs, at most 200).
+Timing time_runs(const GemmRun& run, double min_time) {
   using Clock = std::chrono::steady_clock;
   for (int i = 0; i < 2; ++i) run();
   std::vector<double> ms;
   auto start = Clock::now();
-  while (ms.size() < 5 ||
-         (std::chrono::duration<double>(Clock::now() - start).count() < min_time && ms.size() < 200)) {
+  while (ms.size() < 5 || (std::chrono::duration<double>(Clock::now() - start).count() < min_time &&
+                           ms.size() < 200)) {
     auto t0 = Clock::now();
     run();
     ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
   }
-  std::nth_element(ms.begin(), ms.begin() + static_cast<long>(ms.size() / 2), ms.end());
-  return ms[ms.size() / 2];
+  std::sort(ms.begin(), ms.end());
+  return {ms[ms.size() / 2], ms[0]};
 }
 
 std::string arg_value(int argc, char** argv, const std::string& name, const std::string& fallback) {
@@ -246,9 +273,6 @@ int main(int argc, char** argv) {
     int threads = std::atoi(arg_value(argc, argv, "--threads", "2").c_str());
     double min_time = std::atof(arg_value(argc, argv, "--min-time", "0.2").c_str());
     bool bf16 = arg_value(argc, argv, "--dtype", "f32") == "bf16";
-    std::vector<GemmShape> shapes;
-    for (int i = 1; i + 1 < argc; ++i)
-      if (std::string(argv[i]) == "--shape") shapes.push_back(parse_shape(argv[i + 1]));
 
     Cblas cblas;
     if (backend == "cblas")
@@ -258,25 +282,42 @@ int main(int argc, char** argv) {
     std::unique_ptr<DnnlMatmul> dnnl_state;  // engine created only for the primitive backend
     if (backend == "dnnl") dnnl_state = std::make_unique<DnnlMatmul>();
 #endif
-    if (bf16 && backend != "dnnl") throw std::runtime_error("bf16 is measured for --backend dnnl only");
+    if (bf16 && backend != "dnnl")
+      throw std::runtime_error("bf16 is measured for --backend dnnl only");
 
-    for (const GemmShape& s : shapes) {
+    auto measure = [&](const GemmShape& s) {
       Buffers buf = make_buffers(s);
-      GemmRun run;
-      if (backend == "cblas") run = cblas_runner(cblas, s, buf);
+      GemmRun run = [&]() -> GemmRun {
+        if (backend == "cblas") return cblas_runner(cblas, s, buf);
 #ifdef GEMM_BENCH_DNNL
-      else if (backend == "dnnl") run = dnnl_runner(*dnnl_state, s, buf, bf16);
-      else if (backend == "dnnl_sgemm") run = dnnl_sgemm_runner(s, buf);
+        if (backend == "dnnl") return dnnl_runner(*dnnl_state, s, buf, bf16);
+        if (backend == "dnnl_sgemm") return dnnl_sgemm_runner(s, buf);
 #endif
-      else throw std::runtime_error("unknown or not compiled-in backend '" + backend + "'");
-      double ms = time_ms(run, min_time);
+#ifdef GEMM_BENCH_TRAINRT
+        if (backend == "trainrt") return trainrt_runner(s, buf);
+#endif
+        throw std::runtime_error("unknown or not compiled-in backend '" + backend + "'");
+      }();
+      Timing t = time_runs(run, min_time);
       double err = sample_error(s, buf, bf16 ? 8 : 24);
-      double gflops = 2.0 * static_cast<double>(s.batch * s.m * s.n * s.k) / (ms * 1e6);
-      std::printf("{\"shape\": \"%s\", \"dtype\": \"%s\", \"ms\": %.4f, \"gflops\": %.2f, "
-                  "\"max_rel_err\": %.3g}\n",
-                  s.text.c_str(), bf16 ? "bf16" : "f32", ms, gflops, err);
+      double flop = 2.0 * static_cast<double>(s.batch * s.m * s.n * s.k);
+      std::printf(
+          "{\"shape\": \"%s\", \"dtype\": \"%s\", \"ms\": %.4f, \"gflops\": %.2f, "
+          "\"best_gflops\": %.2f, \"max_rel_err\": %.3g}\n",
+          s.text.c_str(), bf16 ? "bf16" : "f32", t.median_ms, flop / (t.median_ms * 1e6),
+          flop / (t.best_ms * 1e6), err);
       std::fflush(stdout);
-    }
+    };
+    bool any_shape_arg = false;
+    for (int i = 1; i + 1 < argc; ++i)
+      if (std::string(argv[i]) == "--shape") {
+        measure(parse_shape(argv[i + 1]));
+        any_shape_arg = true;
+      }
+    // Without --shape: a worker that measures each shape read from stdin, one per line.
+    if (!any_shape_arg)
+      for (std::string line; std::getline(std::cin, line);)
+        if (!line.empty()) measure(parse_shape(line));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gemm_bench: %s\n", e.what());
     return 1;

@@ -147,8 +147,11 @@ void Session::run_step(PlanStep& step, int index, ExecutionPlan& plan) {
   step.kernel(ctx);
   int64_t end = profiler_.now_us();
   std::string shapes;
-  for (Tensor* t : step.output_ptrs)
-    if (t) shapes += (shapes.empty() ? "" : " ") + describe(*t);
+  for (Tensor* t : step.output_ptrs) {
+    if (!t) continue;
+    if (!shapes.empty()) shapes += ' ';
+    shapes += describe(*t);
+  }
   profiler_.record({step.node->name(), step.node->op_type(), start, end - start, shapes});
 }
 

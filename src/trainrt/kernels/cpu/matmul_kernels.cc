@@ -1,8 +1,343 @@
+// CPU kernels of MatMul and Gemm.
+//
+// f32 runs on gemm_f32 (oneDNN). The other dtypes ONNX allows here (f64, f16, bf16, i32, i64) run
+// a plain row loop that accumulates in a wider type: f32 for the 16-bit floats, f64 for f64, and
+// wrapping 64-bit integer arithmetic for the integers (numpy's results, modulo 2^bits).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "trainrt/core/error.h"
 #include "trainrt/kernels/cpu/cpu_kernels.h"
+#include "trainrt/kernels/cpu/gemm.h"
 #include "trainrt/kernels/kernel.h"
 
 namespace trainrt {
+namespace {
 
-void register_matmul_kernels(KernelTable& t) {}
+// ---- element types of the loop path ----
+
+template <typename T>
+using AccOf = std::conditional_t<std::is_integral_v<T>, uint64_t,
+                                 std::conditional_t<std::is_same_v<T, double>, double, float>>;
+
+template <typename T>
+AccOf<T> load(T x) {
+  if constexpr (std::is_same_v<T, Half>)
+    return f16_to_f32(x.bits);
+  else if constexpr (std::is_same_v<T, BFloat16>)
+    return bf16_to_f32(x.bits);
+  else if constexpr (std::is_integral_v<T>)
+    return static_cast<uint64_t>(static_cast<int64_t>(x));
+  else
+    return x;
+}
+
+template <typename T>
+T store(AccOf<T> v) {
+  if constexpr (std::is_same_v<T, Half>)
+    return Half{f32_to_f16(v)};
+  else if constexpr (std::is_same_v<T, BFloat16>)
+    return BFloat16{f32_to_bf16(v)};
+  else
+    return static_cast<T>(v);  // integers: modulo 2^bits
+}
+
+template <typename T>
+double to_double(T x) {
+  if constexpr (std::is_integral_v<T>)
+    return static_cast<double>(x);
+  else
+    return static_cast<double>(load(x));
+}
+
+template <typename T>
+T from_double(double v) {
+  if constexpr (std::is_integral_v<T>) {
+    // Truncation toward zero as numpy's astype; out-of-range values saturate instead of being UB.
+    if (!std::isfinite(v)) return T{0};
+    return static_cast<T>(static_cast<int64_t>(std::clamp(v, -9.2e18, 9.2e18)));
+  } else {
+    return store<T>(static_cast<AccOf<T>>(v));
+  }
+}
+
+// One product op(A) op(B) as the loop path sees it: A is (m, k) or stored (k, m) when trans_a,
+// B is (k, n) or stored (n, k) when trans_b.
+template <typename T>
+struct LoopGemm {
+  bool trans_a, trans_b;
+  int64_t m, n, k, lda, ldb;
+  const T* a;
+  const T* b;
+
+  // acc(n) = row i of op(A) op(B).
+  void row(int64_t i, AccOf<T>* acc) const {
+    std::fill(acc, acc + n, AccOf<T>{0});
+    for (int64_t l = 0; l < k; ++l) {
+      AccOf<T> x = load(trans_a ? a[l * lda + i] : a[i * lda + l]);
+      if (trans_b) {
+        for (int64_t j = 0; j < n; ++j) acc[j] += x * load(b[j * ldb + l]);
+      } else {
+        const T* b_row = b + l * ldb;
+        for (int64_t j = 0; j < n; ++j) acc[j] += x * load(b_row[j]);
+      }
+    }
+  }
+
+  // Runs emit(i, acc) for every row i, rows split across the pool.
+  template <typename Emit>
+  void for_each_row(ThreadPool& pool, Emit&& emit) const {
+    int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(1, n * k));
+    pool.parallel_for(m, grain, [&](int64_t begin, int64_t end) {
+      std::vector<AccOf<T>> acc(static_cast<size_t>(n));
+      for (int64_t i = begin; i < end; ++i) {
+        row(i, acc.data());
+        emit(i, acc.data());
+      }
+    });
+  }
+};
+
+// ---- MatMul ----
+
+// One batch dim of a MatMul after broadcasting: its size and the element strides that step A,
+// B and the output to the next matrix along it (0 where A or B is broadcast).
+struct BatchDim {
+  int64_t size, stride_a, stride_b, stride_c;
+};
+
+struct MatMulPlan {
+  int64_t m = 1, n = 1, k = 1;
+  std::vector<BatchDim> batch;  // outermost first; size-1 dims dropped, contiguous runs merged
+};
+
+// The concrete-shape counterpart of the schema's inference, with the same checks: a K or batch
+// dim that was symbolic when the plan was built is checked here.
+MatMulPlan plan_matmul(const std::string& where, const std::vector<int64_t>& a,
+                       const std::vector<int64_t>& b, const std::vector<int64_t>& out) {
+  if (a.empty() || b.empty())
+    throw ShapeError(
+        fmt(where, ": MatMul needs rank >= 1, got shapes ", to_string(a), " and ", to_string(b)));
+  MatMulPlan p;
+  p.k = a.back();
+  p.m = a.size() >= 2 ? a[a.size() - 2] : 1;
+  p.n = b.size() >= 2 ? b.back() : 1;
+  int64_t k_b = b.size() >= 2 ? b[b.size() - 2] : b[0];
+  if (p.k != k_b)
+    throw ShapeError(fmt(where, ": inner dims differ: input 0 ", to_string(a), " has K = ", p.k,
+                         ", input 1 ", to_string(b), " has K = ", k_b));
+  size_t batch_a = a.size() - std::min<size_t>(a.size(), 2),
+         batch_b = b.size() - std::min<size_t>(b.size(), 2);
+  size_t rank = std::max(batch_a, batch_b);
+  std::vector<BatchDim> dims(rank);
+  std::vector<int64_t> expected(rank);
+  int64_t stride_a = p.m * p.k, stride_b = p.k * p.n, stride_c = p.m * p.n;
+  for (size_t i = rank; i-- > 0;) {
+    int64_t da = i + batch_a >= rank ? a[i + batch_a - rank] : 1;
+    int64_t db = i + batch_b >= rank ? b[i + batch_b - rank] : 1;
+    if (da != db && da != 1 && db != 1)
+      throw ShapeError(fmt(where, ": batch dims of input 0 ", to_string(a), " and input 1 ",
+                           to_string(b), " do not broadcast"));
+    int64_t size = da == 1 ? db : da;
+    dims[i] = {size, da == 1 ? 0 : stride_a, db == 1 ? 0 : stride_b, stride_c};
+    expected[i] = size;
+    stride_a *= da, stride_b *= db, stride_c *= size;
+  }
+  if (a.size() >= 2) expected.push_back(p.m);
+  if (b.size() >= 2) expected.push_back(p.n);
+  TRAINRT_CHECK(out == expected, where, ": output allocated as ", to_string(out), ", expected ",
+                to_string(expected));
+  for (const BatchDim& d : dims) {
+    if (d.size == 1) continue;
+    BatchDim* outer = p.batch.empty() ? nullptr : &p.batch.back();
+    if (outer && outer->stride_a == d.stride_a * d.size && outer->stride_b == d.stride_b * d.size &&
+        outer->stride_c == d.stride_c * d.size) {
+      *outer = {outer->size * d.size, d.stride_a, d.stride_b, d.stride_c};
+    } else {
+      p.batch.push_back(d);
+    }
+  }
+  return p;
+}
+
+// Calls fn(offset_a, offset_b, offset_c, inner) for every index of the outer batch dims, where
+// inner is the innermost batch dim (size 1 when there is none) left for a batched product.
+template <typename Fn>
+void for_each_batch_run(const MatMulPlan& p, Fn&& fn) {
+  BatchDim inner = p.batch.empty() ? BatchDim{1, 0, 0, 0} : p.batch.back();
+  size_t outer = p.batch.empty() ? 0 : p.batch.size() - 1;
+  std::vector<int64_t> index(outer, 0);
+  int64_t off_a = 0, off_b = 0, off_c = 0;
+  for (;;) {
+    fn(off_a, off_b, off_c, inner);
+    size_t d = outer;
+    for (; d > 0; --d) {
+      const BatchDim& bd = p.batch[d - 1];
+      off_a += bd.stride_a;
+      off_b += bd.stride_b;
+      off_c += bd.stride_c;
+      if (++index[d - 1] < bd.size) break;
+      off_a -= bd.stride_a * bd.size;
+      off_b -= bd.stride_b * bd.size;
+      off_c -= bd.stride_c * bd.size;
+      index[d - 1] = 0;
+    }
+    if (d == 0) return;
+  }
+}
+
+KernelFn make_matmul_f32(const Node& node) {
+  return [where = node.describe()](KernelContext& ctx) {
+    const Tensor& a = ctx.in(0);
+    const Tensor& b = ctx.in(1);
+    Tensor& y = ctx.out(0);
+    MatMulPlan p = plan_matmul(where, a.dims(), b.dims(), y.dims());
+    if (y.numel() == 0) return;
+    // Contiguous operands: A (m, k), B (k, n), C (m, n); leading dims are at least 1 for BLAS.
+    int64_t lda = std::max<int64_t>(1, p.k), ldb = std::max<int64_t>(1, p.n), ldc = ldb;
+    if (p.batch.size() == 1 && p.batch[0].stride_b == 0 && p.batch[0].stride_a == p.m * p.k) {
+      // B shared by every matrix of a contiguous A: one product with the batch folded into M.
+      gemm_f32(false, false, p.batch[0].size * p.m, p.n, p.k, 1.f, a.data<float>(), lda,
+               b.data<float>(), ldb, 0.f, y.data<float>(), ldc);
+      return;
+    }
+    for_each_batch_run(p, [&](int64_t oa, int64_t ob, int64_t oc, const BatchDim& inner) {
+      gemm_f32_batched(inner.size, false, false, p.m, p.n, p.k, 1.f, a.data<float>() + oa, lda,
+                       inner.stride_a, b.data<float>() + ob, ldb, inner.stride_b, 0.f,
+                       y.data<float>() + oc, ldc, inner.stride_c);
+    });
+  };
+}
+
+template <typename T>
+KernelFn make_matmul_loop(const Node& node) {
+  return [where = node.describe()](KernelContext& ctx) {
+    const Tensor& a = ctx.in(0);
+    const Tensor& b = ctx.in(1);
+    Tensor& y = ctx.out(0);
+    MatMulPlan p = plan_matmul(where, a.dims(), b.dims(), y.dims());
+    if (y.numel() == 0) return;
+    for_each_batch_run(p, [&](int64_t oa, int64_t ob, int64_t oc, const BatchDim& inner) {
+      for (int64_t i = 0; i < inner.size; ++i) {
+        const T* a_i = a.data<T>() + oa + i * inner.stride_a;
+        const T* b_i = b.data<T>() + ob + i * inner.stride_b;
+        LoopGemm<T> g{false, false, p.m, p.n, p.k, p.k, p.n, a_i, b_i};
+        T* c = y.data<T>() + oc + i * inner.stride_c;
+        g.for_each_row(ctx.threads(), [&](int64_t r, const AccOf<T>* acc) {
+          for (int64_t j = 0; j < p.n; ++j) c[r * p.n + j] = store<T>(acc[j]);
+        });
+      }
+    });
+  };
+}
+
+// ---- Gemm ----
+
+struct GemmAttrs {
+  std::string where;
+  bool trans_a, trans_b;
+  float alpha, beta;
+};
+
+GemmAttrs gemm_attrs(const Node& node) {
+  return {node.describe(), node.attr_int("transA", 0) != 0, node.attr_int("transB", 0) != 0,
+          node.attr_float("alpha", 1.f), node.attr_float("beta", 1.f)};
+}
+
+// M, N, K of a Gemm on concrete shapes, checked like the schema's inference.
+struct GemmDims {
+  int64_t m, n, k;
+};
+
+GemmDims gemm_dims(const GemmAttrs& g, const KernelContext& ctx) {
+  const Tensor& a = ctx.in(0);
+  const Tensor& b = ctx.in(1);
+  if (a.rank() != 2 || b.rank() != 2)
+    throw ShapeError(fmt(g.where, ": A and B must be 2-D, got ", to_string(a.dims()), " and ",
+                         to_string(b.dims())));
+  GemmDims d{a.dim(g.trans_a ? 1 : 0), b.dim(g.trans_b ? 0 : 1), a.dim(g.trans_a ? 0 : 1)};
+  int64_t k_b = b.dim(g.trans_b ? 1 : 0);
+  if (d.k != k_b)
+    throw ShapeError(fmt(g.where, ": inner dims differ: A ", to_string(a.dims()), " has K = ", d.k,
+                         ", B ", to_string(b.dims()), " has K = ", k_b));
+  if (ctx.has_in(2)) {
+    const Tensor& c = ctx.in(2);
+    bool ok = c.rank() <= 2 && (c.rank() < 1 || c.dim(-1) == 1 || c.dim(-1) == d.n) &&
+              (c.rank() < 2 || c.dim(0) == 1 || c.dim(0) == d.m);
+    if (!ok)
+      throw ShapeError(fmt(g.where, ": input 2 (C) of shape ", to_string(c.dims()),
+                           " does not broadcast to the result (", d.m, ", ", d.n, ")"));
+  }
+  TRAINRT_CHECK(ctx.out(0).dims() == (std::vector<int64_t>{d.m, d.n}), g.where,
+                ": output allocated as ", to_string(ctx.out(0).dims()));
+  return d;
+}
+
+// C's element for result (i, j): C is (), (N), (1), (M, N), (1, N), (M, 1) or (1, 1).
+template <typename T>
+T c_at(const Tensor& c, int64_t i, int64_t j) {
+  int64_t rows = c.rank() == 2 ? c.dim(0) : 1, cols = c.rank() >= 1 ? c.dim(-1) : 1;
+  return c.data<T>()[(rows == 1 ? 0 : i) * cols + (cols == 1 ? 0 : j)];
+}
+
+KernelFn make_gemm_f32(const Node& node) {
+  return [g = gemm_attrs(node)](KernelContext& ctx) {
+    GemmDims d = gemm_dims(g, ctx);
+    const Tensor& a = ctx.in(0);
+    const Tensor& b = ctx.in(1);
+    float* y = ctx.out(0).data<float>();
+    bool add_c = ctx.has_in(2) && g.beta != 0.f;
+    if (add_c) {
+      const Tensor& c = ctx.in(2);
+      for (int64_t i = 0; i < d.m; ++i)
+        for (int64_t j = 0; j < d.n; ++j) y[i * d.n + j] = c_at<float>(c, i, j);
+    }
+    gemm_f32(g.trans_a, g.trans_b, d.m, d.n, d.k, g.alpha, a.data<float>(),
+             std::max<int64_t>(1, a.dim(1)), b.data<float>(), std::max<int64_t>(1, b.dim(1)),
+             add_c ? g.beta : 0.f, y, std::max<int64_t>(1, d.n));
+  };
+}
+
+template <typename T>
+KernelFn make_gemm_loop(const Node& node) {
+  return [g = gemm_attrs(node)](KernelContext& ctx) {
+    GemmDims d = gemm_dims(g, ctx);
+    const Tensor& a = ctx.in(0);
+    const Tensor& b = ctx.in(1);
+    const Tensor* c = ctx.has_in(2) && g.beta != 0.f ? &ctx.in(2) : nullptr;
+    T* y = ctx.out(0).data<T>();
+    LoopGemm<T> loop{g.trans_a, g.trans_b, d.m,         d.n,        d.k,
+                     a.dim(1),  b.dim(1),  a.data<T>(), b.data<T>()};
+    // As the ONNX reference: the product in T's own arithmetic, then alpha and beta * C in f64.
+    loop.for_each_row(ctx.threads(), [&](int64_t i, const AccOf<T>* acc) {
+      for (int64_t j = 0; j < d.n; ++j) {
+        double v = g.alpha * to_double(store<T>(acc[j]));
+        if (c) v += g.beta * to_double(c_at<T>(*c, i, j));
+        y[i * d.n + j] = from_double<T>(v);
+      }
+    });
+  };
+}
+
+template <typename T>
+void add_loop_kernels(KernelTable& t) {
+  t.add("", "MatMul", dtype_of<T>(), make_matmul_loop<T>);
+  t.add("", "Gemm", dtype_of<T>(), make_gemm_loop<T>);
+}
+
+}  // namespace
+
+void register_matmul_kernels(KernelTable& t) {
+  t.add("", "MatMul", DType::kF32, make_matmul_f32);
+  t.add("", "Gemm", DType::kF32, make_gemm_f32);
+  add_loop_kernels<double>(t);
+  add_loop_kernels<Half>(t);
+  add_loop_kernels<BFloat16>(t);
+  add_loop_kernels<int32_t>(t);
+  add_loop_kernels<int64_t>(t);
+}
 
 }  // namespace trainrt
