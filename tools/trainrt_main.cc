@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
   }
   try {
     std::string command = argv[1];
-    auto args = trainrt::cli::parse_args(argc, argv, 2, {"--profile", "--no-shuffle"});
+    auto args = trainrt::cli::parse_args(argc, argv, 2, {"--no-shuffle"});
     if (command == "inspect") return trainrt::cli::inspect_command(args);
     if (command == "run") return trainrt::cli::run_command(args);
     if (command == "train") return trainrt::cli::train_command(args);

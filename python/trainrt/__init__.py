@@ -17,6 +17,7 @@ from trainrt._C import (  # noqa: F401  (re-exported API)
     ShapeError,
     TrainingSession,
     UnsupportedOp,
+    reexport_onnx,
     set_log_level,
     supported_ops,
 )

@@ -5,7 +5,9 @@
 
 #include "bindings.h"
 #include "trainrt/core/logging.h"
+#include "trainrt/ir/onnx_export.h"
 #include "trainrt/ir/onnx_import.h"
+#include "trainrt/ir/verifier.h"
 #include "trainrt/kernels/cpu/cpu_kernels.h"
 #include "trainrt/ops/op_schema.h"
 #include "trainrt/runtime/session.h"
@@ -67,6 +69,13 @@ std::vector<std::pair<std::string, std::string>> supported_ops() {
 
 void bind_session(nb::module_& m) {
   m.def("supported_ops", &supported_ops, "(domain, op) pairs the engine has schemas and kernels for.");
+  m.def("reexport_onnx", [](const nb::object& model) {
+        std::shared_ptr<Graph> g = load_model(model);
+        verify(*g);
+        std::string bytes = export_onnx_bytes(*g);
+        return nb::bytes(bytes.data(), bytes.size());
+      }, nb::arg("model"),
+      "Imports a model with TrainRT's ONNX importer, verifies the graph and exports it again (bytes).");
   m.def("set_log_level", [](int level) { set_log_level(static_cast<LogLevel>(level)); });
   nb::class_<Session>(m, "Session")
       .def("__init__",
