@@ -1,0 +1,256 @@
+// gemm_f32 on oneDNN 2.x (Debian 12's libdnnl-dev): one matmul primitive per problem, cached, run
+// one thread per piece on our ThreadPool.
+//
+// A primitive bakes in dims, strides, alpha (output scale) and beta (sum post-op), so the cache key
+// is all of them. Primitives run with a user scratchpad taken from a per-thread buffer, so one
+// cached primitive may run on several threads at once without sharing scratch memory.
+//
+// Threads: Debian's oneDNN threads with OpenMP, whose two-thread barriers spin and stall for a
+// whole scheduler time slice whenever the partner thread is preempted (docs/gemm.md measures a 5x
+// slower end-to-end demo on a busy 2-core machine). So oneDNN runs single-threaded here (the
+// calling thread's OpenMP team size is set to 1 around each call) and the ThreadPool splits a large
+// product into pieces: over the batch, else over column blocks of C (each piece then packs only its
+// own part of B), else over row blocks. The pool hands out pieces dynamically and its caller takes
+// part, so a preempted worker delays only the piece it holds.
+#include "trainrt/kernels/cpu/gemm.h"
+
+#include <bit>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <omp.h>
+
+#include <algorithm>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <unordered_map>
+
+#include "trainrt/core/error.h"
+#include "trainrt/core/tensor.h"
+#include "trainrt/core/thread_pool.h"
+
+namespace trainrt {
+namespace {
+
+using dnnl::memory;
+
+struct GemmKey {
+  int64_t batch, m, n, k, lda, ldb, ldc, stride_a, stride_b, stride_c;
+  bool trans_a, trans_b;
+  uint32_t alpha_bits, beta_bits;
+  bool operator==(const GemmKey&) const = default;
+};
+
+struct GemmKeyHash {
+  size_t operator()(const GemmKey& key) const {
+    size_t h = 0;
+    auto mix = [&h](uint64_t v) {
+      h ^= std::hash<uint64_t>()(v) + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    };
+    for (int64_t v : {key.batch, key.m, key.n, key.k, key.lda, key.ldb, key.ldc, key.stride_a,
+                      key.stride_b, key.stride_c})
+      mix(static_cast<uint64_t>(v));
+    mix((uint64_t{key.alpha_bits} << 32) | key.beta_bits);
+    mix(uint64_t{key.trans_a} * 2 + key.trans_b);
+    return h;
+  }
+};
+
+struct GemmPrimitive {
+  dnnl::matmul matmul;
+  memory::desc a_md, b_md, c_md, scratch_md;
+};
+
+std::string describe_problem(const GemmKey& key) {
+  return fmt("gemm ", key.trans_a ? "T" : "N", key.trans_b ? "T" : "N", " batch=", key.batch,
+             " m=", key.m, " n=", key.n, " k=", key.k, " lda=", key.lda, " ldb=", key.ldb,
+             " ldc=", key.ldc, " strides=(", key.stride_a, ", ", key.stride_b, ", ", key.stride_c,
+             ")");
+}
+
+// The engine and the primitive cache. Bounded: a workload with ever-changing shapes (a new
+// sequence length every step) starts over rather than growing without limit. Never destroyed, so
+// no primitive outlives its engine or the OpenMP runtime at process exit (abseil's NoDestructor).
+struct GemmState {
+  static constexpr size_t kMaxCached = 1024;
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  std::mutex mutex;
+  std::unordered_map<GemmKey, std::shared_ptr<const GemmPrimitive>, GemmKeyHash> cache;
+};
+
+GemmState& state() {
+  static GemmState& s = *new GemmState;
+  return s;
+}
+
+// A (rows, cols) operand, stored transposed or not, with leading dim `ld`; batched when
+// batch > 1 (a batch stride of 0 becomes a batch dim of 1, which oneDNN broadcasts).
+memory::desc operand_desc(int64_t batch, int64_t rows, int64_t cols, bool trans, int64_t ld,
+                          int64_t batch_stride) {
+  memory::dims strides = trans ? memory::dims{1, ld} : memory::dims{ld, 1};
+  if (batch == 1) return memory::desc({rows, cols}, memory::data_type::f32, strides);
+  int64_t span = trans ? cols * ld : rows * ld;
+  return memory::desc({batch_stride == 0 ? 1 : batch, rows, cols}, memory::data_type::f32,
+                      {batch_stride == 0 ? span : batch_stride, strides[0], strides[1]});
+}
+
+std::shared_ptr<const GemmPrimitive> create_primitive(const GemmKey& key,
+                                                      const dnnl::engine& engine) {
+  auto p = std::make_shared<GemmPrimitive>();
+  p->a_md = operand_desc(key.batch, key.m, key.k, key.trans_a, key.lda, key.stride_a);
+  p->b_md = operand_desc(key.batch, key.k, key.n, key.trans_b, key.ldb, key.stride_b);
+  p->c_md = operand_desc(key.batch, key.m, key.n, false, key.ldc, key.stride_c);
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  float alpha = std::bit_cast<float>(key.alpha_bits), beta = std::bit_cast<float>(key.beta_bits);
+  if (alpha != 1.f) attr.set_output_scales(0, {alpha});
+  if (beta != 0.f) {
+    dnnl::post_ops ops;
+    ops.append_sum(beta);
+    attr.set_post_ops(ops);
+  }
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(p->a_md, p->b_md, p->c_md), attr, engine);
+  p->scratch_md = pd.scratchpad_desc();
+  p->matmul = dnnl::matmul(pd);
+  return p;
+}
+
+std::shared_ptr<const GemmPrimitive> find_primitive(const GemmKey& key) {
+  GemmState& s = state();
+  std::lock_guard lock(s.mutex);
+  auto it = s.cache.find(key);
+  if (it != s.cache.end()) return it->second;
+  if (s.cache.size() >= GemmState::kMaxCached) s.cache.clear();
+  return s.cache.emplace(key, create_primitive(key, s.engine)).first->second;
+}
+
+// Per-thread scratch memory for primitives, grown on demand.
+void* scratchpad(size_t bytes) {
+  thread_local std::shared_ptr<void> buffer;
+  thread_local size_t size = 0;
+  if (bytes > size) {
+    buffer = aligned_storage(bytes);
+    size = bytes;
+  }
+  return buffer.get();
+}
+
+// C_i = beta * C_i for the products with nothing to add (k == 0 or alpha == 0).
+void scale_c(int64_t batch, int64_t m, int64_t n, float beta, float* c, int64_t ldc,
+             int64_t stride_c) {
+  for (int64_t p = 0; p < batch; ++p)
+    for (int64_t i = 0; i < m; ++i) {
+      float* row = c + p * stride_c + i * ldc;
+      if (beta == 0.f) {
+        std::memset(row, 0, static_cast<size_t>(n) * sizeof(float));
+      } else {
+        for (int64_t j = 0; j < n; ++j) row[j] *= beta;
+      }
+    }
+}
+
+// Sets the calling thread's OpenMP team size to 1 for its lifetime, then restores it (torch's ops
+// on the same thread keep their team size).
+class SingleThreadedOpenMp {
+ public:
+  SingleThreadedOpenMp() : saved_(omp_get_max_threads()) {
+    if (saved_ != 1) omp_set_num_threads(1);
+  }
+  ~SingleThreadedOpenMp() {
+    if (saved_ != 1) omp_set_num_threads(saved_);
+  }
+  SingleThreadedOpenMp(const SingleThreadedOpenMp&) = delete;
+  SingleThreadedOpenMp& operator=(const SingleThreadedOpenMp&) = delete;
+
+ private:
+  int saved_;
+};
+
+// Runs one product on the calling thread.
+void run(const GemmKey& key, const float* a, const float* b, float* c) {
+  SingleThreadedOpenMp one_thread;
+  try {
+    auto p = find_primitive(key);
+    const dnnl::engine& engine = state().engine;
+    thread_local dnnl::stream stream(engine);
+    memory a_mem(p->a_md, engine, const_cast<float*>(a));
+    memory b_mem(p->b_md, engine, const_cast<float*>(b));
+    memory c_mem(p->c_md, engine, c);
+    memory s_mem(p->scratch_md, engine, scratchpad(p->scratch_md.get_size()));
+    p->matmul.execute(stream, {{DNNL_ARG_SRC, a_mem},
+                               {DNNL_ARG_WEIGHTS, b_mem},
+                               {DNNL_ARG_DST, c_mem},
+                               {DNNL_ARG_SCRATCHPAD, s_mem}});
+    stream.wait();
+  } catch (const dnnl::error& e) {
+    throw InternalError(fmt("oneDNN matmul failed for ", describe_problem(key), ": ", e.what()));
+  }
+}
+
+void check_args(int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b, int64_t lda,
+                int64_t ldb, int64_t ldc) {
+  TRAINRT_CHECK(m >= 0 && n >= 0 && k >= 0, "gemm dims m=", m, " n=", n, " k=", k);
+  TRAINRT_CHECK(lda >= std::max<int64_t>(1, trans_a ? m : k), "gemm lda=", lda, " too small");
+  TRAINRT_CHECK(ldb >= std::max<int64_t>(1, trans_b ? k : n), "gemm ldb=", ldb, " too small");
+  TRAINRT_CHECK(ldc >= std::max<int64_t>(1, n), "gemm ldc=", ldc, " too small");
+}
+
+}  // namespace
+
+void gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+              const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+              int64_t ldc) {
+  gemm_f32_batched(1, trans_a, trans_b, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc, 0);
+}
+
+void gemm_f32_batched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                      float alpha, const float* a, int64_t lda, int64_t stride_a, const float* b,
+                      int64_t ldb, int64_t stride_b, float beta, float* c, int64_t ldc,
+                      int64_t stride_c) {
+  check_args(m, n, k, trans_a, trans_b, lda, ldb, ldc);
+  TRAINRT_CHECK(batch >= 0 && stride_a >= 0 && stride_b >= 0 && (batch <= 1 || stride_c > 0),
+                "gemm batch=", batch, " strides ", stride_a, ", ", stride_b, ", ", stride_c);
+  if (batch == 0 || m == 0 || n == 0) return;
+  if (k == 0 || alpha == 0.f) return scale_c(batch, m, n, beta, c, ldc, stride_c);
+  if (batch > 1 && stride_a == 0 && stride_b == 0) {
+    // oneDNN wants the batch from A or B; with neither batched every product is the same one.
+    for (int64_t p = 0; p < batch; ++p)
+      gemm_f32(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c + p * stride_c, ldc);
+    return;
+  }
+  // One piece: `count` products of (rows, cols) starting at a, b, c.
+  auto piece = [&](int64_t count, int64_t rows, int64_t cols, const float* pa, const float* pb,
+                   float* pc) {
+    bool batched = count > 1;
+    GemmKey key{count, rows, cols, k, lda, ldb, ldc, batched ? stride_a : 0,
+                batched ? stride_b : 0, batched ? stride_c : 0, trans_a, trans_b,
+                std::bit_cast<uint32_t>(alpha), std::bit_cast<uint32_t>(beta)};
+    run(key, pa, pb, pc);
+  };
+  // Pieces of at least kMinPieceMacs multiply-adds (about 10 us on one core): smaller ones cost
+  // more in wake-ups and per-call overhead than a second core gives back.
+  constexpr int64_t kMinPieceMacs = int64_t{1} << 21;
+  constexpr int64_t kBlock = 64;  // rows or columns per unit of work
+  auto grain = [](int64_t unit_macs) { return (kMinPieceMacs + unit_macs - 1) / unit_macs; };
+  ThreadPool& pool = ThreadPool::global();
+  if (batch > 1) {
+    pool.parallel_for(batch, grain(m * n * k), [&](int64_t begin, int64_t end) {
+      piece(end - begin, m, n, a + begin * stride_a, b + begin * stride_b, c + begin * stride_c);
+    });
+  } else if (n >= 2 * kBlock) {
+    int64_t blocks = (n + kBlock - 1) / kBlock;
+    pool.parallel_for(blocks, grain(m * kBlock * k), [&](int64_t begin, int64_t end) {
+      int64_t j0 = begin * kBlock, j1 = std::min(n, end * kBlock);
+      piece(1, m, j1 - j0, a, trans_b ? b + j0 * ldb : b + j0, c + j0);
+    });
+  } else if (m >= 2 * kBlock) {
+    int64_t blocks = (m + kBlock - 1) / kBlock;
+    pool.parallel_for(blocks, grain(kBlock * n * k), [&](int64_t begin, int64_t end) {
+      int64_t i0 = begin * kBlock, i1 = std::min(m, end * kBlock);
+      piece(1, i1 - i0, n, trans_a ? a + i0 : a + i0 * lda, b, c + i0 * ldc);
+    });
+  } else {
+    piece(1, m, n, a, b, c);
+  }
+}
+
+}  // namespace trainrt
