@@ -109,6 +109,9 @@ void bind_training(nb::module_& m) {
       .def("parameter", [](const TrainingSession& s, const std::string& name) {
         return array_from_tensor(s.parameter(name).clone());
       }, "A copy of a trainable parameter's current value.")
+      .def("gradient", [](const TrainingSession& s, const std::string& name) {
+        return array_from_tensor(s.gradient(name).clone());
+      }, "A copy of a parameter's gradient accumulated since the last optimizer step.")
       .def("save_checkpoint", [](const TrainingSession& s, const std::string& path) { s.checkpoint().save(path); })
       .def("load_checkpoint", [](TrainingSession& s, const std::string& path) {
         CheckpointState state;
