@@ -6,21 +6,21 @@
 // cached primitive may run on several threads at once without sharing scratch memory.
 //
 // Threads: Debian's oneDNN threads with OpenMP, whose two-thread barriers spin and stall for a
-// whole scheduler time slice whenever the partner thread is preempted (docs/gemm.md measures a 5x
-// slower end-to-end demo on a busy 2-core machine). So oneDNN runs single-threaded here (the
+// whole scheduler time slice whenever the partner thread is preempted (docs/gemm.md: the
+// end-to-end demo up to 5x slower on a busy 2-core machine). So oneDNN runs single-threaded here (the
 // calling thread's OpenMP team size is set to 1 around each call) and the ThreadPool splits a large
 // product into pieces: over the batch, else over column blocks of C (each piece then packs only its
 // own part of B), else over row blocks. The pool hands out pieces dynamically and its caller takes
 // part, so a preempted worker delays only the piece it holds.
 #include "trainrt/kernels/cpu/gemm.h"
 
+#include <omp.h>
+
+#include <algorithm>
 #include <bit>
 #include <cstring>
 #include <memory>
 #include <mutex>
-#include <omp.h>
-
-#include <algorithm>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <unordered_map>
 
