@@ -11,6 +11,7 @@ namespace trainrt::python {
 void bind_errors(nanobind::module_& m);
 void bind_session(nanobind::module_& m);
 void bind_training(nanobind::module_& m);
+void bind_module_programs(nanobind::module_& m);
 
 // Zero-copy views between DLPack-capable arrays (numpy, torch) and engine tensors.
 using AnyArray = nanobind::ndarray<nanobind::ro, nanobind::device::cpu>;  // read-only arrays too

@@ -8,4 +8,5 @@ NB_MODULE(_C, m) {
   trainrt::python::bind_errors(m);
   trainrt::python::bind_session(m);
   trainrt::python::bind_training(m);
+  trainrt::python::bind_module_programs(m);
 }

@@ -1,0 +1,81 @@
+#include "trainrt/train/module_programs.h"
+
+#include <algorithm>
+
+#include "trainrt/autodiff/gradient_builder.h"
+#include "trainrt/core/error.h"
+
+namespace trainrt {
+namespace {
+
+std::vector<const Value*> const_values(const std::vector<Value*>& v) { return {v.begin(), v.end()}; }
+
+}  // namespace
+
+ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::string> grad_outputs,
+                               std::vector<std::string> wrt)
+    : graph_(std::move(graph)), grad_outputs_(std::move(grad_outputs)), wrt_(std::move(wrt)) {
+  std::vector<const Node*> nodes;
+  for (const Node* n : graph_->topological_order()) nodes.push_back(n);
+  joint_ = extract_subgraph(*graph_, nodes, const_values(graph_->inputs()), const_values(graph_->outputs()),
+                            graph_->name);
+  num_outputs_ = graph_->outputs().size();
+  GradientResult result = build_gradients(*joint_, {.outputs_with_grad = grad_outputs_, .wrt = wrt_});
+  output_grad_inputs_ = result.output_grad_inputs;
+  unreached_ = result.unreached;
+  programs_ = partition_joint_graph(*joint_, result);
+  // Backward outputs come in grad_of order (sorted by name); map each wrt entry to its position.
+  std::vector<std::string> order;
+  for (const auto& [name, grad] : result.grad_of) order.push_back(name);
+  for (const std::string& w : wrt_)
+    grad_position_.push_back(static_cast<size_t>(std::find(order.begin(), order.end(), w) - order.begin()));
+  forward_ = std::make_unique<Session>(programs_.forward);
+  backward_ = std::make_unique<Session>(programs_.backward);
+  inference_ = std::make_unique<Session>(graph_);
+}
+
+std::vector<Tensor> ModulePrograms::forward(const std::vector<Tensor>& inputs, ForwardState& state, uint64_t seed) {
+  forward_->set_seed(seed);
+  std::vector<Tensor> out = forward_->run(inputs);
+  state.values.clear();
+  state.used = false;
+  const auto& in_values = programs_.forward->inputs();
+  for (size_t i = 0; i < inputs.size() && i < in_values.size(); ++i) state.values[in_values[i]->name] = inputs[i];
+  const auto& out_values = programs_.forward->outputs();
+  for (size_t i = 0; i < out.size(); ++i) state.values[out_values[i]->name] = out[i];
+  out.resize(num_outputs_);  // the caller gets the model's outputs; saved values stay in the state
+  return out;
+}
+
+std::vector<Tensor> ModulePrograms::backward(ForwardState& state, const std::vector<Tensor>& output_grads) {
+  if (state.used) throw InvalidModel("backward through the same forward call twice (retain_graph) is not supported");
+  if (output_grads.size() != grad_outputs_.size())
+    throw ShapeError(fmt("backward got ", output_grads.size(), " output gradients, expected ", grad_outputs_.size()));
+  for (size_t i = 0; i < output_grads.size(); ++i) {
+    Tensor g = output_grads[i];
+    if (!g.defined()) {  // autograd passes no gradient for an output the loss does not use
+      const Tensor& out = state.values.at(grad_outputs_[i]);
+      g = Tensor::zeros(out.dtype(), out.dims());
+    }
+    state.values[output_grad_inputs_[i]] = g;
+  }
+  std::vector<Tensor> inputs;
+  for (const std::string& name : programs_.backward_inputs) {
+    auto it = state.values.find(name);
+    if (it == state.values.end()) throw InternalError(fmt("backward input '", name, "' was not kept by forward"));
+    inputs.push_back(it->second);
+  }
+  std::vector<Tensor> grads = backward_->run(inputs);
+  state.values.clear();  // release the saved activations now
+  state.used = true;
+  std::vector<Tensor> out;
+  for (size_t pos : grad_position_) out.push_back(std::move(grads[pos]));
+  return out;
+}
+
+std::vector<Tensor> ModulePrograms::infer(const std::vector<Tensor>& inputs, uint64_t seed) {
+  inference_->set_seed(seed);
+  return inference_->run(inputs);
+}
+
+}  // namespace trainrt

@@ -1,0 +1,62 @@
+// ModulePrograms: the forward and backward programs of a model whose parameters are graph inputs,
+// run as two calls (autograd's forward and backward). This is what RTModule drives.
+//
+// The joint graph (build_gradients with the outputs' gradients fed in) is partitioned
+// (partition_joint_graph): forward() runs the forward program and keeps, in a ForwardState, the
+// saved values and the input tensors the backward reads; backward() feeds those plus the output
+// gradients to the backward program and returns the gradients of `wrt`, in `wrt` order.
+// infer() runs the plain graph for eval / no-grad calls and keeps nothing.
+//
+//   ModulePrograms p(graph, /*grad_outputs=*/{"loss"}, /*wrt=*/{"fc.weight", "fc.bias"});
+//   ForwardState state;
+//   auto outputs = p.forward({w, b, x}, state, seed);
+//   auto grads = p.backward(state, {Tensor::scalar(1.f)});   // d loss / d fc.weight, fc.bias
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "trainrt/ir/graph.h"
+#include "trainrt/plan/partition.h"
+#include "trainrt/runtime/session.h"
+
+namespace trainrt {
+
+// What one forward call leaves for its backward call (moved out of the caller once used).
+struct ForwardState {
+  std::map<std::string, Tensor> values;  // saved values, forward inputs and outputs, by name
+  bool used = false;
+};
+
+class ModulePrograms {
+ public:
+  ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::string> grad_outputs, std::vector<std::string> wrt);
+
+  std::vector<Tensor> forward(const std::vector<Tensor>& inputs, ForwardState& state, uint64_t seed);
+  // `output_grads` has one tensor per grad_outputs entry (undefined = zeros). Returns one tensor
+  // per wrt entry. Throws InvalidModel when the state was already used (backward called twice).
+  std::vector<Tensor> backward(ForwardState& state, const std::vector<Tensor>& output_grads);
+  std::vector<Tensor> infer(const std::vector<Tensor>& inputs, uint64_t seed);
+
+  const std::vector<std::string>& unreached() const { return unreached_; }
+  MemoryStats forward_memory() const { return forward_->memory_stats(); }
+  MemoryStats backward_memory() const { return backward_->memory_stats(); }
+  const Graph& forward_graph() const { return *programs_.forward; }
+  const Graph& backward_graph() const { return *programs_.backward; }
+  const Graph& joint_graph() const { return *joint_; }
+
+ private:
+  std::shared_ptr<Graph> graph_;
+  std::shared_ptr<Graph> joint_;
+  TrainingPrograms programs_;
+  std::vector<std::string> grad_outputs_, wrt_;
+  std::vector<std::string> output_grad_inputs_;  // per grad_outputs entry
+  std::vector<size_t> grad_position_;            // per wrt entry: its index among backward outputs
+  std::vector<std::string> unreached_;
+  size_t num_outputs_ = 0;
+  std::unique_ptr<Session> forward_, backward_, inference_;
+};
+
+}  // namespace trainrt
