@@ -21,6 +21,16 @@ from trainrt._C import (  # noqa: F401  (re-exported API)
     set_log_level,
     supported_ops,
 )
+from trainrt.options import DebugOptions, FallbackPolicy, LogLevel  # noqa: F401
 from trainrt.session import Session  # noqa: F401
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    """RTModule imports torch; load it on first use so the engine API works without torch."""
+    if name == "RTModule":
+        from trainrt.rtmodule import RTModule
+
+        return RTModule
+    raise AttributeError(f"module 'trainrt' has no attribute {name!r}")

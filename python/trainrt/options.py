@@ -1,0 +1,96 @@
+"""RTModule options, as ORTModule users know them, and their environment variables.
+
+Every option has a TRAINRT_* environment variable that takes precedence over code; the ORTMODULE_*
+name of an option ORTModule also had is accepted as an alias (the TRAINRT_ name wins when both are set).
+
+    model = trainrt.RTModule(model, trainrt.DebugOptions(save_onnx=True, onnx_prefix="gpt",
+                                                         log_level=trainrt.LogLevel.INFO))
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from dataclasses import dataclass
+
+
+class LogLevel(enum.IntEnum):
+    VERBOSE = 0
+    INFO = 1
+    WARNING = 2
+    ERROR = 3
+    FATAL = 4
+
+
+class FallbackPolicy(enum.IntFlag):
+    """Which failures make RTModule run the original module instead (announced once, never silent)."""
+
+    FALLBACK_DISABLE = 0
+    FALLBACK_FORCE_TORCH_FORWARD = 1       # always run torch (for debugging the wrapper itself)
+    FALLBACK_UNSUPPORTED_DEVICE = 2        # inputs or parameters not on the CPU
+    FALLBACK_UNSUPPORTED_DATA = 4          # inputs the engine cannot take (dtype, layout)
+    FALLBACK_UNSUPPORTED_TORCH_MODEL = 8   # torch.export cannot capture the module
+    FALLBACK_UNSUPPORTED_ONNX_MODEL = 16   # an op without translation, kernel or gradient
+    FALLBACK_BAD_INITIALIZATION = 32       # the engine failed while building the programs
+
+
+DEFAULT_FALLBACK = (FallbackPolicy.FALLBACK_UNSUPPORTED_DEVICE | FallbackPolicy.FALLBACK_UNSUPPORTED_DATA
+                    | FallbackPolicy.FALLBACK_UNSUPPORTED_TORCH_MODEL | FallbackPolicy.FALLBACK_UNSUPPORTED_ONNX_MODEL
+                    | FallbackPolicy.FALLBACK_BAD_INITIALIZATION)
+
+
+def env(name: str, alias: str | None = None) -> str | None:
+    """TRAINRT_<name>, else the ORTMODULE_<alias> spelling, else None."""
+    value = os.environ.get(f"TRAINRT_{name}")
+    if value is None and alias:
+        value = os.environ.get(f"ORTMODULE_{alias}")
+    return value
+
+
+def _parse_level(value: str) -> LogLevel:
+    try:
+        return LogLevel[value.upper()] if not value.isdigit() else LogLevel(int(value))
+    except (KeyError, ValueError):
+        raise ValueError(f"log level {value!r}: choose one of {', '.join(l.name for l in LogLevel)}") from None
+
+
+def _parse_fallback(value: str) -> FallbackPolicy:
+    policy = FallbackPolicy.FALLBACK_DISABLE
+    for part in value.replace("|", ",").split(","):
+        part = part.strip()
+        if part:
+            try:
+                policy |= FallbackPolicy[part if part.startswith("FALLBACK_") else f"FALLBACK_{part}"]
+            except KeyError:
+                raise ValueError(f"fallback policy {part!r}: choose from {', '.join(p.name for p in FallbackPolicy)}") from None
+    return policy
+
+
+@dataclass
+class DebugOptions:
+    """Debugging aids: save the captured graphs as ONNX, and the log level."""
+
+    save_onnx: bool = False
+    onnx_prefix: str = "trainrt"
+    save_path: str = "."
+    log_level: LogLevel = LogLevel.WARNING
+
+    def __post_init__(self):
+        if (v := env("SAVE_ONNX_PATH", "SAVE_ONNX_PATH")) is not None:
+            self.save_onnx, self.save_path = True, v
+        if (v := env("LOG_LEVEL", "LOG_LEVEL")) is not None:
+            self.log_level = _parse_level(v)
+
+
+@dataclass
+class RuntimeOptions:
+    """Engine behaviour: fallback policy and what to print. Read from the environment."""
+
+    fallback_policy: FallbackPolicy = DEFAULT_FALLBACK
+    print_memory_stats: bool = False
+
+    def __post_init__(self):
+        if (v := env("FALLBACK_POLICY", "FALLBACK_POLICY")) is not None:
+            self.fallback_policy = _parse_fallback(v)
+        if (v := env("PRINT_MEMORY_STATS", "PRINT_MEMORY_STATS")) is not None:
+            self.print_memory_stats = v not in ("0", "false", "False")
