@@ -1,4 +1,7 @@
-"""Shared helpers for the Python tests: small ONNX models built with onnx.helper."""
+"""Shared helpers for the Python tests: small ONNX models built with onnx.helper, the CLI's path."""
+
+import os
+import pathlib
 
 import numpy as np
 import onnx
@@ -40,3 +43,18 @@ def mlp_model():
         return np.maximum(x @ w1 + b1, 0) @ w2 + b2
 
     return model, reference
+
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def cli() -> str:
+    """The trainrt CLI: $TRAINRT_CLI (set by `make test`), else the newest build/*/trainrt."""
+    path = os.environ.get("TRAINRT_CLI")
+    if not path:
+        built = [p for p in ROOT.glob("build/*/trainrt") if p.is_file()]
+        path = str(max(built, key=lambda p: p.stat().st_mtime)) if built else None
+    if not path or not os.access(path, os.X_OK):
+        pytest.fail("the trainrt CLI is not built (set TRAINRT_CLI or run `make build`)")
+    return path

@@ -1,22 +1,14 @@
 """The `trainrt` CLI: inspect and run ONNX models without Python in the loop."""
 
 import json
-import os
-import pathlib
 import subprocess
 
 import pytest
 
 from trainrt.demo import transformer_model
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-def cli() -> str:
-    path = os.environ.get("TRAINRT_CLI") or next((str(p) for p in sorted(ROOT.glob("build/*/trainrt")) if p.is_file()), None)
-    if not path:
-        pytest.fail("the trainrt CLI is not built (set TRAINRT_CLI or run `make build`)")
-    return path
 
 
 @pytest.fixture
@@ -26,8 +18,8 @@ def model_file(tmp_path):
     return path
 
 
-def test_inspect_prints_histogram_parameters_shapes_and_memory(model_file):
-    out = subprocess.run([cli(), "inspect", str(model_file), "--dim", "batch=4"], capture_output=True, text=True)
+def test_inspect_prints_histogram_parameters_shapes_and_memory(cli, model_file):
+    out = subprocess.run([cli, "inspect", str(model_file), "--dim", "batch=4"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert "MatMul" in out.stdout and "LayerNormalization" in out.stdout
     assert "parameters:" in out.stdout
@@ -35,9 +27,9 @@ def test_inspect_prints_histogram_parameters_shapes_and_memory(model_file):
     assert "planned peak memory" in out.stdout
 
 
-def test_run_prints_outputs_time_memory_and_writes_a_trace(model_file, tmp_path):
+def test_run_prints_outputs_time_memory_and_writes_a_trace(cli, model_file, tmp_path):
     trace = tmp_path / "trace.json"
-    out = subprocess.run([cli(), "run", str(model_file), "--dim", "batch=2", "--profile", str(trace), "--repeat", "3"],
+    out = subprocess.run([cli, "run", str(model_file), "--dim", "batch=2", "--profile", str(trace), "--repeat", "3"],
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert "output logits: f32(2, 8, 100)" in out.stdout
@@ -45,12 +37,12 @@ def test_run_prints_outputs_time_memory_and_writes_a_trace(model_file, tmp_path)
     assert json.loads(trace.read_text())["traceEvents"]
 
 
-def test_errors_name_the_problem(model_file, tmp_path):
-    out = subprocess.run([cli(), "run", str(model_file)], capture_output=True, text=True)
+def test_errors_name_the_problem(cli, model_file, tmp_path):
+    out = subprocess.run([cli, "run", str(model_file)], capture_output=True, text=True)
     assert out.returncode == 1 and "--dim batch=VALUE" in out.stderr
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(model_file.read_bytes()[:100])
-    out = subprocess.run([cli(), "inspect", str(bad)], capture_output=True, text=True)
+    out = subprocess.run([cli, "inspect", str(bad)], capture_output=True, text=True)
     assert out.returncode == 1 and "bad.onnx" in out.stderr
-    out = subprocess.run([cli(), "frobnicate"], capture_output=True, text=True)
+    out = subprocess.run([cli, "frobnicate"], capture_output=True, text=True)
     assert out.returncode == 2

@@ -5,10 +5,7 @@ The same MLP (same initial weights), the same optimizer and the same batches run
 steps, and a longer run must reach at least 95% test accuracy with the exported inference model.
 """
 
-import os
-import pathlib
 import re
-import shutil
 import subprocess
 
 import numpy as np
@@ -21,15 +18,9 @@ from sklearn.datasets import load_digits
 
 import trainrt
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 BATCH = 32
 
 
-def cli() -> str:
-    path = os.environ.get("TRAINRT_CLI") or next((str(p) for p in sorted(ROOT.glob("build/*/trainrt")) if p.is_file()), None)
-    if not path or not os.access(path, os.X_OK):
-        pytest.fail("the trainrt CLI is not built (set TRAINRT_CLI or run `make build`)")
-    return path
 
 
 def digits():
@@ -64,8 +55,8 @@ def export_mlp(model, path):
     onnx.save(model_proto, path)
 
 
-def run_cli(model, data, steps, tmp_path, optimizer="adamw", lr="0.01", save=None, shuffle=False):
-    cmd = [cli(), "train", str(model), "--data", str(data), "--input", "x", "--label", "y",
+def run_cli(cli, model, data, steps, optimizer="adamw", lr="0.01", save=None, shuffle=False):
+    cmd = [cli, "train", str(model), "--data", str(data), "--input", "x", "--label", "y",
            "--loss", "cross_entropy", "--optimizer", optimizer, "--lr", lr, "--batch", str(BATCH),
            "--steps", str(steps)] + ([] if shuffle else ["--no-shuffle"])
     if save:
@@ -102,17 +93,17 @@ def digits_files(tmp_path):
 
 
 @pytest.mark.parametrize("optimizer,lr", [("adamw", "0.01"), ("sgd", "0.1")])
-def test_cli_losses_match_torch_step_by_step(digits_files, tmp_path, optimizer, lr):
+def test_cli_losses_match_torch_step_by_step(cli, digits_files, optimizer, lr):
     model, data, (x, y, _, _) = digits_files
-    ours = run_cli(model, data, 100, tmp_path, optimizer, lr)
+    ours = run_cli(cli, model, data, 100, optimizer, lr)
     theirs = torch_losses(x, y, 100, optimizer, float(lr))
     np.testing.assert_allclose(ours, theirs, rtol=1e-4)
 
 
-def test_cli_trained_model_reaches_95_percent_on_held_out_digits(digits_files, tmp_path):
+def test_cli_trained_model_reaches_95_percent_on_held_out_digits(cli, digits_files, tmp_path):
     model, data, (_, _, x_test, y_test) = digits_files
     out_dir = tmp_path / "trained"
-    run_cli(model, data, 1000, tmp_path, save=out_dir, shuffle=True)
+    run_cli(cli, model, data, 1000, save=out_dir, shuffle=True)
     onnx.checker.check_model(str(out_dir / "model.onnx"), full_check=True)
     (logits,) = trainrt.Session(out_dir / "model.onnx").run([x_test])
     accuracy = float(np.mean(logits.argmax(axis=1) == y_test))
@@ -124,13 +115,13 @@ def test_cli_trained_model_reaches_95_percent_on_held_out_digits(digits_files, t
     assert (out_dir / "checkpoint.trainrt").stat().st_size > 0
 
 
-def test_cli_bad_arguments_give_clear_errors(digits_files, tmp_path):
+def test_cli_bad_arguments_give_clear_errors(cli, digits_files, tmp_path):
     model, data, _ = digits_files
-    out = subprocess.run([cli(), "train", str(model), "--data", str(data), "--input", "x", "--label", "nope",
+    out = subprocess.run([cli, "train", str(model), "--data", str(data), "--input", "x", "--label", "nope",
                           "--loss", "cross_entropy", "--optimizer", "adamw", "--lr", "0.01", "--batch", "8", "--steps", "1"],
                          capture_output=True, text=True)
     assert out.returncode == 1 and "no tensor 'nope'" in out.stderr
-    out = subprocess.run([cli(), "train", str(model), "--data", str(tmp_path / "missing.safetensors"), "--input", "x",
+    out = subprocess.run([cli, "train", str(model), "--data", str(tmp_path / "missing.safetensors"), "--input", "x",
                           "--label", "y", "--loss", "hinge", "--optimizer", "adamw", "--lr", "0.01", "--batch", "8", "--steps", "1"],
                          capture_output=True, text=True)
     assert out.returncode == 1 and "hinge" in out.stderr
