@@ -1,0 +1,56 @@
+// ModulePrograms: parameters as inputs, forward then backward as two calls, gradients in wrt order.
+#include "trainrt/train/module_programs.h"
+
+#include <gtest/gtest.h>
+
+#include "trainrt/core/testing.h"
+
+namespace trainrt {
+namespace {
+
+using testing::expect_close;
+using testing::make_tensor;
+
+// y = x @ w + b with w, b graph inputs (as RTModule passes parameters).
+std::shared_ptr<Graph> linear_graph() {
+  auto g = std::make_shared<Graph>();
+  g->set_opset("", 18);
+  Value* w = g->add_input("w", DType::kF32, Shape({2, 3}));
+  Value* b = g->add_input("b", DType::kF32, Shape({3}));
+  Value* x = g->add_input("x", DType::kF32, Shape({Dim::symbolic("batch"), 2}));
+  Value* xw = g->add_node("MatMul", {x, w}, {"xw"})->output(0);
+  g->add_output(g->add_node("Add", {xw, b}, {"y"})->output(0));
+  return g;
+}
+
+TEST(ModulePrograms, ForwardThenBackwardGivesGradientsInWrtOrder) {
+  ModulePrograms p(linear_graph(), {"y"}, {"x", "w", "b"});
+  Tensor w = make_tensor<float>({2, 3}, {1, 2, 3, 4, 5, 6});
+  Tensor b = make_tensor<float>({3}, {0.5f, 0, -0.5f});
+  Tensor x = make_tensor<float>({2, 2}, {1, 0, 2, 1});
+  ForwardState state;
+  auto out = p.forward({w, b, x}, state, 1);
+  ASSERT_EQ(out.size(), 1u);
+  expect_close(out[0], make_tensor<float>({2, 3}, {1.5f, 2, 2.5f, 6.5f, 9, 11.5f}));
+  Tensor dy = make_tensor<float>({2, 3}, {1, 1, 1, 1, 0, 2});
+  auto grads = p.backward(state, {dy});
+  ASSERT_EQ(grads.size(), 3u);
+  expect_close(grads[0], make_tensor<float>({2, 2}, {6, 15, 7, 16}));             // dY w^T
+  expect_close(grads[1], make_tensor<float>({2, 3}, {3, 1, 5, 1, 0, 2}));         // x^T dY
+  expect_close(grads[2], make_tensor<float>({3}, {2, 1, 3}));                     // sum over rows
+  EXPECT_THROW(p.backward(state, {dy}), InvalidModel);  // the state is spent
+}
+
+TEST(ModulePrograms, MissingOutputGradientIsZeroAndInferKeepsNothing) {
+  ModulePrograms p(linear_graph(), {"y"}, {"w"});
+  Tensor w = Tensor::zeros(DType::kF32, {2, 3}), b = Tensor::zeros(DType::kF32, {3});
+  Tensor x = make_tensor<float>({1, 2}, {1, 1});
+  ForwardState state;
+  p.forward({w, b, x}, state, 0);
+  auto grads = p.backward(state, {Tensor()});
+  expect_close(grads[0], Tensor::zeros(DType::kF32, {2, 3}));
+  EXPECT_EQ(p.infer({w, b, x}, 0)[0].dims(), (std::vector<int64_t>{1, 3}));
+}
+
+}  // namespace
+}  // namespace trainrt
