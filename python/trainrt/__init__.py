@@ -28,9 +28,13 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name):
-    """RTModule imports torch; load it on first use so the engine API works without torch."""
+    """RTModule and trainrt.optim import torch; load them on first use so the engine API works without torch."""
     if name == "RTModule":
         from trainrt.rtmodule import RTModule
 
         return RTModule
+    if name == "optim":
+        import trainrt.optim
+
+        return trainrt.optim
     raise AttributeError(f"module 'trainrt' has no attribute {name!r}")

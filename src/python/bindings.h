@@ -12,6 +12,7 @@ void bind_errors(nanobind::module_& m);
 void bind_session(nanobind::module_& m);
 void bind_training(nanobind::module_& m);
 void bind_module_programs(nanobind::module_& m);
+void bind_optim(nanobind::module_& m);
 
 // Zero-copy views between DLPack-capable arrays (numpy, torch) and engine tensors.
 using AnyArray = nanobind::ndarray<nanobind::ro, nanobind::device::cpu>;  // read-only arrays too

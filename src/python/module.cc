@@ -9,4 +9,5 @@ NB_MODULE(_C, m) {
   trainrt::python::bind_session(m);
   trainrt::python::bind_training(m);
   trainrt::python::bind_module_programs(m);
+  trainrt::python::bind_optim(m);
 }

@@ -17,8 +17,8 @@ constexpr std::string_view kCaller = "adam_step";
 // The kernel's coefficients for a parameter about to take step t (t >= 1). Bias corrections and
 // step sizes are computed in double, as torch computes them in Python floats, then rounded once.
 AdamCoefficients coefficients_for(const AdamOptions& o, int64_t t, float grad_scale) {
-  const double bc1 = 1 - std::pow(o.beta1, static_cast<double>(t));
-  const double bc2 = 1 - std::pow(o.beta2, static_cast<double>(t));
+  const double bc1 = o.bias_correction ? 1 - std::pow(o.beta1, static_cast<double>(t)) : 1.0;
+  const double bc2 = o.bias_correction ? 1 - std::pow(o.beta2, static_cast<double>(t)) : 1.0;
   AdamCoefficients c{};
   c.grad_scale = grad_scale;
   c.l2 = 0.f;

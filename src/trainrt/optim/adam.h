@@ -12,6 +12,8 @@
 //                 correction folded into the step size and the decay applied after the update:
 //                   p = p - (lr * sqrt(bc2) / bc1) * m / (sqrt(v) + eps);  p = p - lr * wd * p
 // amsgrad (torch's): vmax = max(vmax, v) and the denominator uses vmax instead of v.
+// bias_correction = false takes bc1 = bc2 = 1 in every mode (Apex FusedAdam's bias_correction=False,
+// transformers' correct_bias=False); torch.optim.Adam / AdamW always correct.
 //
 //   std::vector<ParamSlot> slots = ...;            // see optimizer_state.h
 //   AdamOptions options = AdamOptions::adamw();   // torch.optim.AdamW defaults
@@ -36,6 +38,7 @@ struct AdamOptions {
   double eps = 1e-8;
   double weight_decay = 0;
   bool amsgrad = false;
+  bool bias_correction = true;
   WeightDecayMode mode = WeightDecayMode::kL2;
 
   // torch.optim.AdamW's defaults: weight_decay 1e-2, decoupled.

@@ -37,7 +37,8 @@ void load_state(AdamState& out, const Tensor& param, const OptimizerState& s) {
 // engine held before the step; written from the sources (torch.optim.Adam / AdamW docs and
 // torch/optim/adam.py; transformers' AdamW.step).
 void reference_step(AdamState& s, int64_t t, const Tensor& grad, const AdamOptions& o, double grad_scale) {
-  const double bc1 = 1 - std::pow(o.beta1, double(t)), bc2 = 1 - std::pow(o.beta2, double(t));
+  const double bc1 = o.bias_correction ? 1 - std::pow(o.beta1, double(t)) : 1.0;
+  const double bc2 = o.bias_correction ? 1 - std::pow(o.beta2, double(t)) : 1.0;
   const float* g = grad.data<float>();
   for (size_t i = 0; i < s.p.size(); ++i) {
     Tracked gi = Tracked(g[i]) * grad_scale;
@@ -106,6 +107,7 @@ TEST(AdamTest, DefaultsAreTorchDefaults) {
   EXPECT_EQ(adam.eps, 1e-8);
   EXPECT_EQ(adam.weight_decay, 0);
   EXPECT_EQ(adam.mode, WeightDecayMode::kL2);
+  EXPECT_TRUE(adam.bias_correction);
   EXPECT_EQ(adamw.weight_decay, 1e-2);
   EXPECT_EQ(adamw.mode, WeightDecayMode::kDecoupled);
 }
@@ -132,6 +134,15 @@ TEST(AdamTest, AmsgradMatchesReferenceInEveryMode) {
   for (WeightDecayMode mode : {WeightDecayMode::kL2, WeightDecayMode::kDecoupled, WeightDecayMode::kHuggingFace}) {
     SCOPED_TRACE(static_cast<int>(mode));
     check_against_reference(with(mode, 0.01, /*amsgrad=*/true));
+  }
+}
+
+TEST(AdamTest, WithoutBiasCorrectionMatchesReferenceInEveryMode) {
+  for (WeightDecayMode mode : {WeightDecayMode::kL2, WeightDecayMode::kDecoupled, WeightDecayMode::kHuggingFace}) {
+    SCOPED_TRACE(static_cast<int>(mode));
+    AdamOptions o = with(mode, 0.01);
+    o.bias_correction = false;
+    check_against_reference(o);
   }
 }
 

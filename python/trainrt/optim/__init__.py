@@ -1,0 +1,9 @@
+"""`trainrt.optim`: drop-in torch optimizers whose step is one fused multi-tensor engine call per group.
+
+    optimizer = trainrt.optim.FusedAdam(model.parameters(), lr=3e-4, weight_decay=0.1)
+    optimizer = trainrt.optim.FusedAdam(params, adam_w_mode=trainrt.optim.AdamWMode.ADAMW_TRANSFORMERS)
+    optimizer = trainrt.optim.FusedSGD(model.parameters(), lr=0.1, momentum=0.9)
+"""
+
+from trainrt.optim.fused_adam import AdamWMode, FusedAdam  # noqa: F401
+from trainrt.optim.fused_sgd import FusedSGD  # noqa: F401

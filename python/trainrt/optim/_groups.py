@@ -1,0 +1,84 @@
+"""What a fused optimizer step hands the engine for one parameter group (shared by FusedAdam, FusedSGD).
+
+The engine's kernels run in place on zero-copy views of the torch tensors, so everything the views
+cannot express is refused here, before any tensor changes, with the group, index, shape and dtype of
+the parameter in the message: a sparse gradient, a tensor off the CPU, a dtype other than float32,
+a non-contiguous parameter.
+
+    names, params, grads, indices = params_with_grads("FusedAdam", group_index, group)
+    _C.adam_step(names, params, grads, [view(s["step"]) for s in states], ...)
+
+The tensors cross as DLPack capsules (torch.utils.dlpack.to_dlpack): the engine reads those in well
+under a microsecond, where handing it the tensor objects costs ~2 us each through Tensor.__dlpack__
+(about 1.2 ms of a step over GPT-2's 148 parameters and their state).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.dlpack import to_dlpack
+
+
+def describe(group_index: int, index: int, p: torch.Tensor) -> str:
+    return f"parameter {index} of param_groups[{group_index}] ({p.dtype}, shape {tuple(p.shape)})"
+
+
+def params_with_grads(optimizer: str, group_index: int, group: dict):
+    """The group's parameters that have a gradient, checked, as engine-ready tensors.
+
+    Returns (names, params, grads, indices): names for the engine's error messages, views of the
+    parameters and gradients (same storage), and each one's index in group["params"].
+    """
+    names, params, grads, indices = [], [], [], []
+    f32, strided = torch.float32, torch.strided
+    for i, p in enumerate(group["params"]):
+        g = p.grad
+        if g is None:
+            continue
+        # One cheap test for the common case; the detailed one only to word the error.
+        if not (p.dtype is f32 and g.dtype is f32 and g.layout is strided and p.is_cpu and g.is_cpu
+                and p.is_contiguous()):
+            _refuse(optimizer, group_index, i, p, g)
+        names.append(f"param_groups[{group_index}][{i}]")
+        params.append(to_dlpack(p.detach()))
+        # A gradient is only read: a rare non-contiguous one is copied rather than refused.
+        grads.append(to_dlpack(g.detach().contiguous()))
+        indices.append(i)
+    return names, params, grads, indices
+
+
+def _refuse(optimizer: str, group_index: int, i: int, p: torch.Tensor, g: torch.Tensor):
+    if g.layout is not torch.strided:
+        raise RuntimeError(f"{optimizer} does not support sparse gradients: {describe(group_index, i, p)} "
+                           f"has a {g.layout} gradient")
+    if not (p.is_cpu and g.is_cpu):
+        raise ValueError(f"{optimizer} runs on the CPU: {describe(group_index, i, p)} is on {p.device} "
+                         f"(gradient on {g.device})")
+    if p.dtype != torch.float32 or g.dtype != torch.float32:
+        raise TypeError(f"{optimizer} supports float32 parameters and gradients only: "
+                        f"{describe(group_index, i, p)} has a {g.dtype} gradient")
+    raise ValueError(f"{optimizer} updates parameters in place and needs them contiguous: "
+                     f"{describe(group_index, i, p)} has strides {p.stride()}")
+
+
+def view(t: torch.Tensor):
+    """A zero-copy view of t for the engine (a DLPack capsule)."""
+    return to_dlpack(t)
+
+
+def state_view(state: dict, key: str):
+    """A view of state[key] the engine updates in place (a loaded non-contiguous buffer is replaced
+    by a contiguous copy once), or None when the step has to create the buffer."""
+    buf = state.get(key)
+    if buf is None:
+        return None
+    if not buf.is_contiguous():
+        buf = state[key] = buf.contiguous()
+    return to_dlpack(buf)
+
+
+def adopt(created, states: list[dict], key: str) -> None:
+    """Stores the buffers the engine created (numpy arrays over engine memory) as torch tensors."""
+    for array, state in zip(created, states):
+        if array is not None:
+            state[key] = torch.from_numpy(array)

@@ -1,0 +1,145 @@
+"""`trainrt.optim.FusedAdam`: Adam / AdamW as one fused multi-tensor engine call per parameter group.
+
+    optimizer = trainrt.optim.FusedAdam(model.parameters(), lr=3e-4, weight_decay=0.1)  # = torch AdamW
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=1000)
+    loss.backward(); optimizer.step(); scheduler.step(); optimizer.zero_grad()
+
+A drop-in torch.optim.Optimizer: parameter groups with their own options, add_param_group, LR
+schedulers (lr is read from the group at every step), hooks, state_dict. The state of a parameter is
+what torch.optim.Adam keeps, under the same names and types ("step" a 0-d float32 tensor, "exp_avg",
+"exp_avg_sq", "max_exp_avg_sq" with amsgrad), so a FusedAdam state_dict loads into torch.optim.AdamW
+(or Adam) and theirs into FusedAdam. The step reads and writes each element of p, g, m, v once
+(28 bytes per parameter), vectorized and spread over the engine's threads, in place on the torch
+tensors. Parameters and gradients must be float32, contiguous and on the CPU.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import torch
+
+from trainrt import _C
+from trainrt.optim._groups import adopt, params_with_grads, state_view, view
+
+
+class AdamWMode(enum.IntEnum):
+    """How weight decay enters the step (the names ONNX Runtime Training users know)."""
+
+    ADAM_L2_REGULARIZATION = 0  # torch.optim.Adam(weight_decay=wd): g += wd * p before the moments
+    ADAMW_TRANSFORMERS = 1      # transformers' AdamW: p -= lr * wd * p after the update
+    ADAMW_TORCH = 2             # torch.optim.AdamW: p *= 1 - lr * wd before the update
+
+
+_ENGINE_MODE = {
+    AdamWMode.ADAM_L2_REGULARIZATION: _C.WeightDecayMode.L2,
+    AdamWMode.ADAMW_TRANSFORMERS: _C.WeightDecayMode.HUGGING_FACE,
+    AdamWMode.ADAMW_TORCH: _C.WeightDecayMode.DECOUPLED,
+}
+
+
+def _scalar_dtype() -> torch.dtype:
+    """torch.optim's dtype for state["step"]: float32 unless the default dtype is float64."""
+    return torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
+
+
+class FusedAdam(torch.optim.Optimizer):
+    """Adam in three weight-decay conventions (AdamWMode), computed as torch / transformers compute them.
+
+    bias_correction=False drops the bias corrections (bc1 = bc2 = 1) in every mode, as Apex's
+    FusedAdam(bias_correction=False) and transformers' AdamW(correct_bias=False) do. set_grad_none
+    makes zero_grad() set gradients to None (the default); False zeroes them in place instead.
+    maximize (keyword only, as in torch) ascends the objective.
+    """
+
+    def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.0, adam_w_mode: AdamWMode = AdamWMode.ADAMW_TORCH,
+                 bias_correction: bool = True, set_grad_none: bool = True, amsgrad: bool = False, *,
+                 maximize: bool = False):
+        _check_options(lr, betas, eps, weight_decay, adam_w_mode)
+        # adam_w_mode is kept as a plain int: torch.load(weights_only=True) refuses pickled enums.
+        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, adam_w_mode=int(adam_w_mode),
+                        bias_correction=bias_correction, amsgrad=amsgrad, maximize=maximize)
+        super().__init__(params, defaults)
+        self.set_grad_none = set_grad_none
+
+    def __setstate__(self, state):
+        """Also the end of load_state_dict: fills what a torch.optim.Adam / AdamW state_dict lacks."""
+        super().__setstate__(state)
+        for group in self.param_groups:
+            if "adam_w_mode" not in group and "decoupled_weight_decay" in group:  # saved by torch.optim
+                group["adam_w_mode"] = int(AdamWMode.ADAMW_TORCH if group["decoupled_weight_decay"]
+                                           else AdamWMode.ADAM_L2_REGULARIZATION)
+            for key in ("adam_w_mode", "bias_correction", "amsgrad", "maximize"):
+                group.setdefault(key, self.defaults[key])
+            for p in group["params"]:
+                s = self.state.get(p)
+                if s and "step" in s and not torch.is_tensor(s["step"]):  # very old torch checkpoints
+                    s["step"] = torch.tensor(float(s["step"]), dtype=_scalar_dtype())
+
+    def add_param_group(self, param_group: dict) -> None:
+        if "adam_w_mode" in param_group:
+            param_group["adam_w_mode"] = int(_check_mode(param_group["adam_w_mode"]))
+        super().add_param_group(param_group)
+
+    def zero_grad(self, set_to_none: bool | None = None) -> None:
+        super().zero_grad(self.set_grad_none if set_to_none is None else set_to_none)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """One Adam step over every parameter that has a gradient: one engine call per group."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group_index, group in enumerate(self.param_groups):
+            self._step_group(group_index, group)
+        return loss
+
+    def _step_group(self, group_index: int, group: dict) -> None:
+        names, params, grads, indices = params_with_grads("FusedAdam", group_index, group)
+        if not params:
+            return
+        amsgrad = bool(group["amsgrad"])
+        states = [self.state[group["params"][i]] for i in indices]
+        for s in states:
+            if "step" not in s:
+                s["step"] = torch.tensor(0.0, dtype=_scalar_dtype())
+        options = _C.AdamOptions()
+        options.lr = float(group["lr"])
+        options.beta1, options.beta2 = (float(b) for b in group["betas"])
+        options.eps = float(group["eps"])
+        options.weight_decay = float(group["weight_decay"])
+        options.amsgrad = amsgrad
+        options.bias_correction = bool(group["bias_correction"])
+        options.mode = _ENGINE_MODE[AdamWMode(group["adam_w_mode"])]
+        exp_avgs = [state_view(s, "exp_avg") for s in states]
+        exp_avg_sqs = [state_view(s, "exp_avg_sq") for s in states]
+        max_exp_avg_sqs = [state_view(s, "max_exp_avg_sq") for s in states] if amsgrad else []
+        created = _C.adam_step(names, params, grads, [view(s["step"]) for s in states], exp_avgs, exp_avg_sqs,
+                               max_exp_avg_sqs, options, grad_scale=-1.0 if group["maximize"] else 1.0)
+        for key, arrays in zip(("exp_avg", "exp_avg_sq", "max_exp_avg_sq"), created):
+            adopt(arrays, states, key)
+
+
+def _check_options(lr, betas, eps, weight_decay, adam_w_mode) -> None:
+    """torch.optim.Adam's argument checks, with its messages."""
+    if not 0.0 <= lr:
+        raise ValueError(f"Invalid learning rate: {lr}")
+    if not 0.0 <= eps:
+        raise ValueError(f"Invalid epsilon value: {eps}")
+    if not 0.0 <= betas[0] < 1.0:
+        raise ValueError(f"Invalid beta parameter at index 0: {betas[0]}")
+    if not 0.0 <= betas[1] < 1.0:
+        raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
+    if not 0.0 <= weight_decay:
+        raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+    _check_mode(adam_w_mode)
+
+
+def _check_mode(adam_w_mode) -> AdamWMode:
+    try:
+        return AdamWMode(adam_w_mode)
+    except ValueError:
+        raise ValueError(f"Invalid adam_w_mode {adam_w_mode!r}: choose one of "
+                         f"{', '.join(f'{m.name} ({m.value})' for m in AdamWMode)}") from None

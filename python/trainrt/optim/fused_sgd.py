@@ -1,0 +1,63 @@
+"""`trainrt.optim.FusedSGD`: torch.optim.SGD as one fused multi-tensor engine call per parameter group.
+
+    optimizer = trainrt.optim.FusedSGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True)
+    loss.backward(); optimizer.step(); optimizer.zero_grad()
+
+A drop-in torch.optim.Optimizer with torch.optim.SGD's options, update and state ("momentum_buffer"
+when momentum != 0, created on a parameter's first step as buf = grad), so state_dicts load both
+ways. Parameters and gradients must be float32, contiguous and on the CPU.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from trainrt import _C
+from trainrt.optim._groups import adopt, params_with_grads, state_view
+
+
+class FusedSGD(torch.optim.Optimizer):
+    """SGD with momentum, dampening, Nesterov, weight decay and maximize, as torch.optim.SGD computes it."""
+
+    def __init__(self, params, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
+                 weight_decay: float = 0.0, nesterov: bool = False, *, maximize: bool = False):
+        if not 0.0 <= lr:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if not 0.0 <= momentum:
+            raise ValueError(f"Invalid momentum value: {momentum}")
+        if not 0.0 <= weight_decay:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
+        defaults = dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
+                        nesterov=nesterov, maximize=maximize)
+        super().__init__(params, defaults)
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        for group in self.param_groups:
+            group.setdefault("nesterov", False)
+            group.setdefault("maximize", False)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """One SGD step over every parameter that has a gradient: one engine call per group."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group_index, group in enumerate(self.param_groups):
+            names, params, grads, indices = params_with_grads("FusedSGD", group_index, group)
+            if not params:
+                continue
+            options = _C.SgdOptions()
+            options.lr = float(group["lr"])
+            options.momentum = float(group["momentum"])
+            options.dampening = float(group["dampening"])
+            options.weight_decay = float(group["weight_decay"])
+            options.nesterov = bool(group["nesterov"])
+            options.maximize = bool(group["maximize"])
+            states = [self.state[group["params"][i]] for i in indices] if options.momentum != 0 else []
+            buffers = [state_view(s, "momentum_buffer") for s in states]
+            adopt(_C.sgd_step(names, params, grads, buffers, options), states, "momentum_buffer")
+        return loss
