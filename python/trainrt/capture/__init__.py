@@ -1,0 +1,16 @@
+"""Capture: torch.nn.Module -> torch.export (training IR) -> ONNX ModelProto the engine runs.
+
+    from trainrt.capture import capture
+    captured = capture(model, (x,), {}, dynamic_batch=True)
+    captured.model              # onnx.ModelProto: params, buffers, user inputs -> mutations, outputs
+
+Files: export.py (torch.export, dynamic batch), translator.py (the FX walker), context.py (what a
+per-op translation sees), symbolic.py (SymInt sizes as shape tensors), ops_*.py (ATen translations
+by family, table in aten_ops.py), onnx_builder.py (ONNX graph assembly), api.py (capture and
+CapturedGraph), errors.py.
+"""
+
+from trainrt.capture.api import CapturedGraph, capture
+from trainrt.capture.errors import CaptureError, UnsupportedATenOp
+
+__all__ = ["CaptureError", "CapturedGraph", "UnsupportedATenOp", "capture"]

@@ -1,0 +1,9 @@
+"""The complete ATen translation table: importing the op family modules registers their functions.
+
+    from trainrt.capture.aten_ops import ATEN_OPS
+    ATEN_OPS["aten.linear.default"]      # -> the function translating aten.linear.default
+"""
+
+from trainrt.capture import (  # noqa: F401  (importing registers the translations)
+    ops_factory, ops_loss, ops_math, ops_nn, ops_norm, ops_reduce, ops_shape)
+from trainrt.capture.registry import ATEN_OPS  # noqa: F401  (re-exported)

@@ -1,0 +1,72 @@
+"""Ops that make tensors (full / zeros / ones and their _like forms, arange) and dtype conversions.
+
+Fills are ConstantOfShape over a shape that may be symbolic; an arange of static bounds is an
+initializer (export usually constant-folds those), a symbolic one a Range.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from trainrt.capture.context import OpContext
+from trainrt.capture.onnx_builder import fill_value
+from trainrt.capture.registry import translates
+from trainrt.capture.symbolic import is_static
+
+
+def _fill(ctx: OpContext, value) -> str:
+    """A tensor of the output's (possibly symbolic) shape and dtype filled with value."""
+    shape = ctx.ints(ctx.out.shape)
+    return ctx.emit("ConstantOfShape", [shape], value=fill_value(value, ctx.out_dtype))
+
+
+@translates("aten.full.default", "aten.full_like.default", "aten.new_full.default")
+def full(ctx: OpContext) -> str:
+    return _fill(ctx, ctx["fill_value"])
+
+
+@translates("aten.zeros.default", "aten.zeros_like.default", "aten.new_zeros.default")
+def zeros(ctx: OpContext) -> str:
+    return _fill(ctx, 0)
+
+
+@translates("aten.ones.default", "aten.ones_like.default", "aten.new_ones.default")
+def ones(ctx: OpContext) -> str:
+    return _fill(ctx, 1)
+
+
+@translates("aten.scalar_tensor.default")
+def scalar_tensor(ctx: OpContext) -> str:
+    return ctx.operand(ctx["s"], ctx.out_dtype)
+
+
+@translates("aten.arange.default", "aten.arange.start", "aten.arange.start_step")
+def arange(ctx: OpContext) -> str:
+    """torch.arange: an initializer when the bounds are static, else Range in the output dtype."""
+    start, end, step = ctx.args.get("start", 0), ctx["end"], ctx.args.get("step", 1)
+    t = ctx.out_dtype
+    if all(is_static(v) for v in (start, end, step)):
+        values = torch.arange(_number(start), _number(end), _number(step), dtype=t)
+        return ctx.b.add_initializer(values, f"{ctx.node.name}/arange")
+    return ctx.emit("Range", [ctx.operand(v, t) for v in (start, end, step)])
+
+
+def _number(v):
+    return v if isinstance(v, (int, float)) else int(v)
+
+
+@translates("aten.to.dtype", "aten.to.dtype_layout", "aten.to.device", "aten._to_copy.default",
+            "aten.type_as.default")
+def to_dtype(ctx: OpContext) -> str:
+    """Cast to the output dtype; device and layout moves are no-ops in the engine's graph."""
+    return ctx.cast(ctx.tensor("self"), ctx.out_dtype)
+
+
+@translates("aten.copy.default")
+def copy(ctx: OpContext) -> str:
+    """The functional form of `self.copy_(src)`: src broadcast to self's shape, in self's dtype."""
+    src = ctx.tensor("src")
+    y = ctx.cast(src, ctx.out_dtype)
+    if src.shape == tuple(ctx.out.shape):
+        return y
+    return ctx.emit("Expand", [y, ctx.ints(ctx.out.shape)])

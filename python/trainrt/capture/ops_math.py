@@ -1,0 +1,226 @@
+"""Elementwise ATen ops: arithmetic with torch's type promotion, activations, compare and logic.
+
+Operands are converted to the dtype torch computes in (the output's dtype, or for compares the
+promotion of both sides), and Python scalars become 0-d constants of that dtype, so ONNX's
+same-dtype rule holds. References: torch type promotion (torch.result_type), ONNX operator specs.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from trainrt.capture.context import OpContext, promote
+from trainrt.capture.registry import translates
+
+
+def _arith(ctx: OpContext, op: str, a, b, alpha=1) -> str:
+    """a <op> alpha * b in the output dtype (torch.add / torch.sub semantics of alpha)."""
+    t = ctx.out_dtype
+    bn = ctx.operand(b, t)
+    if alpha != 1:
+        bn = ctx.emit("Mul", [bn, ctx.const(alpha, t)])
+    return ctx.emit(op, [ctx.operand(a, t), bn])
+
+
+@translates("aten.add.Tensor", "aten.add.Scalar")
+def add(ctx: OpContext) -> str:
+    return _arith(ctx, "Add", ctx["self"], ctx["other"], ctx["alpha"])
+
+
+@translates("aten.sub.Tensor", "aten.sub.Scalar")
+def sub(ctx: OpContext) -> str:
+    return _arith(ctx, "Sub", ctx["self"], ctx["other"], ctx["alpha"])
+
+
+@translates("aten.rsub.Tensor", "aten.rsub.Scalar")
+def rsub(ctx: OpContext) -> str:
+    """other - alpha * self (what `1 - x` traces to)."""
+    return _arith(ctx, "Sub", ctx["other"], ctx["self"], ctx["alpha"])
+
+
+@translates("aten.mul.Tensor", "aten.mul.Scalar")
+def mul(ctx: OpContext) -> str:
+    return _arith(ctx, "Mul", ctx["self"], ctx["other"])
+
+
+@translates("aten.div.Tensor", "aten.div.Scalar")
+def div(ctx: OpContext) -> str:
+    """True division: integer operands are converted to the float output dtype first."""
+    return _arith(ctx, "Div", ctx["self"], ctx["other"])
+
+
+def _floor_div(ctx: OpContext, a, b) -> str:
+    """Python's a // b: Floor(a / b) for floats; for integers the engine's Div truncates toward
+    zero, so the quotient is one less where the remainder is nonzero and its sign differs from b's."""
+    t = ctx.out_dtype
+    an, bn = ctx.operand(a, t), ctx.operand(b, t)
+    q = ctx.emit("Div", [an, bn])
+    if t.is_floating_point:
+        return ctx.emit("Floor", [q])
+    zero = ctx.const(0, t)
+    r = ctx.emit("Sub", [an, ctx.emit("Mul", [q, bn])])
+    signs_differ = ctx.emit("Xor", [ctx.emit("Less", [r, zero]), ctx.emit("Less", [bn, zero])])
+    fix = ctx.emit("And", [ctx.emit("Not", [ctx.emit("Equal", [r, zero])]), signs_differ])
+    return ctx.emit("Sub", [q, ctx.cast_to(fix, torch.bool, t)])
+
+
+def _trunc_div(ctx: OpContext, a, b) -> str:
+    """a / b rounded toward zero: the engine's integer Div, or Sign * Floor(Abs) of float Div."""
+    q = _arith(ctx, "Div", a, b)
+    if not ctx.out_dtype.is_floating_point:
+        return q
+    return ctx.emit("Mul", [ctx.emit("Sign", [q]), ctx.emit("Floor", [ctx.emit("Abs", [q])])])
+
+
+@translates("aten.div.Tensor_mode", "aten.div.Scalar_mode")
+def div_mode(ctx: OpContext) -> str:
+    mode = ctx["rounding_mode"]
+    if mode == "floor":
+        return _floor_div(ctx, ctx["self"], ctx["other"])
+    if mode == "trunc":
+        return _trunc_div(ctx, ctx["self"], ctx["other"])
+    return _arith(ctx, "Div", ctx["self"], ctx["other"])
+
+
+@translates("aten.floor_divide.default", "aten.floor_divide.Scalar")
+def floor_divide(ctx: OpContext) -> str:
+    return _floor_div(ctx, ctx["self"], ctx["other"])
+
+
+@translates("aten.pow.Tensor_Scalar", "aten.pow.Tensor_Tensor", "aten.pow.Scalar")
+def pow_(ctx: OpContext) -> str:
+    t = ctx.out_dtype
+    return ctx.emit("Pow", [ctx.operand(ctx["self"], t), ctx.operand(ctx["exponent"], t)])
+
+
+# ATen unary ops that are one ONNX op on the input converted to the output dtype (torch computes
+# sqrt/exp/... of integer tensors in the default float dtype).
+_UNARY = {
+    "aten.neg.default": "Neg",
+    "aten.abs.default": "Abs",
+    "aten.exp.default": "Exp",
+    "aten.log.default": "Log",
+    "aten.sqrt.default": "Sqrt",
+    "aten.reciprocal.default": "Reciprocal",
+    "aten.tanh.default": "Tanh",
+    "aten.sigmoid.default": "Sigmoid",
+    "aten.relu.default": "Relu",
+    "aten.erf.default": "Erf",
+    "aten.floor.default": "Floor",
+    "aten.ceil.default": "Ceil",
+    "aten.sign.default": "Sign",
+}
+
+
+def _unary(op: str):
+    def translate(ctx: OpContext) -> str:
+        return ctx.emit(op, [ctx.operand(ctx["self"], ctx.out_dtype)])
+
+    translate.__doc__ = f"y = {op}(x)"
+    return translate
+
+
+for _name, _op in _UNARY.items():
+    translates(_name)(_unary(_op))
+
+
+@translates("aten.rsqrt.default")
+def rsqrt(ctx: OpContext) -> str:
+    return ctx.emit("Reciprocal", [ctx.emit("Sqrt", [ctx.operand(ctx["self"], ctx.out_dtype)])])
+
+
+@translates("aten.silu.default")
+def silu(ctx: OpContext) -> str:
+    """x * sigmoid(x) (torch.nn.SiLU)."""
+    x = ctx.tensor("self")
+    return ctx.emit("Mul", [x, ctx.emit("Sigmoid", [x])])
+
+
+@translates("aten.gelu.default")
+def gelu(ctx: OpContext) -> str:
+    """ONNX Gelu-20 has torch's two forms: exact ('none') and 'tanh'."""
+    return ctx.emit("Gelu", [ctx.tensor("self")], approximate=ctx["approximate"])
+
+
+@translates("aten.leaky_relu.default")
+def leaky_relu(ctx: OpContext) -> str:
+    return ctx.emit("LeakyRelu", [ctx.tensor("self")], alpha=float(ctx["negative_slope"]))
+
+
+@translates("aten.softplus.default")
+def softplus(ctx: OpContext) -> str:
+    """ONNX Softplus is log(1 + exp(x)): torch's beta=1 (its threshold only guards overflow)."""
+    if ctx["beta"] != 1:
+        raise ctx.unsupported(f"with beta={ctx['beta']} has no TrainRT translation")
+    return ctx.emit("Softplus", [ctx.tensor("self")])
+
+
+@translates("aten.clamp.default", "aten.clamp.Tensor", "aten.clamp_min.default", "aten.clamp_max.default")
+def clamp(ctx: OpContext) -> str:
+    """Clip with optional bounds of the output dtype."""
+    t = ctx.out_dtype
+    lo, hi = ctx.args.get("min"), ctx.args.get("max")
+    return ctx.emit("Clip", [ctx.operand(ctx["self"], t),
+                             None if lo is None else ctx.operand(lo, t),
+                             None if hi is None else ctx.operand(hi, t)])
+
+
+def _compare(op: str, negate: bool = False):
+    def translate(ctx: OpContext) -> str:
+        a, b = ctx["self"], ctx["other"]
+        t = promote(a, b)
+        y = ctx.emit(op, [ctx.operand(a, t), ctx.operand(b, t)])
+        return ctx.emit("Not", [y]) if negate else y
+
+    translate.__doc__ = f"bool = {'Not ' if negate else ''}{op}(a, b) in the promoted dtype of a and b"
+    return translate
+
+
+for _aten, (_op, _negate) in {"eq": ("Equal", False), "ne": ("Equal", True), "lt": ("Less", False),
+                              "gt": ("Greater", False), "le": ("LessOrEqual", False),
+                              "ge": ("GreaterOrEqual", False)}.items():
+    translates(f"aten.{_aten}.Tensor", f"aten.{_aten}.Scalar")(_compare(_op, _negate))
+
+
+def _logical(op: str, bitwise: bool):
+    def translate(ctx: OpContext) -> str:
+        if bitwise and ctx.out_dtype != torch.bool:  # integer bit operations have no engine op
+            raise ctx.unsupported(f"on {ctx.out_dtype} has no TrainRT translation (bool only)")
+        return ctx.emit(op, [ctx.operand(ctx["self"], torch.bool), ctx.operand(ctx["other"], torch.bool)])
+
+    translate.__doc__ = f"{op} of both operands read as bool"
+    return translate
+
+
+for _aten, _op in {"and": "And", "or": "Or", "xor": "Xor"}.items():
+    translates(f"aten.logical_{_aten}.default")(_logical(_op, bitwise=False))
+    translates(f"aten.bitwise_{_aten}.Tensor", f"aten.__{_aten}__.Tensor")(_logical(_op, bitwise=True))
+
+
+@translates("aten.logical_not.default")
+def logical_not(ctx: OpContext) -> str:
+    return ctx.emit("Not", [ctx.operand(ctx["self"], torch.bool)])
+
+
+@translates("aten.bitwise_not.default")
+def bitwise_not(ctx: OpContext) -> str:
+    """~mask on bool tensors; integer bit negation has no engine op."""
+    x = ctx.tensor("self")
+    if x.dtype != torch.bool:
+        raise ctx.unsupported(f"on {x.dtype} has no TrainRT translation (bool only)")
+    return ctx.emit("Not", [x])
+
+
+@translates("aten.where.self", "aten.where.ScalarSelf", "aten.where.ScalarOther", "aten.where.Scalar")
+def where(ctx: OpContext) -> str:
+    t = ctx.out_dtype
+    return ctx.emit("Where", [ctx.operand(ctx["condition"], torch.bool), ctx.operand(ctx["self"], t),
+                              ctx.operand(ctx["other"], t)])
+
+
+@translates("aten.masked_fill.Scalar", "aten.masked_fill.Tensor")
+def masked_fill(ctx: OpContext) -> str:
+    """Where(mask, value, x)."""
+    x = ctx.tensor("self")
+    return ctx.emit("Where", [ctx.operand(ctx["mask"], torch.bool), ctx.operand(ctx["value"], x.dtype), x])
+

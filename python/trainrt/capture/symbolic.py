@@ -1,0 +1,99 @@
+"""Symbolic sizes: torch.export's SymInts as ONNX int64 tensors computed from input shapes.
+
+A dim marked dynamic (the batch) is a sympy symbol in every FakeTensor shape and SymInt of the graph
+(`s0`, `5*s0`, `s0 // 2`). Each symbol has a source, a dim of a graph input, read with
+Shape(x, start=d, end=d+1); any expression over the symbols is then built from Add / Mul / Div / Max
+/ Min on 1-element int64 tensors. This is how view / reshape / expand / full with a symbolic batch
+become shape tensors the engine evaluates per run. Lowered expressions are cached, so `s0` is read
+once however many views use it.
+"""
+
+from __future__ import annotations
+
+import sympy
+import torch
+from torch.utils._sympy import functions as symfn
+
+from trainrt.capture.errors import CaptureError
+from trainrt.capture.onnx_builder import GraphBuilder
+
+# sympy / torch size functions of any arity and the ONNX op folding them pairwise.
+_VARIADIC = {sympy.Add: "Add", sympy.Mul: "Mul", sympy.Max: "Max", sympy.Min: "Min", symfn.Max: "Max", symfn.Min: "Min"}
+
+
+def sym_expr(value) -> sympy.Expr:
+    """The sympy expression of an int, SymInt or sympy expression (an int gives a sympy Integer)."""
+    if isinstance(value, sympy.Expr):
+        return value
+    if isinstance(value, torch.SymInt):
+        return value.node.expr
+    return sympy.Integer(int(value))
+
+
+def is_static(value) -> bool:
+    """True when an int or SymInt has one known value."""
+    return sym_expr(value).is_number
+
+
+class SymbolTable:
+    """Lowers size expressions to 1-element int64 ONNX tensors; names dims for graph I/O types."""
+
+    def __init__(self, builder: GraphBuilder) -> None:
+        self._b = builder
+        self._sources: dict[sympy.Symbol, tuple[str, int]] = {}
+        self._names: dict[sympy.Symbol, str] = {}
+        self._lowered: dict[sympy.Expr, str] = {}
+
+    def add_source(self, value: str, shape, name_dim0: str | None = None) -> None:
+        """Records the symbols among a graph input's dims; `name_dim0` names a symbolic dim 0."""
+        for d, size in enumerate(shape):
+            expr = sym_expr(size)
+            if isinstance(expr, sympy.Symbol) and expr not in self._sources:
+                self._sources[expr] = (value, d)
+                self._names[expr] = name_dim0 if d == 0 and name_dim0 else str(expr)
+
+    def dims(self, shape) -> list[int | str | None]:
+        """ONNX dims of a shape: ints, dim_param names for symbols, None for compound expressions."""
+        out: list[int | str | None] = []
+        for size in shape:
+            expr = sym_expr(size)
+            if expr.is_number:
+                out.append(int(expr))
+            else:
+                out.append(self._names.get(expr) if isinstance(expr, sympy.Symbol) else None)
+        return out
+
+    def lower(self, value) -> str:
+        """A [1]-shaped int64 tensor holding an int, SymInt or sympy size expression."""
+        return self._lower(sym_expr(value))
+
+    def _lower(self, expr: sympy.Expr) -> str:
+        if expr not in self._lowered:
+            self._lowered[expr] = self._emit(expr)
+        return self._lowered[expr]
+
+    def _emit(self, expr: sympy.Expr) -> str:
+        if expr.is_Integer:
+            return self._b.const([int(expr)], torch.int64)
+        if isinstance(expr, sympy.Symbol):
+            if expr not in self._sources:
+                raise CaptureError(f"size symbol {expr} has no graph input dim to read it from")
+            value, d = self._sources[expr]
+            return self._b.add_node("Shape", [value], start=d, end=d + 1, hint=f"{value}/dim{d}")[0]
+        if expr.func in _VARIADIC:
+            op = _VARIADIC[expr.func]
+            terms = [self._lower(a) for a in expr.args]
+            acc = terms[0]
+            for t in terms[1:]:
+                acc = self._b.add_node(op, [acc, t], hint=f"sym/{op}")[0]
+            return acc
+        if isinstance(expr, (symfn.FloorDiv, symfn.CleanDiv)):
+            # Sizes are non-negative, so the engine's integer Div (truncation) is floor division.
+            return self._b.add_node("Div", [self._lower(expr.args[0]), self._lower(expr.args[1])], hint="sym/Div")[0]
+        if isinstance(expr, (sympy.Pow, symfn.PowByNatural)) and expr.args[1].is_Integer and int(expr.args[1]) >= 1:
+            base = self._lower(expr.args[0])
+            acc = base
+            for _ in range(int(expr.args[1]) - 1):
+                acc = self._b.add_node("Mul", [acc, base], hint="sym/Mul")[0]
+            return acc
+        raise CaptureError(f"symbolic size {expr} ({type(expr).__name__}) cannot be computed in the graph")

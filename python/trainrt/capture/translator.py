@@ -1,0 +1,197 @@
+"""The FX walker: translates an ExportedProgram's ATen graph into one ONNX graph.
+
+Stage invariants:
+- in: a functional ATen graph (export.py functionalizes graphs with in-place ops), placeholders ordered as
+  torch.export orders them (parameters, buffers, lifted constants, user inputs);
+- out: graph inputs = parameters, buffers, user tensor inputs (in the order the caller gives);
+  graph outputs = buffer mutations, then user outputs; lifted constants are initializers;
+- every FX value maps to a translated value (context.TensorValue, a SymInt, or a Python constant);
+  every ATen op without a translation raises UnsupportedATenOp naming the node and source line.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+
+import onnx
+import torch
+import torch.fx
+from torch.export import ExportedProgram
+from torch.export.graph_signature import ConstantArgument, InputKind, OutputKind, TensorArgument
+
+from trainrt.capture.aten_ops import ATEN_OPS
+from trainrt.capture.context import OpContext, TensorValue, bind_args, op_name, source_line
+from trainrt.capture.errors import CaptureError, UnsupportedATenOp
+from trainrt.capture.onnx_builder import GraphBuilder
+from trainrt.capture.symbolic import SymbolTable
+
+aten = torch.ops.aten
+
+# ATen ops that return sizes (their FakeTensor value is the SymInt itself).
+_SIZE_OPS = {aten.sym_size.int, aten.sym_numel.default, aten.sym_stride.int, aten.sym_storage_offset.default}
+# Checks torch.export leaves in the graph; they compute nothing the engine needs.
+_ASSERTS = {aten._assert_scalar.default, aten._assert_tensor_metadata.default,
+            aten.sym_constrain_range_for_size.default, aten.sym_constrain_range.default, aten._assert_async.msg}
+# Values of Python arithmetic on sizes (operator.mul on SymInts, ...); the FakeTensor value carries
+# the expression.
+_SIZE_TYPES = (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+@dataclass
+class Translation:
+    """The ONNX model and how its inputs and outputs relate to the module."""
+
+    model: onnx.ModelProto
+    param_inputs: list[tuple[str, str]]
+    buffer_inputs: list[tuple[str, str]]
+    user_inputs: list[str]
+    outputs: list[str]
+    differentiable_outputs: list[bool]
+    buffer_mutations: list[tuple[str, str]]
+
+
+def translate(ep: ExportedProgram, user_input_order: list[str], batch_name: str | None, graph_name: str) -> Translation:
+    """ep's graph as ONNX; user_input_order lists the user tensor placeholders in graph-input order,
+    batch_name names the symbolic dim 0 of user inputs in the ONNX types."""
+    return _Translator(ep, graph_name).run(user_input_order, batch_name)
+
+
+class _Translator:
+    def __init__(self, ep: ExportedProgram, graph_name: str) -> None:
+        self.ep = ep
+        self.graph_name = graph_name
+        self.b = GraphBuilder()
+        self.symbols = SymbolTable(self.b)
+        self.env: dict[torch.fx.Node, object] = {}
+
+    def run(self, user_input_order: list[str], batch_name: str | None) -> Translation:
+        params, buffers = self._inputs(user_input_order, batch_name)
+        for node in self.ep.graph.nodes:
+            if node.op == "call_function":
+                self._call(node)
+            elif node.op not in ("placeholder", "output", "get_attr"):  # get_attr: HOP bodies, refused at the HOP
+                raise CaptureError(f"FX node '{node.name}' ({node.op} {node.target}) is not an ATen call")
+        mutations, outputs, differentiable = self._outputs()
+        return Translation(self.b.to_model(self.graph_name), params, buffers, list(user_input_order), outputs,
+                           differentiable, mutations)
+
+    def _inputs(self, user_input_order: list[str], batch_name: str | None):
+        """Declares graph inputs and initializers for the placeholders; returns (params, buffers)."""
+        specs = {s.arg.name: s for s in self.ep.graph_signature.input_specs if hasattr(s.arg, "name")}
+        nodes = {n.name: n for n in self.ep.graph.nodes if n.op == "placeholder"}
+        params, buffers = [], []
+        declared: dict[int, TensorValue] = {}  # by id of the module's tensor: tied weights are one input
+        for name, node in nodes.items():
+            spec = specs[name]
+            if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
+                tensor = self.ep.state_dict.get(spec.target, self.ep.constants.get(spec.target))
+                if id(tensor) in declared:
+                    self.env[node] = declared[id(tensor)]
+                    continue
+                declared[id(tensor)] = self._declare(node)
+                (params if spec.kind == InputKind.PARAMETER else buffers).append((name, spec.target))
+            elif spec.kind == InputKind.CONSTANT_TENSOR:
+                value = self.ep.constants[spec.target]
+                self.env[node] = TensorValue(self.b.add_initializer(value, name), value.dtype, tuple(value.shape))
+            elif spec.kind == InputKind.USER_INPUT:
+                if isinstance(spec.arg, ConstantArgument):
+                    self.env[node] = spec.arg.value
+                elif not isinstance(spec.arg, TensorArgument):
+                    raise CaptureError(f"input '{name}' is a {type(spec.arg).__name__}; only tensors and "
+                                       "constants are supported")
+            else:
+                raise CaptureError(f"input '{name}' of kind {spec.kind.name} is not supported")
+        for name in user_input_order:
+            self.symbols.add_source(name, nodes[name].meta["val"].shape, batch_name)
+            self._declare(nodes[name])
+        return params, buffers
+
+    def _declare(self, node: torch.fx.Node) -> TensorValue:
+        val = node.meta["val"]
+        self.b.add_input(node.name, val.dtype, self.symbols.dims(val.shape))
+        self.env[node] = TensorValue(node.name, val.dtype, tuple(val.shape))
+        return self.env[node]
+
+    def _call(self, node: torch.fx.Node) -> None:
+        self.b.scope = node.name
+        target = node.target
+        if target is operator.getitem:
+            self.env[node] = self._getitem(node)
+        elif target in _ASSERTS:
+            return
+        elif target in _SIZE_OPS or (not isinstance(target, torch._ops.OpOverload)
+                                     and isinstance(node.meta.get("val"), _SIZE_TYPES)):
+            self.env[node] = node.meta["val"]  # symbolic.py computes it when an op needs it
+        else:
+            self.env[node] = self._aten(node)
+
+    def _getitem(self, node: torch.fx.Node):
+        seq, index = node.args
+        value = self._resolve(seq)[index]
+        if value is None and node.users:
+            raise CaptureError(f"node '{node.name}' reads output {index} of '{seq.name}', which was not translated")
+        return value
+
+    def _aten(self, node: torch.fx.Node):
+        name = op_name(node)
+        fn = ATEN_OPS.get(name)
+        if fn is None:
+            raise UnsupportedATenOp(name, node.name, source_line(node))
+        args = bind_args(node, self._resolve(node.args), self._resolve(node.kwargs))
+        result = fn(OpContext(node, self.b, self.symbols, args))
+        return _wrap(result, node.meta["val"])
+
+    def _resolve(self, arg):
+        """Replaces FX nodes inside an argument (lists, tuples, dicts) by their translated values."""
+        if isinstance(arg, torch.fx.Node):
+            if arg not in self.env:
+                raise CaptureError(f"node '{arg.name}' is used but produced no value")
+            return self.env[arg]
+        if isinstance(arg, (list, tuple)):
+            return type(arg)(self._resolve(a) for a in arg)
+        if isinstance(arg, dict):
+            return {k: self._resolve(v) for k, v in arg.items()}
+        return arg
+
+    def _outputs(self):
+        """Graph outputs: buffer mutations first, then user outputs; returns the bookkeeping lists."""
+        (output_node,) = [n for n in self.ep.graph.nodes if n.op == "output"]
+        values = output_node.args[0]
+        mutations, user = [], []
+        for spec, arg in zip(self.ep.graph_signature.output_specs, values):
+            if spec.kind == OutputKind.BUFFER_MUTATION:
+                mutations.append((arg, spec.target))
+            elif spec.kind == OutputKind.USER_OUTPUT:
+                user.append(arg)
+            else:
+                raise CaptureError(f"output '{getattr(spec.arg, 'name', spec.arg)}' of kind {spec.kind.name} "
+                                   "is not supported (the module mutates a parameter or an input in place?)")
+        done: set[str] = set()
+        buffer_mutations = [(self._output(a, done, f"buffer '{fqn}'"), fqn) for a, fqn in mutations]
+        outputs = [self._output(a, done, f"user output #{i}") for i, a in enumerate(user)]
+        differentiable = [self._resolve(a).dtype.is_floating_point for a in user]
+        return buffer_mutations, outputs, differentiable
+
+    def _output(self, arg, done: set[str], what: str) -> str:
+        """Declares one graph output; Identity when the value is an input, an initializer or
+        already an output (ONNX graph outputs are distinct node outputs)."""
+        value = self._resolve(arg)
+        if not isinstance(value, TensorValue):
+            raise CaptureError(f"{what} is a {type(value).__name__} ({value!r}); outputs must be tensors")
+        self.b.scope = "output"
+        name = value.name
+        if name in done or not self.b.is_node_output(name):
+            name = self.b.add_node("Identity", [name], hint=f"{name}/output")[0]
+        done.add(name)
+        self.b.add_output(name, value.dtype, self.symbols.dims(value.shape))
+        return name
+
+
+def _wrap(result, val):
+    """Pairs a translation's output name(s) with the node's FakeTensor value(s)."""
+    if isinstance(val, torch.Tensor):
+        if not isinstance(result, str):
+            raise CaptureError(f"translation returned {result!r} for a tensor output")
+        return TensorValue(result, val.dtype, tuple(val.shape))
+    return [None if r is None else _wrap(r, v) for r, v in zip(result, val)]
