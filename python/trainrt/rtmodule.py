@@ -120,9 +120,6 @@ class RTModule(torch.nn.Module):
     def named_modules(self, memo=None, prefix: str = "", remove_duplicate: bool = True):
         return self._module.named_modules(memo, prefix, remove_duplicate)
 
-    def named_children(self):
-        return self._module.named_children()
-
     # ---- running ----
     def forward(self, *args, **kwargs):
         if self._fallback_reason is not None:

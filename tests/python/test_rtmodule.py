@@ -1,0 +1,145 @@
+"""RTModule against PyTorch eager: same seed, init and data, 20 AdamW steps, losses and parameters agree."""
+
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+
+import trainrt
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 64), nn.GELU(), nn.Linear(64, 5))
+
+    def forward(self, x, y):
+        return nn.functional.cross_entropy(self.net(x), y)
+
+
+class TinyGPT(nn.Module):
+    """Token + position embedding, LayerNorm, causal attention via matmul/softmax with a mask,
+    GELU MLP, residuals, tied output weights, cross-entropy loss."""
+
+    def __init__(self, vocab=40, dim=32, heads=4, seq=12, layers=2):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab, dim), nn.Embedding(seq, dim)
+        self.blocks = nn.ModuleList(
+            # qkv has no bias: the key bias gets an exactly-zero gradient (softmax is invariant to it), and
+            # AdamW turns the rounding noise of a zero gradient into +-lr steps that no two
+            # implementations share (torch against itself with other thread counts included).
+            nn.ModuleDict(dict(ln1=nn.LayerNorm(dim), qkv=nn.Linear(dim, 3 * dim, bias=False), proj=nn.Linear(dim, dim),
+                               ln2=nn.LayerNorm(dim), fc=nn.Linear(dim, 4 * dim), out=nn.Linear(4 * dim, dim)))
+            for _ in range(layers))
+        self.ln_f = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+        self.head.weight = self.wte.weight
+        self.heads = heads
+        self.register_buffer("mask", torch.tril(torch.ones(seq, seq)).bool())
+
+    def forward(self, idx, targets):
+        B, T = idx.shape
+        x = self.wte(idx) + self.wpe(torch.arange(T))
+        for b in self.blocks:
+            q, k, v = b["qkv"](b["ln1"](x)).split(x.shape[-1], dim=-1)
+            q, k, v = (t.view(B, T, self.heads, -1).transpose(1, 2) for t in (q, k, v))
+            att = (q @ k.transpose(-2, -1)) * (1.0 / (q.shape[-1] ** 0.5))
+            att = att.masked_fill(~self.mask[:T, :T], float("-inf")).softmax(-1)
+            x = x + b["proj"]((att @ v).transpose(1, 2).reshape(B, T, -1))
+            x = x + b["out"](nn.functional.gelu(b["fc"](b["ln2"](x))))
+        logits = self.head(self.ln_f(x))
+        return nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+def train_both(make, batches, steps=20, lr=1e-3):
+    torch.manual_seed(0)
+    eager = make()
+    ours_inner = copy.deepcopy(eager)
+    ours = trainrt.RTModule(ours_inner)
+    opt_e = torch.optim.AdamW(eager.parameters(), lr=lr)
+    opt_o = torch.optim.AdamW(ours.parameters(), lr=lr)
+    losses = []
+    for step in range(steps):
+        args = batches(step)
+        le = eager(*args)
+        opt_e.zero_grad()
+        le.backward()
+        opt_e.step()
+        lo = ours(*args)
+        opt_o.zero_grad()
+        lo.backward()
+        opt_o.step()
+        losses.append((le.item(), lo.item()))
+    assert ours._fallback_reason is None, ours._fallback_reason
+    return eager, ours_inner, losses
+
+
+def assert_parity(eager, ours, losses, rtol=1e-4):
+    for step, (le, lo) in enumerate(losses):
+        assert lo == pytest.approx(le, rel=rtol), f"step {step}: {lo} vs {le}"
+    for (name, pe), (_, po) in zip(eager.named_parameters(), ours.named_parameters()):
+        torch.testing.assert_close(po, pe, rtol=rtol, atol=1e-6, msg=name)
+
+
+def test_mlp_matches_eager_for_20_adamw_steps():
+    def batches(step):
+        g = torch.Generator().manual_seed(step)
+        return torch.randn(16 + step % 3, 20, generator=g), torch.randint(0, 5, (16 + step % 3,), generator=g)
+
+    assert_parity(*train_both(MLP, batches))
+
+
+def test_gpt_matches_eager_for_20_adamw_steps_with_changing_batch():
+    def batches(step):
+        g = torch.Generator().manual_seed(step)
+        b = 2 + step % 2
+        return torch.randint(0, 40, (b, 12), generator=g), torch.randint(0, 40, (b, 12), generator=g)
+
+    assert_parity(*train_both(TinyGPT, batches))
+
+
+def test_wrapper_behaves_as_the_module():
+    torch.manual_seed(0)
+    plain = MLP()
+    model = trainrt.RTModule(copy.deepcopy(plain))
+    assert list(model.state_dict()) == list(plain.state_dict())
+    plain.load_state_dict(model.state_dict())
+    assert [n for n, _ in model.named_parameters()] == [n for n, _ in plain.named_parameters()]
+    assert model.net[0].in_features == 20
+    model.eval()
+    assert not model._module.training
+    with torch.no_grad():
+        x, y = torch.randn(4, 20), torch.randint(0, 5, (4,))
+        torch.testing.assert_close(model(x, y), plain.eval()(x, y))
+
+
+def test_unsupported_op_falls_back_and_says_so(caplog):
+    class Odd(nn.Module):
+        def forward(self, x):
+            return torch.special.bessel_j0(x).sum()
+
+    model = trainrt.RTModule(Odd())
+    x = torch.randn(3)
+    with caplog.at_level("WARNING", logger="trainrt"):
+        out = model(x)
+    assert "falling back to PyTorch" in caplog.text and "bessel_j0" in caplog.text
+    torch.testing.assert_close(out, torch.special.bessel_j0(x).sum())
+
+
+def test_fallback_disabled_raises_naming_the_op(monkeypatch):
+    monkeypatch.setenv("ORTMODULE_FALLBACK_POLICY", "FALLBACK_DISABLE")
+
+    class Odd(nn.Module):
+        def forward(self, x):
+            return torch.special.bessel_j0(x).sum()
+
+    with pytest.raises(RuntimeError, match="bessel_j0"):
+        trainrt.RTModule(Odd())(torch.randn(3))
+
+
+def test_ortmodule_import_path_works():
+    from trainrt.ortmodule import DebugOptions, LogLevel, ORTModule
+
+    model = ORTModule(MLP(), DebugOptions(log_level=LogLevel.INFO))
+    assert isinstance(model, trainrt.RTModule)
