@@ -120,6 +120,12 @@ class RTModule(torch.nn.Module):
     def named_modules(self, memo=None, prefix: str = "", remove_duplicate: bool = True):
         return self._module.named_modules(memo, prefix, remove_duplicate)
 
+    def __getstate__(self):
+        """torch.save(model) pickles the wrapped module and options; engines are rebuilt on first use."""
+        state = self.__dict__.copy()
+        state["_engines"] = {}
+        return state
+
     # ---- running ----
     def forward(self, *args, **kwargs):
         if self._fallback_reason is not None:
@@ -129,10 +135,9 @@ class RTModule(torch.nn.Module):
         reason = self._unsupported_input(tensors)
         if reason:
             return self._fall_back(reason, "FALLBACK_UNSUPPORTED_DEVICE" if "device" in reason else "FALLBACK_UNSUPPORTED_DATA")
-        key = self._schema_key(flat)
-        engine = self._engines.get(key)
+        engine = self._engines.get(self._schema_key(flat)) or self._engines.get(self._schema_key(flat, True))
         if engine is None:
-            engine = self._build(key, args, kwargs, [t.requires_grad for t in tensors])
+            engine = self._build(flat, args, kwargs, [t.requires_grad for t in tensors])
             if engine is None:
                 return self._module(*args, **kwargs)
         return self._run(engine, tensors)
@@ -145,13 +150,26 @@ class RTModule(torch.nn.Module):
                 return f"a tensor of dtype {t.dtype}"
         return None
 
-    def _schema_key(self, flat):
-        """Everything that changes the captured graph, nothing that does not (batch size)."""
+    def _schema_key(self, flat, full_shapes: bool = False):
+        """Everything that changes the captured graph: mode, structure, dtypes, non-batch dims,
+        non-tensor values, which inputs require grad. The batch dim (dim 0 of the tensors whose
+        dim 0 equals the first tensor's, as capture marks them) is left out unless the capture
+        had to use static shapes (`full_shapes`)."""
         _, spec = pytree.tree_flatten(flat)
-        leaves = tuple((x.dtype, x.dim(), x.requires_grad) if isinstance(x, torch.Tensor) else ("const", repr(x)) for x in flat)
-        return (self._module.training, torch.is_grad_enabled(), str(spec), leaves)
+        tensors = [x for x in flat if isinstance(x, torch.Tensor)]
+        batch = tensors[0].shape[0] if tensors and tensors[0].dim() else None
 
-    def _build(self, key, args, kwargs, input_requires_grad):
+        def leaf(x):
+            if not isinstance(x, torch.Tensor):
+                return ("const", repr(x))
+            shape = tuple(x.shape)
+            if not full_shapes and shape and shape[0] == batch:
+                shape = ("batch",) + shape[1:]
+            return (x.dtype, shape, x.requires_grad)
+
+        return (self._module.training, torch.is_grad_enabled(), str(spec), full_shapes, tuple(leaf(x) for x in flat))
+
+    def _build(self, flat, args, kwargs, input_requires_grad):
         from trainrt.capture import CaptureError, UnsupportedATenOp, capture
 
         try:
@@ -167,7 +185,7 @@ class RTModule(torch.nn.Module):
             return self._fall_back(f"{type(err).__name__}: {err}", kind, build=True)
         if self._debug.save_onnx:
             self._save_graphs(engine)
-        self._engines[key] = engine
+        self._engines[self._schema_key(flat, full_shapes=not captured.dynamic)] = engine
         _log.info("trainrt: captured %s (%d params, %d inputs, %d outputs)", type(self._module).__name__,
                   len(captured.param_inputs), len(captured.user_inputs), len(captured.outputs))
         return engine

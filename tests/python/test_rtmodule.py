@@ -143,3 +143,64 @@ def test_ortmodule_import_path_works():
 
     model = ORTModule(MLP(), DebugOptions(log_level=LogLevel.INFO))
     assert isinstance(model, trainrt.RTModule)
+
+
+def test_new_sequence_length_recaptures_and_batch_changes_do_not():
+    torch.manual_seed(0)
+    model = trainrt.RTModule(TinyGPT())
+    for b, t in [(2, 12), (3, 12), (2, 8)]:
+        idx = torch.randint(0, 40, (b, t))
+        loss = model(idx, idx)
+        loss.backward()
+        torch.testing.assert_close(loss, model._module(idx, idx), rtol=1e-5, atol=1e-6)
+    assert len(model._engines) == 2  # one for T=12 (any batch), one for T=8
+
+
+def test_dropout_is_reproducible_under_manual_seed_and_drops_p():
+    class Drop(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(64, 64)
+
+        def forward(self, x):
+            return nn.functional.dropout(self.lin(x), p=0.25, training=self.training)
+
+    torch.manual_seed(0)
+    model = trainrt.RTModule(Drop())
+    x = torch.randn(128, 64)
+    torch.manual_seed(1)
+    a = model(x)
+    torch.manual_seed(1)
+    b = model(x)
+    torch.testing.assert_close(a, b)
+    dropped = (a == 0).float().mean().item()
+    assert abs(dropped - 0.25) < 0.02
+    a.sum().backward()
+    assert model._module.lin.weight.grad is not None
+
+
+def test_save_onnx_writes_valid_graphs_and_torch_save_works(tmp_path):
+    import onnx
+
+    torch.manual_seed(0)
+    model = trainrt.RTModule(MLP(), trainrt.DebugOptions(save_onnx=True, onnx_prefix="mlp", save_path=str(tmp_path)))
+    model(torch.randn(4, 20), torch.randint(0, 5, (4,))).backward()
+    for kind in ("forward", "training", "optimized_forward", "optimized_backward"):
+        onnx.checker.check_model(onnx.load(str(tmp_path / f"mlp_{kind}.onnx")))
+    torch.save(model, tmp_path / "model.pt")
+    loaded = torch.load(tmp_path / "model.pt", weights_only=False)
+    x, y = torch.randn(3, 20), torch.randint(0, 5, (3,))
+    torch.testing.assert_close(loaded(x, y), model(x, y))
+
+
+def test_environment_overrides_code_and_trainrt_names_win_over_ortmodule(monkeypatch, tmp_path):
+    monkeypatch.setenv("ORTMODULE_LOG_LEVEL", "ERROR")
+    assert trainrt.DebugOptions(log_level=trainrt.LogLevel.INFO).log_level == trainrt.LogLevel.ERROR
+    monkeypatch.setenv("TRAINRT_LOG_LEVEL", "VERBOSE")
+    assert trainrt.DebugOptions(log_level=trainrt.LogLevel.INFO).log_level == trainrt.LogLevel.VERBOSE
+    monkeypatch.setenv("TRAINRT_SAVE_ONNX_PATH", str(tmp_path))
+    options = trainrt.DebugOptions()
+    assert options.save_onnx and options.save_path == str(tmp_path)
+    with pytest.raises(ValueError, match="LOUD"):
+        monkeypatch.setenv("TRAINRT_LOG_LEVEL", "LOUD")
+        trainrt.DebugOptions()
