@@ -22,6 +22,11 @@ from torch.utils import _pytree as pytree
 from trainrt import _C
 
 _log = logging.getLogger("trainrt")
+if not _log.handlers:  # messages reach the user without logging configuration; levels set by DebugOptions
+    _handler = logging.StreamHandler()
+    _handler.setFormatter(logging.Formatter("%(message)s"))
+    _log.addHandler(_handler)
+    _log.propagate = False
 
 
 def _as_array(t: torch.Tensor):
@@ -172,12 +177,16 @@ class RTModule(torch.nn.Module):
     def _build(self, flat, args, kwargs, input_requires_grad):
         from trainrt.capture import CaptureError, UnsupportedATenOp, capture
 
+        import time
+
+        start = time.perf_counter()
         try:
             captured = capture(self._module, args, kwargs)
         except UnsupportedATenOp as err:
             return self._fall_back(str(err), "FALLBACK_UNSUPPORTED_ONNX_MODEL", build=True)
         except CaptureError as err:
             return self._fall_back(str(err), "FALLBACK_UNSUPPORTED_TORCH_MODEL", build=True)
+        captured_at = time.perf_counter()
         try:
             engine = _Engine(captured, self._module, input_requires_grad)
         except _C.Error as err:
@@ -186,9 +195,24 @@ class RTModule(torch.nn.Module):
         if self._debug.save_onnx:
             self._save_graphs(engine)
         self._engines[self._schema_key(flat, full_shapes=not captured.dynamic)] = engine
-        _log.info("trainrt: captured %s (%d params, %d inputs, %d outputs)", type(self._module).__name__,
-                  len(captured.param_inputs), len(captured.user_inputs), len(captured.outputs))
+        self._log_startup(captured, captured_at - start, time.perf_counter() - captured_at)
         return engine
+
+    def _log_startup(self, captured, capture_s: float, build_s: float) -> None:
+        """At INFO: what was captured, what is on, and what it cost. Quiet on ranks other than 0."""
+        if torch.distributed.is_available() and torch.distributed.is_initialized() and torch.distributed.get_rank() != 0:
+            return
+        rows = [("model", type(self._module).__name__),
+                ("mode", "training" if self._module.training else "eval"),
+                ("parameters / inputs / outputs", f"{len(captured.param_inputs)} / {len(captured.user_inputs)} / {len(captured.outputs)}"),
+                ("symbolic batch dim", "on" if captured.dynamic else "off (static shapes)"),
+                ("memory planning, in-place reuse, constant folding", "on"),
+                ("fallback policy", self._runtime.fallback_policy.name or str(self._runtime.fallback_policy)),
+                ("save ONNX", self._debug.save_path if self._debug.save_onnx else "off"),
+                ("capture (torch.export + translation)", f"{capture_s * 1e3:.0f} ms"),
+                ("engine build (autodiff + partition)", f"{build_s * 1e3:.0f} ms")]
+        width = max(len(k) for k, _ in rows)
+        _log.info("trainrt RTModule start-up\n%s", "\n".join(f"  {k:<{width}}  {v}" for k, v in rows))
 
     def _fall_back(self, reason: str, policy_name: str, build: bool = False):
         from trainrt.options import FallbackPolicy
