@@ -1,0 +1,9 @@
+"""`trainrt.bench`: the benchmark suite, TrainRT against PyTorch eager and torch.compile, side by side.
+
+    python -m trainrt.bench                                  # quick suite: mlp, gpt2-mini, 20 timed steps
+    python -m trainrt.bench --models gpt2-mini --steps 30 --json out.json --markdown out.md
+
+Layout: models.py (what is trained, its batches and its analytic FLOP count), modes.py (how a step runs:
+eager, compile, rtmodule), measure.py (interleaved timing, first step, peak RSS), report.py (table,
+JSON, markdown). Performance is measured here, never in timed unit tests.
+"""

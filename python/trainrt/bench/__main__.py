@@ -1,0 +1,84 @@
+"""python -m trainrt.bench [--suite quick|full] [--models a,b] [--modes a,b] [--steps N] [--warmup N]
+                        [--json FILE] [--markdown FILE]"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+
+import torch
+
+from trainrt.bench.measure import run_model
+from trainrt.bench.models import MODELS, SUITES, UNAVAILABLE
+from trainrt.bench.modes import MODES
+from trainrt.bench.report import markdown_table, text_table, write_json
+
+# Steps per suite: (warm-up, timed). The quick suite stays under 10 minutes on the 2-core dev machine.
+_STEPS = {"quick": (3, 20), "full": (5, 30)}
+
+
+def _names(text: str, known: list[str], what: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise SystemExit(f"unknown {what} {', '.join(unknown)}; choose from {', '.join(known)}")
+    return names
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(prog="python -m trainrt.bench", description=__doc__)
+    parser.add_argument("--suite", choices=sorted(SUITES), default="quick")
+    parser.add_argument("--models", help="comma-separated; default: the suite's models")
+    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated; default: %(default)s")
+    parser.add_argument("--steps", type=int, help="timed steps per mode (default: 20 quick, 30 full)")
+    parser.add_argument("--warmup", type=int, help="untimed steps after the first (default: 3 quick, 5 full)")
+    parser.add_argument("--peak-gflops", type=float, default=430.0, help="the machine's peak, for %% of peak")
+    parser.add_argument("--json")
+    parser.add_argument("--markdown")
+    args = parser.parse_args(argv)
+
+    models = _names(args.models, list(MODELS) + list(UNAVAILABLE), "model") if args.models else SUITES[args.suite]
+    modes = _names(args.modes, list(MODES), "mode")
+    warmup, steps = _STEPS[args.suite]
+    warmup = warmup if args.warmup is None else args.warmup
+    steps = steps if args.steps is None else args.steps
+
+    # torch.compile's first step is timed cold: inductor's on-disk caches start empty, unless the
+    # environment names a cache directory on purpose.
+    cold_cache = None
+    if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+        cold_cache = tempfile.TemporaryDirectory(prefix="trainrt-bench-inductor-")
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = cold_cache.name
+    try:
+        return _run(args, models, modes, warmup, steps, "cold" if cold_cache else os.environ["TORCHINDUCTOR_CACHE_DIR"])
+    finally:
+        if cold_cache:
+            del os.environ["TORCHINDUCTOR_CACHE_DIR"]
+            cold_cache.cleanup()
+
+
+def _run(args, models: list[str], modes: list[str], warmup: int, steps: int, inductor_cache: str) -> dict:
+    results = {"suite": args.suite, "steps": steps, "warmup": warmup, "modes": modes, "models": [],
+               "machine": {"torch": torch.__version__, "torch_threads": torch.get_num_threads(),
+                           "cpus": os.cpu_count(), "peak_gflops": args.peak_gflops,
+                           "inductor_cache": inductor_cache}}
+    for name in models:
+        if name in UNAVAILABLE:
+            results["models"].append({"model": name, "unavailable": UNAVAILABLE[name]})
+            continue
+        print(f"[bench] {name}: {', '.join(modes)}", file=sys.stderr, flush=True)
+        results["models"].append(run_model(MODELS[name](), modes, warmup, steps, args.peak_gflops * 1e9))
+
+    print(text_table(results))
+    if args.json:
+        write_json(results, args.json)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(markdown_table(results))
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""Runs the modes of one model in one process and measures them.
+
+Order of events, per model:
+  1. one model is built under torch.manual_seed(0); every mode trains a deep copy of it; one untimed
+     eager step on a throwaway copy first takes torch's one-time process set-up out of the numbers;
+  2. each mode in turn runs its first step (timed: capture / compile / build happen here) and its
+     warm-up steps; the process's peak RSS (VmHWM, reset through /proc/self/clear_refs) is read
+     around this phase, so each mode's number is the RSS growth of its own first steps;
+  3. the timed steps, interleaved: step i runs every mode on the same batch before step i + 1, in
+     an order that rotates each step, so machine noise and position in the round hit all modes alike.
+A mode that raises (torch.compile without a working compiler, say) is reported with its error and
+the others go on.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+import time
+import traceback
+
+import numpy as np
+import torch
+
+from trainrt.bench.models import ModelSpec
+from trainrt.bench.modes import MODES
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def _reset_peak_rss() -> bool:
+    """Resets VmHWM to the current RSS (Linux >= 4.0); False where the kernel does not allow it."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _first_steps(mode, spec: ModelSpec, warmup: int) -> dict:
+    reset = _reset_peak_rss()
+    rss_before = _status_kib("VmRSS")
+    start = time.perf_counter()
+    first_loss = mode.step(spec.batch(0)).item()
+    first_step_s = time.perf_counter() - start
+    for i in range(warmup):
+        mode.step(spec.batch(1 + i))
+    return {"first_step_s": first_step_s, "first_loss": first_loss,
+            "peak_rss_increase_bytes": (_status_kib("VmHWM") - rss_before) * 1024,
+            "peak_rss_reset": reset}
+
+
+def _warm_process(spec: ModelSpec, model: torch.nn.Module) -> None:
+    """One untimed eager step on a throwaway copy: torch's lazy one-time set-up (thread pool, BLAS
+    and oneDNN initialization) then does not land on whichever mode happens to go first."""
+    copy.deepcopy(model)(*spec.batch(0)).backward()
+
+
+def run_model(spec: ModelSpec, mode_names: list[str], warmup: int, steps: int, peak_flops: float) -> dict:
+    torch.manual_seed(0)
+    model = spec.make()
+    _warm_process(spec, model)
+    results: dict[str, dict] = {}
+    running = {}
+    for name in mode_names:
+        try:
+            mode = MODES[name](model)
+            results[name] = _first_steps(mode, spec, warmup)
+            problem = mode.problem()
+        except Exception as err:  # a broken mode is a result, not the end of the suite
+            problem = f"{type(err).__name__}: {err}".strip()
+            traceback.print_exc()
+        if problem:
+            results[name] = {"error": problem}
+        else:
+            running[name] = mode
+
+    times = {name: [] for name in running}
+    losses = {}
+    order = list(running)
+    for i in range(steps if order else 0):
+        args = spec.batch(1 + warmup + i)
+        shift = i % len(order)
+        for name in order[shift:] + order[:shift]:
+            start = time.perf_counter()
+            loss = running[name].step(args)
+            times[name].append(time.perf_counter() - start)
+            losses[name] = loss.item()
+
+    for name, mode in running.items():
+        t = times[name]
+        median = statistics.median(t) if t else float("nan")
+        results[name].update({
+            "steps": len(t),
+            "step_median_s": median,
+            "step_p10_s": float(np.percentile(t, 10)) if t else float("nan"),
+            "step_p90_s": float(np.percentile(t, 90)) if t else float("nan"),
+            "last_loss": losses.get(name),
+            "flops_per_s": spec.flops_per_step / median,
+            "fraction_of_peak": spec.flops_per_step / median / peak_flops,
+        })
+        engine = mode.engine_memory()
+        if engine is not None:
+            results[name]["engine_memory"] = engine
+    return {"model": spec.name, "description": spec.description, "flops_per_step": spec.flops_per_step,
+            "warmup_steps": warmup, "modes": results}

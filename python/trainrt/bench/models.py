@@ -1,0 +1,128 @@
+"""The benchmark models: each a plain torch module whose forward returns the loss, its batches and FLOPs.
+
+FLOPs are counted analytically, for the matmuls only (one multiply-add = 2 FLOPs):
+  * parameter matmuls: 6 * N * tokens per training step (2 forward, 4 backward: input and weight
+    gradients), N = the weights that take part in a matmul (Linear weights; the tied embedding once,
+    as the LM head; biases, LayerNorm, position embeddings and embedding lookups are not counted);
+  * attention: QK^T and (att @ V) are 2 * B * T * T * C FLOPs each forward, so 12 * L * B * T^2 * C per
+    step with backward, counted in full (the causal mask saves nothing in these kernels).
+Elementwise ops, softmax, LayerNorm, the loss and the optimizer are not counted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import torch
+import torch.nn as nn
+
+
+class MLP(nn.Module):
+    """784-2048-2048-10 with ReLU, cross-entropy loss."""
+
+    def __init__(self, sizes=(784, 2048, 2048, 10)):
+        super().__init__()
+        layers = []
+        for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+            layers.append(nn.Linear(n_in, n_out))
+            if i < len(sizes) - 2:
+                layers.append(nn.ReLU())
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x, y):  # x: (B, 784) float, y: (B,) class ids
+        return nn.functional.cross_entropy(self.net(x), y)
+
+
+class GPT(nn.Module):
+    """GPT-2 style: token + position embedding, pre-LayerNorm blocks of causal attention (matmul, masked
+    softmax) and a GELU MLP, residuals, final LayerNorm, LM head tied to the token embedding,
+    cross-entropy over every position."""
+
+    def __init__(self, vocab: int, dim: int, heads: int, seq: int, layers: int):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab, dim), nn.Embedding(seq, dim)
+        self.blocks = nn.ModuleList(
+            nn.ModuleDict(dict(ln1=nn.LayerNorm(dim), qkv=nn.Linear(dim, 3 * dim), proj=nn.Linear(dim, dim),
+                               ln2=nn.LayerNorm(dim), fc=nn.Linear(dim, 4 * dim), out=nn.Linear(4 * dim, dim)))
+            for _ in range(layers))
+        self.ln_f = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+        self.head.weight = self.wte.weight
+        self.heads = heads
+        self.register_buffer("mask", torch.tril(torch.ones(seq, seq)).bool())
+        for m in self.modules():  # GPT-2's initialization: N(0, 0.02) weights, zero biases (loss starts near ln V)
+            if isinstance(m, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(m.weight, std=0.02)
+            if isinstance(m, nn.Linear) and m.bias is not None:
+                nn.init.zeros_(m.bias)
+
+    def forward(self, idx, targets):  # idx, targets: (B, T) token ids
+        B, T = idx.shape
+        x = self.wte(idx) + self.wpe(torch.arange(T))  # (B, T, C)
+        for b in self.blocks:
+            q, k, v = b["qkv"](b["ln1"](x)).split(x.shape[-1], dim=-1)
+            q, k, v = (t.view(B, T, self.heads, -1).transpose(1, 2) for t in (q, k, v))  # (B, H, T, C/H)
+            att = (q @ k.transpose(-2, -1)) * (1.0 / (q.shape[-1] ** 0.5))  # (B, H, T, T)
+            att = att.masked_fill(~self.mask[:T, :T], float("-inf")).softmax(-1)
+            x = x + b["proj"]((att @ v).transpose(1, 2).reshape(B, T, -1))
+            x = x + b["out"](nn.functional.gelu(b["fc"](b["ln2"](x))))
+        logits = self.head(self.ln_f(x))  # (B, T, V)
+        return nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """One benchmark model: how to build it, the batch of step i, and its FLOPs per training step."""
+
+    name: str
+    make: Callable[[], nn.Module]
+    batch: Callable[[int], tuple]   # step index -> forward arguments (same for every mode)
+    flops_per_step: int
+    description: str
+
+
+def _mlp(batch: int = 256) -> ModelSpec:
+    sizes = (784, 2048, 2048, 10)
+    matmul_weights = sum(a * b for a, b in zip(sizes[:-1], sizes[1:]))
+
+    def make_batch(step):
+        g = torch.Generator().manual_seed(step)
+        return torch.randn(batch, sizes[0], generator=g), torch.randint(0, sizes[-1], (batch,), generator=g)
+
+    return ModelSpec("mlp", lambda: MLP(sizes), make_batch, 6 * matmul_weights * batch,
+                     f"MLP {'-'.join(map(str, sizes))}, batch {batch}, cross-entropy")
+
+
+def _gpt(name: str, layers: int, dim: int, heads: int, vocab: int, seq: int, batch: int) -> ModelSpec:
+    # per block: qkv (C x 3C), proj (C x C), fc (C x 4C), out (4C x C) = 12 C^2; plus the tied head (V x C)
+    matmul_weights = layers * 12 * dim * dim + vocab * dim
+    tokens = batch * seq
+    flops = 6 * matmul_weights * tokens + 12 * layers * batch * seq * seq * dim
+
+    def make_batch(step):
+        g = torch.Generator().manual_seed(step)
+        data = torch.randint(0, vocab, (batch, seq + 1), generator=g)
+        return data[:, :-1].contiguous(), data[:, 1:].contiguous()
+
+    return ModelSpec(name, lambda: GPT(vocab, dim, heads, seq, layers), make_batch, flops,
+                     f"GPT-2 style, {layers} layers, {dim} hidden, {heads} heads, vocab {vocab}, "
+                     f"sequence {seq}, batch {batch}, LM cross-entropy")
+
+
+MODELS: dict[str, Callable[[], ModelSpec]] = {
+    "mlp": _mlp,
+    "gpt2-mini": lambda: _gpt("gpt2-mini", layers=4, dim=256, heads=4, vocab=8192, seq=128, batch=8),
+    "gpt2-small": lambda: _gpt("gpt2-small", layers=12, dim=768, heads=12, vocab=50257, seq=256, batch=1),
+}
+
+# Named by the suite issue but not runnable yet; reported as such instead of silently left out.
+UNAVAILABLE: dict[str, str] = {
+    "cnn": "the engine has no convolution kernels yet (Conv, MaxPool, BatchNormalization)",
+    "bert-mini": "the transformers package is not installed",
+}
+
+SUITES: dict[str, list[str]] = {
+    "quick": ["mlp", "cnn", "gpt2-mini", "bert-mini"],
+    "full": ["mlp", "cnn", "gpt2-mini", "bert-mini", "gpt2-small"],
+}

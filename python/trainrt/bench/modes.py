@@ -1,0 +1,88 @@
+"""How one training step runs in each mode; every mode starts from a copy of the same initial weights.
+
+    eager     PyTorch eager, torch.optim.AdamW(fused=True)
+    compile   torch.compile(model) (inductor, default mode), torch.optim.AdamW(fused=True)
+    rtmodule  trainrt.RTModule(model), trainrt.optim.FusedAdam (AdamW as torch computes it)
+
+A step is zero_grad (to None), forward (the model returns the loss), backward and the optimizer step.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+LR, WEIGHT_DECAY = 1e-4, 0.01  # torch.optim.AdamW's default decay; the same for every mode
+
+
+class Mode:
+    """A model copy and its optimizer; step(args) runs one training step and returns the loss tensor."""
+
+    name = ""
+
+    def __init__(self, model: torch.nn.Module):
+        self.model = self.wrap(copy.deepcopy(model))
+        self.optimizer = self.make_optimizer(self.model.parameters())
+
+    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        return model
+
+    def make_optimizer(self, params) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(params, lr=LR, weight_decay=WEIGHT_DECAY, fused=True)
+
+    def step(self, args: tuple) -> torch.Tensor:
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.model(*args)
+        loss.backward()
+        self.optimizer.step()
+        return loss
+
+    def problem(self) -> str | None:
+        """Why the mode did not run what it claims to run (after its first step), or None."""
+        return None
+
+    def engine_memory(self) -> dict | None:
+        """The engine's planned memory, for modes that have one."""
+        return None
+
+
+class Eager(Mode):
+    name = "eager"
+
+
+class Compile(Mode):
+    name = "compile"
+
+    def wrap(self, model):
+        return torch.compile(model)
+
+
+class RT(Mode):
+    name = "rtmodule"
+
+    def wrap(self, model):
+        import trainrt
+
+        return trainrt.RTModule(model)
+
+    def make_optimizer(self, params):
+        from trainrt.optim import AdamWMode, FusedAdam
+
+        return FusedAdam(params, lr=LR, weight_decay=WEIGHT_DECAY, adam_w_mode=AdamWMode.ADAMW_TORCH)
+
+    def problem(self):
+        reason = self.model._fallback_reason
+        return None if reason is None else f"fell back to PyTorch: {reason}"
+
+    def engine_memory(self):
+        """Planned arena and dynamic peak bytes of the forward and backward programs, summed over engines."""
+        total = {"planned_arena_bytes": 0, "peak_dynamic_bytes": 0}
+        for engine in self.model._engines.values():
+            for program in engine.programs.memory_stats().values():
+                for key in total:
+                    total[key] += program[key]
+        return total
+
+
+MODES: dict[str, type[Mode]] = {m.name: m for m in (Eager, Compile, RT)}

@@ -1,0 +1,80 @@
+"""The suite's results as a stdout table, JSON and a markdown table; ratios are to PyTorch eager."""
+
+from __future__ import annotations
+
+import json
+
+_MIB = 1 << 20
+_HEADER = ["model", "mode", "step ms (median)", "p10-p90 ms", "step / eager", "first step s", "first / eager",
+           "peak RSS +MiB", "RSS / eager", "engine arena MiB", "GFLOP/s", "% peak", "loss first -> last"]
+
+
+def _ratio(value, base) -> str:
+    return f"{value / base:.2f}x" if base else "-"
+
+
+def rows(results: dict) -> list[list[str]]:
+    out = []
+    for entry in results["models"]:
+        if "unavailable" in entry:
+            out.append([entry["model"], "-", f"not available: {entry['unavailable']}"] + [""] * (len(_HEADER) - 3))
+            continue
+        eager = entry["modes"].get("eager", {})
+        for mode, r in entry["modes"].items():
+            if "error" in r:
+                out.append([entry["model"], mode, f"error: {r['error'].splitlines()[0][:160]}"] + [""] * (len(_HEADER) - 3))
+                continue
+            engine = r.get("engine_memory")
+            out.append([
+                entry["model"], mode,
+                f"{r['step_median_s'] * 1e3:.1f}",
+                f"{r['step_p10_s'] * 1e3:.1f}-{r['step_p90_s'] * 1e3:.1f}",
+                _ratio(r["step_median_s"], eager.get("step_median_s")),
+                f"{r['first_step_s']:.2f}",
+                _ratio(r["first_step_s"], eager.get("first_step_s")),
+                f"{r['peak_rss_increase_bytes'] / _MIB:.0f}",
+                _ratio(r["peak_rss_increase_bytes"], eager.get("peak_rss_increase_bytes")),
+                f"{(engine['planned_arena_bytes'] + engine['peak_dynamic_bytes']) / _MIB:.1f}" if engine else "-",
+                f"{r['flops_per_s'] / 1e9:.1f}",
+                f"{100 * r['fraction_of_peak']:.1f}",
+                f"{r['first_loss']:.4f} -> {r['last_loss']:.4f}",
+            ])
+    return out
+
+
+def _notes(results: dict) -> list[str]:
+    m = results["machine"]
+    return [f"{results['suite']} suite; {results['steps']} timed steps per mode after {results['warmup']} warm-up steps, "
+            f"interleaved; torch {m['torch']}, {m['torch_threads']} torch threads, {m['cpus']} CPUs.",
+            f"first step: the first training step of a fresh copy (RTModule: capture + engine build; compile: "
+            f"dynamo + inductor, inductor cache {m['inductor_cache']}).",
+            f"GFLOP/s: analytic matmul FLOPs (6 x matmul weights x tokens + 12 x L x B x T^2 x C for attention) "
+            f"over the median step; % of a {m['peak_gflops']:.0f} GFLOP/s peak.",
+            "peak RSS +MiB: VmHWM growth over each mode's first and warm-up steps (modes run one after another; "
+            "memory freed by an earlier mode can be reused by a later one, so later modes can read low; "
+            "torch.compile's compile workers run in other processes and are not counted). "
+            "engine arena: RTModule's planned arena + dynamic peak bytes, forward + backward programs."]
+
+
+def text_table(results: dict) -> str:
+    table = [_HEADER] + rows(results)
+    widths = [max(len(r[i]) for r in table if len(r) > i and not r[2].startswith(("error", "not available")))
+              for i in range(len(_HEADER))]
+    lines = []
+    for r in table:
+        if r[2].startswith(("error", "not available")):
+            lines.append("  ".join([r[0].ljust(widths[0]), r[1].ljust(widths[1]), r[2]]))
+        else:
+            lines.append("  ".join(c.rjust(w) if i > 1 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))))
+    return "\n".join(lines + [""] + _notes(results))
+
+
+def markdown_table(results: dict) -> str:
+    lines = ["| " + " | ".join(_HEADER) + " |", "|" + "---|" * len(_HEADER)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows(results)]
+    return "\n".join(lines + [""] + [f"- {n}" for n in _notes(results)]) + "\n"
+
+
+def write_json(results: dict, path: str) -> None:
+    with open(path, "w") as f:
+        json.dump(results, f, indent=2)

@@ -1,0 +1,75 @@
+"""Smoke test of the benchmark suite: every available model, eager and RTModule, two timed steps.
+
+Checks that the suite runs and reports what it claims; the numbers themselves are not judged here
+(performance is measured by `python -m trainrt.bench`, never in timed unit tests).
+"""
+
+import json
+
+import torch
+
+from trainrt.bench.__main__ import main
+from trainrt.bench.models import MODELS, UNAVAILABLE
+
+SMOKE_MODELS = ["mlp", "gpt2-mini"]  # the quick suite's runnable models; gpt2-small is the full suite's
+
+
+def test_suite_runs_eager_and_rtmodule_and_writes_json_and_markdown(tmp_path, capsys):
+    out_json, out_md = tmp_path / "bench.json", tmp_path / "bench.md"
+    main(["--models", ",".join(SMOKE_MODELS + list(UNAVAILABLE)), "--modes", "eager,rtmodule",
+          "--steps", "2", "--warmup", "0", "--json", str(out_json), "--markdown", str(out_md)])
+    results = json.loads(out_json.read_text())
+
+    by_name = {m["model"]: m for m in results["models"]}
+    assert set(by_name) == set(SMOKE_MODELS) | set(UNAVAILABLE)
+    for name in UNAVAILABLE:
+        assert by_name[name]["unavailable"]
+    for name in SMOKE_MODELS:
+        entry = by_name[name]
+        assert entry["flops_per_step"] > 0
+        assert set(entry["modes"]) == {"eager", "rtmodule"}
+        for mode, r in entry["modes"].items():
+            assert "error" not in r, f"{name}/{mode}: {r.get('error')}"
+            assert r["steps"] == 2
+            for key in ("step_median_s", "step_p10_s", "step_p90_s", "first_step_s", "flops_per_s"):
+                assert r[key] > 0, f"{name}/{mode}: {key} = {r[key]}"
+            assert r["step_p10_s"] <= r["step_median_s"] <= r["step_p90_s"]
+            assert 0 < r["fraction_of_peak"]
+            assert r["peak_rss_increase_bytes"] >= 0
+        # Same initial weights and batches: the first losses agree across modes.
+        first = [r["first_loss"] for r in entry["modes"].values()]
+        assert abs(first[0] - first[1]) <= 1e-4 * abs(first[0])
+        assert entry["modes"]["rtmodule"]["engine_memory"]["planned_arena_bytes"] > 0
+
+    printed = capsys.readouterr().out
+    markdown = out_md.read_text()
+    for name in SMOKE_MODELS + list(UNAVAILABLE):
+        assert name in printed and name in markdown
+    assert "not available" in printed and "step / eager" in markdown
+
+
+def test_every_suite_model_is_runnable_or_says_why_not():
+    from trainrt.bench.models import SUITES
+
+    for names in SUITES.values():
+        for name in names:
+            assert name in MODELS or UNAVAILABLE[name]
+
+
+def test_a_failing_mode_is_reported_and_the_others_run(tmp_path, monkeypatch):
+    from trainrt.bench import modes
+
+    class Broken(torch.nn.Module):  # fails at its first call, as torch.compile does without a compiler
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, *args):
+            raise RuntimeError("inductor: no C++ compiler found")
+
+    monkeypatch.setattr(modes.Compile, "wrap", lambda self, model: Broken(model))
+    out_json = tmp_path / "bench.json"
+    main(["--models", "mlp", "--modes", "eager,compile", "--steps", "1", "--warmup", "0", "--json", str(out_json)])
+    result = json.loads(out_json.read_text())["models"][0]["modes"]
+    assert "no C++ compiler" in result["compile"]["error"]
+    assert result["eager"]["step_median_s"] > 0
