@@ -180,8 +180,17 @@ class RTModule(torch.nn.Module):
         import time
 
         start = time.perf_counter()
+        cache, key = None, None
+        if self._runtime.cache_dir:
+            from trainrt.export_cache import ExportCache, cache_key
+
+            cache, key = ExportCache(self._runtime.cache_dir), cache_key(self._module, self._schema_key(flat))
         try:
-            captured = capture(self._module, args, kwargs)
+            captured = cache.load(key) if cache else None
+            if captured is None:
+                captured = capture(self._module, args, kwargs)
+                if cache:
+                    cache.store(key, captured)
         except UnsupportedATenOp as err:
             return self._fall_back(str(err), "FALLBACK_UNSUPPORTED_ONNX_MODEL", build=True)
         except CaptureError as err:

@@ -204,3 +204,26 @@ def test_environment_overrides_code_and_trainrt_names_win_over_ortmodule(monkeyp
     with pytest.raises(ValueError, match="LOUD"):
         monkeypatch.setenv("TRAINRT_LOG_LEVEL", "LOUD")
         trainrt.DebugOptions()
+
+
+def test_export_cache_reuses_captures_across_instances_and_recovers_from_corruption(monkeypatch, tmp_path):
+    monkeypatch.setenv("TRAINRT_CACHE_DIR", str(tmp_path))
+    calls = []
+    real_capture = __import__("trainrt.capture", fromlist=["capture"]).capture
+    monkeypatch.setattr("trainrt.capture.capture", lambda *a, **k: calls.append(1) or real_capture(*a, **k))
+    x, y = torch.randn(4, 20), torch.randint(0, 5, (4,))
+    torch.manual_seed(0)
+    first = trainrt.RTModule(MLP())
+    expected = first(x, y)
+    assert len(calls) == 1 and len(list(tmp_path.glob("*.trainrt-capture"))) == 1
+    second = trainrt.RTModule(copy.deepcopy(first._module))
+    torch.testing.assert_close(second(x, y), expected)
+    assert len(calls) == 1  # served from the cache
+    entry = next(tmp_path.glob("*.trainrt-capture"))
+    entry.write_bytes(entry.read_bytes()[:50])  # truncated
+    third = trainrt.RTModule(copy.deepcopy(first._module))
+    torch.testing.assert_close(third(x, y), expected)
+    assert len(calls) == 2  # detected and captured again
+    other = trainrt.RTModule(nn.Sequential(nn.Linear(20, 5)))  # another structure: its own entry
+    other(x)
+    assert len(calls) == 3
