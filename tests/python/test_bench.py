@@ -6,10 +6,13 @@ Checks that the suite runs and reports what it claims; the numbers themselves ar
 
 import json
 
+import pytest
 import torch
 
 from trainrt.bench.__main__ import main
 from trainrt.bench.models import MODELS, UNAVAILABLE
+
+pytestmark = pytest.mark.slow  # real training steps of two models: `make test` runs it, test-quick skips it
 
 SMOKE_MODELS = ["mlp", "gpt2-mini"]  # the quick suite's runnable models; gpt2-small is the full suite's
 

@@ -100,6 +100,7 @@ def test_cli_losses_match_torch_step_by_step(cli, digits_files, optimizer, lr):
     np.testing.assert_allclose(ours, theirs, rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_cli_trained_model_reaches_95_percent_on_held_out_digits(cli, digits_files, tmp_path):
     model, data, (_, _, x_test, y_test) = digits_files
     out_dir = tmp_path / "trained"
