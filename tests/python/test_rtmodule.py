@@ -227,3 +227,24 @@ def test_export_cache_reuses_captures_across_instances_and_recovers_from_corrupt
     other = trainrt.RTModule(nn.Sequential(nn.Linear(20, 5)))  # another structure: its own entry
     other(x)
     assert len(calls) == 3
+
+
+def test_detach_stops_gradients_like_torch():
+    class Detached(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 1)
+
+        def forward(self, x):
+            h = self.a(x)
+            return (self.b(h) * h.detach().sum()).sum() + self.b(h.detach()).sum()
+
+    torch.manual_seed(0)
+    eager = Detached()
+    ours = trainrt.RTModule(copy.deepcopy(eager))
+    x = torch.randn(3, 4)
+    eager(x).backward()
+    ours(x).backward()
+    assert ours._fallback_reason is None
+    for (name, pe), (_, po) in zip(eager.named_parameters(), ours._module.named_parameters()):
+        torch.testing.assert_close(po.grad, pe.grad, rtol=1e-5, atol=1e-6, msg=name)

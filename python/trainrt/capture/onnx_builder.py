@@ -73,6 +73,7 @@ class GraphBuilder:
         self._used: set[str] = set()
         self._produced: set[str] = set()  # outputs of nodes (graph outputs must be one of these)
         self._consts: dict[tuple, str] = {}
+        self._domains: set[str] = set()  # non-ONNX domains used by nodes
         self.scope = "graph"  # hint prefix: the FX node being translated
 
     def fresh(self, hint: str) -> str:
@@ -113,16 +114,19 @@ class GraphBuilder:
         return self._consts[key]
 
     def add_node(self, op: str, inputs: Sequence[str | None], num_outputs: int = 1, *,
-                 hint: str | None = None, **attrs) -> list[str]:
+                 hint: str | None = None, domain: str = "", **attrs) -> list[str]:
         """Appends a node named after its first output; returns its output names. None inputs are
-        omitted optional inputs; None attributes are left out."""
+        omitted optional inputs; None attributes are left out; `domain` other than ONNX's (TrainRT's
+        "com.trainrt") is imported at opset 1."""
         base = f"{self.scope}/{op}" if hint is None else hint
         outputs = [self.fresh(base if num_outputs == 1 else f"{base}:{i}") for i in range(num_outputs)]
         names = ["" if i is None else i for i in inputs]
         while names and names[-1] == "":
             names.pop()
         attrs = {k: v for k, v in attrs.items() if v is not None}
-        self._nodes.append(helper.make_node(op, names, outputs, name=outputs[0], **attrs))
+        self._nodes.append(helper.make_node(op, names, outputs, name=outputs[0], domain=domain or None, **attrs))
+        if domain:
+            self._domains.add(domain)
         self._produced.update(outputs)
         return outputs
 
@@ -131,7 +135,8 @@ class GraphBuilder:
 
     def to_model(self, graph_name: str) -> onnx.ModelProto:
         graph = helper.make_graph(self._nodes, graph_name, self._inputs, self._outputs, self._initializers)
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", ONNX_OPSET)],
+        opsets = [helper.make_opsetid("", ONNX_OPSET)] + [helper.make_opsetid(d, 1) for d in sorted(self._domains)]
+        model = helper.make_model(graph, opset_imports=opsets,
                                   producer_name="trainrt.capture")
         model.ir_version = IR_VERSION
         return model

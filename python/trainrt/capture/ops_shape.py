@@ -39,7 +39,13 @@ def view(ctx: OpContext) -> str:
     return reshape_to(ctx, ctx.tensor("self"), ctx.out.shape)
 
 
-@translates("aten.contiguous.default", "aten.clone.default", "aten.alias.default", "aten.detach.default",
+@translates("aten.detach.default")
+def detach(ctx: OpContext) -> str:
+    """The value passes, its gradient does not (TrainRT's StopGradient)."""
+    return ctx.emit("StopGradient", [ctx.tensor("self")], domain="com.trainrt")
+
+
+@translates("aten.contiguous.default", "aten.clone.default", "aten.alias.default",
             "aten.lift_fresh_copy.default")
 def identity(ctx: OpContext) -> str:
     """Copies and aliases are the same value in a graph of immutable values (no node)."""

@@ -148,6 +148,7 @@ void register_tensor_gradients(GradientRegistry& r) {
   r.add("", "Trilu", trilu_grad);
   r.add("", "Dropout", dropout_grad);
   for (const char* op : {"Shape", "Size", "Constant", "ConstantOfShape", "Range"}) r.add_non_differentiable("", op);
+  r.add_non_differentiable(kTrainrtDomain, "StopGradient");  // torch's detach
   register_select_gradients(r);
 }
 

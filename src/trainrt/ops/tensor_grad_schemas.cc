@@ -73,8 +73,13 @@ void infer_dropout_grad(InferenceContext& ctx) {
 
 }  // namespace
 
+// StopGradient(X) -> X: the value passes unchanged, gradients stop here (torch's detach).
+void infer_stop_gradient(InferenceContext& ctx) { ctx.set_output(0, ctx.input_dtype(0), ctx.input_shape(0)); }
+
 void register_tensor_grad_schemas(OpRegistry& r) {
   const std::string trainrt(kTrainrtDomain);
+  r.add({.domain = trainrt, .name = "StopGradient", .min_inputs = 1, .max_inputs = 1, .infer = infer_stop_gradient,
+         .inplace = {{0, 0}}});
   r.add({.domain = trainrt, .name = "SliceGrad", .min_inputs = 4, .max_inputs = 6, .infer = infer_slice_grad});
   r.add({.domain = trainrt, .name = "GatherGrad", .min_inputs = 3, .max_inputs = 3, .infer = infer_gather_grad});
   // dX[i] depends on dY[i] and mask[i] only.

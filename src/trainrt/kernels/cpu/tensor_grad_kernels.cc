@@ -209,7 +209,15 @@ KernelFn make_dropout_grad(const Node& node) {
 
 }  // namespace
 
+// StopGradient copies (or, in place, leaves) its input: the op matters only to the autodiff.
+KernelFn make_stop_gradient(const Node&) {
+  return [](KernelContext& ctx) {
+    if (ctx.out(0).raw() != ctx.in(0).raw()) std::memcpy(ctx.out(0).raw(), ctx.in(0).raw(), ctx.in(0).nbytes());
+  };
+}
+
 void register_tensor_grad_kernels(KernelTable& t) {
+  t.add(kTrainrtDomain, "StopGradient", DType::kUndefined, make_stop_gradient);
   t.add(kTrainrtDomain, "SliceGrad", DType::kUndefined, make_slice_grad);
   // GatherGrad is keyed on its first input, the i64 shape; the kernel dispatches on dY (f32, f64).
   t.add(kTrainrtDomain, "GatherGrad", DType::kI64, make_gather_grad);
