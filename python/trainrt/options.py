@@ -89,11 +89,14 @@ class RuntimeOptions:
     fallback_policy: FallbackPolicy = DEFAULT_FALLBACK
     cache_dir: str | None = None
     print_memory_stats: bool = False
+    profile: bool = False  # per-node timings of the engine programs (RTModule.profile_summary())
 
     def __post_init__(self):
         if (v := env("FALLBACK_POLICY", "FALLBACK_POLICY")) is not None:
             self.fallback_policy = _parse_fallback(v)
         if (v := env("CACHE_DIR", "CACHE_DIR")) is not None:
             self.cache_dir = v
+        if (v := env("PROFILE")) is not None:
+            self.profile = v not in ("0", "false", "False")
         if (v := env("PRINT_MEMORY_STATS", "PRINT_MEMORY_STATS")) is not None:
             self.print_memory_stats = v not in ("0", "false", "False")

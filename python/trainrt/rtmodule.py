@@ -43,7 +43,7 @@ def _draw_seed() -> int:
 class _Engine:
     """The engine programs of one captured input schema, plus how to feed and unpack them."""
 
-    def __init__(self, captured, module: torch.nn.Module, input_requires_grad: list[bool]):
+    def __init__(self, captured, module: torch.nn.Module, input_requires_grad: list[bool], profile: bool = False):
         self.captured = captured
         params = dict(module.named_parameters(remove_duplicate=False))
         self.param_names = [fqn for _, fqn in captured.param_inputs]
@@ -55,7 +55,7 @@ class _Engine:
         graph_inputs = [n for n, _ in captured.param_inputs] + [n for n, _ in captured.buffer_inputs] + captured.user_inputs
         index = {name: i for i, name in enumerate(graph_inputs)}
         self.wrt_index = [index[name] for name in self.wrt]
-        self.programs = _C.ModulePrograms(captured.model.SerializeToString(), self.grad_outputs, self.wrt)
+        self.programs = _C.ModulePrograms(captured.model.SerializeToString(), self.grad_outputs, self.wrt, profile)
         self.num_mutations = len(captured.buffer_mutations)
 
 
@@ -124,6 +124,15 @@ class RTModule(torch.nn.Module):
 
     def named_modules(self, memo=None, prefix: str = "", remove_duplicate: bool = True):
         return self._module.named_modules(memo, prefix, remove_duplicate)
+
+    def profile_summary(self, top: int = 10) -> str:
+        """Op types by total engine time, per program, over the steps run with TRAINRT_PROFILE=1."""
+        return "\n".join(e.programs.profile_summary(top) for e in self._engines.values())
+
+    def write_profile(self, prefix: str) -> None:
+        """Chrome traces of the profiled steps: <prefix>[_N]_forward.json / _backward.json."""
+        for i, e in enumerate(self._engines.values()):
+            e.programs.write_profile(prefix if i == 0 else f"{prefix}_{i}")
 
     def __getstate__(self):
         """torch.save(model) pickles the wrapped module and options; engines are rebuilt on first use."""
@@ -197,7 +206,7 @@ class RTModule(torch.nn.Module):
             return self._fall_back(str(err), "FALLBACK_UNSUPPORTED_TORCH_MODEL", build=True)
         captured_at = time.perf_counter()
         try:
-            engine = _Engine(captured, self._module, input_requires_grad)
+            engine = _Engine(captured, self._module, input_requires_grad, self._runtime.profile)
         except _C.Error as err:
             kind = "FALLBACK_UNSUPPORTED_ONNX_MODEL" if isinstance(err, _C.UnsupportedOp) else "FALLBACK_BAD_INITIALIZATION"
             return self._fall_back(f"{type(err).__name__}: {err}", kind, build=True)

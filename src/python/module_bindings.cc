@@ -45,11 +45,19 @@ void bind_module_programs(nb::module_& m) {
   nb::class_<ModulePrograms>(m, "ModulePrograms")
       .def("__init__",
            [](ModulePrograms* self, nb::bytes model, const std::vector<std::string>& grad_outputs,
-              const std::vector<std::string>& wrt) {
+              const std::vector<std::string>& wrt, bool profile) {
              std::shared_ptr<Graph> g = import_onnx_bytes(std::string_view(model.c_str(), model.size()));
-             new (self) ModulePrograms(std::move(g), grad_outputs, wrt);
+             new (self) ModulePrograms(std::move(g), grad_outputs, wrt, profile);
            },
-           nb::arg("model"), nb::arg("grad_outputs"), nb::arg("wrt"))
+           nb::arg("model"), nb::arg("grad_outputs"), nb::arg("wrt"), nb::arg("profile") = false)
+      .def("profile_summary", [](ModulePrograms& p, int top) {
+        return "forward program:\n" + p.forward_profiler().summary(top) + "backward program:\n" +
+               p.backward_profiler().summary(top);
+      }, nb::arg("top") = 0, "Op types by total time in each program over the profiled steps.")
+      .def("write_profile", [](ModulePrograms& p, const std::string& prefix) {
+        p.forward_profiler().write_chrome_trace(prefix + "_forward.json");
+        p.backward_profiler().write_chrome_trace(prefix + "_backward.json");
+      }, nb::arg("prefix"), "Chrome traces <prefix>_forward.json and <prefix>_backward.json.")
       .def("forward",
            [](ModulePrograms& p, const std::vector<AnyArray>& inputs, ForwardState& state, uint64_t seed) {
              auto tensors = to_tensors(inputs, "forward input");

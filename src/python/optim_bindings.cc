@@ -11,7 +11,14 @@
 //   options = _C.AdamOptions(); options.lr = 1e-3; options.mode = _C.WeightDecayMode.DECOUPLED
 //   created = _C.adam_step(names, params, grads, steps, exp_avgs, exp_avg_sqs, max_exp_avg_sqs,
 //                          options, grad_scale=1.0)   # created: [exp_avgs, exp_avg_sqs, max_...]
+//
+// unscale_and_norm / scale_grads serve trainrt.optim.FP16_Optimizer (optim/grad_ops.h): one pass
+// over all gradients for the unscaled global norm and the inf/NaN check, and an in-place rescale.
+//
+//   norm, found_inf = _C.unscale_and_norm(names, grads, inv_scale)
+//   _C.scale_grads(names, grads, inv_scale * clip)
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/vector.h>
 
 #include <cmath>
@@ -20,6 +27,7 @@
 #include "bindings.h"
 #include "trainrt/core/error.h"
 #include "trainrt/optim/adam.h"
+#include "trainrt/optim/grad_ops.h"
 #include "trainrt/optim/sgd.h"
 
 namespace nb = nanobind;
@@ -101,6 +109,28 @@ struct GroupViews {
   }
 };
 
+// Engine views of gradients alone (for the grad-only calls, which read only slot.grad).
+struct GradViews {
+  std::vector<std::string> names;
+  std::vector<Tensor> grads;
+  std::vector<OptimizerState> states;
+
+  GradViews(const std::vector<std::string>& grad_names, const std::vector<AnyArray>& grad_arrays)
+      : names(grad_names), states(grad_arrays.size()) {
+    if (names.size() != grad_arrays.size())
+      throw ShapeError(fmt("gradient call: ", grad_arrays.size(), " gradients but ", names.size(), " names"));
+    grads.reserve(grad_arrays.size());
+    for (size_t i = 0; i < grad_arrays.size(); ++i) grads.push_back(tensor_from_array(grad_arrays[i], names[i].c_str()));
+  }
+
+  std::vector<ParamSlot> slots() {
+    std::vector<ParamSlot> out;
+    out.reserve(grads.size());
+    for (size_t i = 0; i < grads.size(); ++i) out.push_back({names[i], grads[i], grads[i], states[i]});
+    return out;
+  }
+};
+
 }  // namespace
 
 void bind_optim(nb::module_& m) {
@@ -175,6 +205,33 @@ void bind_optim(nb::module_& m) {
       nb::arg("grad_scale") = 1.f,
       "One SGD step over a parameter group, in place. With momentum, buffers given as None take "
       "torch's first step (buf = grad) and are returned (None where the given array was used).");
+
+  m.def(
+      "unscale_and_norm",
+      [](const std::vector<std::string>& names, const std::vector<AnyArray>& grads, double inv_scale) {
+        GradViews views(names, grads);
+        GradNormCheck result;
+        {
+          nb::gil_scoped_release release;
+          const std::vector<ParamSlot> slots = views.slots();
+          result = unscaled_grad_norm(slots, inv_scale);
+        }
+        return std::make_pair(result.norm, result.found_inf);
+      },
+      nb::arg("names"), nb::arg("grads"), nb::arg("inv_scale"),
+      "(norm, found_inf): the global L2 norm of the gradients times inv_scale and whether any element "
+      "is inf or NaN, from one threaded pass over the gradients (f32). The gradients are not changed.");
+
+  m.def(
+      "scale_grads",
+      [](const std::vector<std::string>& names, const std::vector<AnyArray>& grads, float scale) {
+        GradViews views(names, grads);
+        nb::gil_scoped_release release;
+        const std::vector<ParamSlot> slots = views.slots();
+        scale_grads(slots, scale);
+      },
+      nb::arg("names"), nb::arg("grads"), nb::arg("scale"),
+      "Multiplies every gradient by scale in place (f32), one threaded pass.");
 }
 
 }  // namespace trainrt::python

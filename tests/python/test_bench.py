@@ -76,3 +76,13 @@ def test_a_failing_mode_is_reported_and_the_others_run(tmp_path, monkeypatch):
     result = json.loads(out_json.read_text())["models"][0]["modes"]
     assert "no C++ compiler" in result["compile"]["error"]
     assert result["eager"]["step_median_s"] > 0
+
+
+def test_profile_writes_traces_and_names_the_top_ops(tmp_path):
+    from trainrt.bench.profile import profile_model
+
+    summary = profile_model(MODELS["mlp"](), str(tmp_path), steps=1)
+    assert "forward program" in summary and "backward program" in summary and "Gemm" in summary
+    for program in ("forward", "backward"):
+        events = json.loads((tmp_path / f"mlp_{program}.json").read_text())["traceEvents"]
+        assert events and all(e["dur"] >= 0 for e in events)

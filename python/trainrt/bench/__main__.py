@@ -35,6 +35,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--steps", type=int, help="timed steps per mode (default: 20 quick, 30 full)")
     parser.add_argument("--warmup", type=int, help="untimed steps after the first (default: 3 quick, 5 full)")
     parser.add_argument("--peak-gflops", type=float, default=430.0, help="the machine's peak, for %% of peak")
+    parser.add_argument("--profile", metavar="DIR", help="also write Chrome traces of RTModule steps and print the top ops")
     parser.add_argument("--json")
     parser.add_argument("--markdown")
     args = parser.parse_args(argv)
@@ -72,6 +73,12 @@ def _run(args, models: list[str], modes: list[str], warmup: int, steps: int, ind
         results["models"].append(run_model(MODELS[name](), modes, warmup, steps, args.peak_gflops * 1e9))
 
     print(text_table(results))
+    if args.profile:
+        from trainrt.bench.profile import profile_model
+
+        for name in models:
+            if name not in UNAVAILABLE:
+                print(profile_model(MODELS[name](), args.profile))
     if args.json:
         write_json(results, args.json)
     if args.markdown:

@@ -28,10 +28,8 @@ MultiTensorPlan grad_plan(std::span<const ParamSlot> slots, std::string_view cal
   return MultiTensorPlan(numels);
 }
 
-}  // namespace
-
-double grad_norm(std::span<const ParamSlot> slots) {
-  const MultiTensorPlan plan = grad_plan(slots, "grad_norm");
+double sum_of_squares(std::span<const ParamSlot> slots, std::string_view caller) {
+  const MultiTensorPlan plan = grad_plan(slots, caller);
   std::vector<double> partial(static_cast<size_t>(plan.num_tasks()), 0.0);
   plan.run([&](int64_t task, const TensorSegment& seg) {
     const float* g = slots[static_cast<size_t>(seg.tensor)].grad.data<float>();
@@ -39,7 +37,24 @@ double grad_norm(std::span<const ParamSlot> slots) {
   });
   double total = 0;
   for (double p : partial) total += p;
-  return std::sqrt(total);
+  return total;
+}
+
+}  // namespace
+
+double grad_norm(std::span<const ParamSlot> slots) { return std::sqrt(sum_of_squares(slots, "grad_norm")); }
+
+GradNormCheck unscaled_grad_norm(std::span<const ParamSlot> slots, double inv_scale) {
+  const double total = sum_of_squares(slots, "unscaled_grad_norm");
+  const bool found_inf = !std::isfinite(total);
+  return {found_inf ? total : std::sqrt(total) * inv_scale, found_inf};
+}
+
+void scale_grads(std::span<const ParamSlot> slots, float scale) {
+  grad_plan(slots, "scale_grads").run([&](int64_t, const TensorSegment& seg) {
+    float* g = slots[static_cast<size_t>(seg.tensor)].grad.data<float>();
+    scale_in_place(g + seg.begin, seg.end - seg.begin, scale);
+  });
 }
 
 float clip_scale(double norm, double max_norm) {
@@ -51,10 +66,7 @@ double clip_grad_norm(std::span<const ParamSlot> slots, double max_norm) {
   const double norm = grad_norm(slots);
   const float scale = clip_scale(norm, max_norm);
   if (scale == 1.f) return norm;
-  grad_plan(slots, "clip_grad_norm").run([&](int64_t, const TensorSegment& seg) {
-    float* g = slots[static_cast<size_t>(seg.tensor)].grad.data<float>();
-    scale_in_place(g + seg.begin, seg.end - seg.begin, scale);
-  });
+  scale_grads(slots, scale);
   return norm;
 }
 

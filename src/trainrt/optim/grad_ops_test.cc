@@ -43,6 +43,34 @@ TEST(GradNormTest, NonFiniteGradientsGiveNonFiniteNorm) {
   EXPECT_TRUE(std::isnan(clip_scale(grad_norm(problem.slots()), 1.0)));
 }
 
+TEST(UnscaledGradNormTest, NormTimesInverseScaleAndOverflowCheck) {
+  OptimProblem problem(kReferenceShapes, 5);
+  problem.fill_grads(1);
+  const double expected = reference_norm(problem) / 1024;
+  GradNormCheck check = unscaled_grad_norm(problem.slots(), 1.0 / 1024);
+  EXPECT_FALSE(check.found_inf);
+  EXPECT_NEAR(check.norm, expected, 1e-13 * expected);
+  problem.grads.back().data<float>()[12345] = std::numeric_limits<float>::infinity();
+  EXPECT_TRUE(unscaled_grad_norm(problem.slots(), 1.0).found_inf);
+  problem.grads.back().data<float>()[12345] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(unscaled_grad_norm(problem.slots(), 1.0).found_inf);
+  // Finite f32 extremes do not overflow the double sum.
+  problem.grads.back().data<float>()[12345] = std::numeric_limits<float>::max();
+  EXPECT_FALSE(unscaled_grad_norm(problem.slots(), 1.0).found_inf);
+}
+
+TEST(ScaleGradsTest, ScalesEveryElement) {
+  OptimProblem problem(kReferenceShapes, 6);
+  problem.fill_grads(1);
+  std::vector<std::vector<double>> expected;
+  for (const Tensor& g : problem.grads) {
+    expected.push_back(to_doubles(g));
+    for (double& x : expected.back()) x = static_cast<float>(static_cast<float>(x) * 0.375f);
+  }
+  scale_grads(problem.slots(), 0.375f);
+  for (size_t i = 0; i < problem.grads.size(); ++i) EXPECT_EQ(to_doubles(problem.grads[i]), expected[i]);
+}
+
 TEST(ClipTest, ScaleFollowsTorch) {
   EXPECT_EQ(clip_scale(0.5, 1.0), 1.f);
   EXPECT_EQ(clip_scale(4.0, 1.0), static_cast<float>(1.0 / (4.0 + 1e-6)));

@@ -13,7 +13,7 @@ std::vector<const Value*> const_values(const std::vector<Value*>& v) { return {v
 }  // namespace
 
 ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::string> grad_outputs,
-                               std::vector<std::string> wrt)
+                               std::vector<std::string> wrt, bool profile)
     : graph_(std::move(graph)), grad_outputs_(std::move(grad_outputs)), wrt_(std::move(wrt)) {
   std::vector<const Node*> nodes;
   for (const Node* n : graph_->topological_order()) nodes.push_back(n);
@@ -29,8 +29,10 @@ ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::st
   for (const auto& [name, grad] : result.grad_of) order.push_back(name);
   for (const std::string& w : wrt_)
     grad_position_.push_back(static_cast<size_t>(std::find(order.begin(), order.end(), w) - order.begin()));
-  forward_ = std::make_unique<Session>(programs_.forward);
-  backward_ = std::make_unique<Session>(programs_.backward);
+  SessionOptions options;
+  options.profile = profile;
+  forward_ = std::make_unique<Session>(programs_.forward, options);
+  backward_ = std::make_unique<Session>(programs_.backward, options);
   inference_ = std::make_unique<Session>(graph_);
 }
 

@@ -32,7 +32,9 @@ struct ForwardState {
 
 class ModulePrograms {
  public:
-  ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::string> grad_outputs, std::vector<std::string> wrt);
+  // `profile`: record per-node timings of the forward and backward programs (profiler()).
+  ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::string> grad_outputs, std::vector<std::string> wrt,
+                 bool profile = false);
 
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs, ForwardState& state, uint64_t seed);
   // `output_grads` has one tensor per grad_outputs entry (undefined = zeros). Returns one tensor
@@ -43,6 +45,8 @@ class ModulePrograms {
   const std::vector<std::string>& unreached() const { return unreached_; }
   MemoryStats forward_memory() const { return forward_->memory_stats(); }
   MemoryStats backward_memory() const { return backward_->memory_stats(); }
+  Profiler& forward_profiler() { return forward_->profiler(); }
+  Profiler& backward_profiler() { return backward_->profiler(); }
   const Graph& forward_graph() const { return *programs_.forward; }
   const Graph& backward_graph() const { return *programs_.backward; }
   const Graph& joint_graph() const { return *joint_; }
