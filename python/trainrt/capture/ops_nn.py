@@ -25,11 +25,15 @@ def _transpose_last2(ctx: OpContext, x: TensorValue) -> str:
 
 @translates("aten.linear.default")
 def linear(ctx: OpContext) -> str:
-    """x @ W^T + b: Gemm(transB) for 2-D x, else MatMul with the transposed weight, then Add."""
+    """x @ W^T + b: Gemm(transB) for 2-D x, else TrainRT's FusedMatMul(transB) (the weight is
+    read transposed in place: no Transpose of W every step), then Add."""
     x, w, b = ctx.tensor("input"), ctx.tensor("weight"), ctx["bias"]
     if x.rank == 2:
         return ctx.emit("Gemm", [x, w, b], transB=1)
-    y = ctx.emit("MatMul", [x, _transpose_last2(ctx, w)])
+    if x.rank < 2:
+        y = ctx.emit("MatMul", [x, _transpose_last2(ctx, w)])
+    else:
+        y = ctx.emit("FusedMatMul", [x, w], transB=1, domain="com.trainrt")
     return y if b is None else ctx.emit("Add", [y, b])
 
 

@@ -85,18 +85,26 @@ class FusedAdam(torch.optim.Optimizer):
     def zero_grad(self, set_to_none: bool | None = None) -> None:
         super().zero_grad(self.set_grad_none if set_to_none is None else set_to_none)
 
+    # FP16_Optimizer hands the loss-scale / clip factor to step(grad_scale=...) rather than
+    # rescaling the gradients in a pass of its own.
+    _accepts_grad_scale = True
+
     @torch.no_grad()
-    def step(self, closure=None):
-        """One Adam step over every parameter that has a gradient: one engine call per group."""
+    def step(self, closure=None, *, grad_scale: float = 1.0):
+        """One Adam step over every parameter that has a gradient: one engine call per group.
+
+        grad_scale multiplies every gradient as the step reads it (they are left unchanged): what
+        FP16_Optimizer passes to unscale and clip within the step.
+        """
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
         for group_index, group in enumerate(self.param_groups):
-            self._step_group(group_index, group)
+            self._step_group(group_index, group, grad_scale)
         return loss
 
-    def _step_group(self, group_index: int, group: dict) -> None:
+    def _step_group(self, group_index: int, group: dict, grad_scale: float = 1.0) -> None:
         names, params, grads, indices = params_with_grads("FusedAdam", group_index, group)
         if not params:
             return
@@ -117,7 +125,8 @@ class FusedAdam(torch.optim.Optimizer):
         exp_avg_sqs = [state_view(s, "exp_avg_sq") for s in states]
         max_exp_avg_sqs = [state_view(s, "max_exp_avg_sq") for s in states] if amsgrad else []
         created = _C.adam_step(names, params, grads, [view(s["step"]) for s in states], exp_avgs, exp_avg_sqs,
-                               max_exp_avg_sqs, options, grad_scale=-1.0 if group["maximize"] else 1.0)
+                               max_exp_avg_sqs, options,
+                               grad_scale=-grad_scale if group["maximize"] else grad_scale)
         for key, arrays in zip(("exp_avg", "exp_avg_sq", "max_exp_avg_sq"), created):
             adopt(arrays, states, key)
 

@@ -39,9 +39,17 @@ class FusedSGD(torch.optim.Optimizer):
             group.setdefault("nesterov", False)
             group.setdefault("maximize", False)
 
+    # FP16_Optimizer hands the loss-scale / clip factor to step(grad_scale=...) rather than
+    # rescaling the gradients in a pass of its own.
+    _accepts_grad_scale = True
+
     @torch.no_grad()
-    def step(self, closure=None):
-        """One SGD step over every parameter that has a gradient: one engine call per group."""
+    def step(self, closure=None, *, grad_scale: float = 1.0):
+        """One SGD step over every parameter that has a gradient: one engine call per group.
+
+        grad_scale multiplies every gradient as the step reads it (they are left unchanged): what
+        FP16_Optimizer passes to unscale and clip within the step.
+        """
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -59,5 +67,6 @@ class FusedSGD(torch.optim.Optimizer):
             options.maximize = bool(group["maximize"])
             states = [self.state[group["params"][i]] for i in indices] if options.momentum != 0 else []
             buffers = [state_view(s, "momentum_buffer") for s in states]
-            adopt(_C.sgd_step(names, params, grads, buffers, options), states, "momentum_buffer")
+            adopt(_C.sgd_step(names, params, grads, buffers, options, grad_scale=grad_scale), states,
+                  "momentum_buffer")
         return loss

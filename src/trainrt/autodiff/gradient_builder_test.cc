@@ -165,6 +165,17 @@ TEST(GradientCheck, MatMulAndGemmAgreeWithFiniteDifferences) {
       Tensor b = tb ? random_f64({5, 4}, 12) : random_f64({4, 5}, 12);
       expect_gradients_match(spec, {a, b, random_f64({5}, 13)});
     }
+  // FusedMatMul in every transpose combination, batched against a 2-D weight and batch-broadcast.
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb) {
+      NodeSpec spec{.op = "FusedMatMul",
+                    .attrs = {{"transA", Attribute::of_int(ta)}, {"transB", Attribute::of_int(tb)},
+                              {"alpha", Attribute::of_float(0.5f)}},
+                    .domain = std::string(kTrainrtDomain)};
+      Tensor a = ta ? random_f64({2, 4, 3}, 14) : random_f64({2, 3, 4}, 14);
+      expect_gradients_match(spec, {a, tb ? random_f64({5, 4}, 15) : random_f64({4, 5}, 15)});
+      expect_gradients_match(spec, {a, tb ? random_f64({1, 5, 4}, 16) : random_f64({1, 4, 5}, 16)});
+    }
 }
 
 }  // namespace

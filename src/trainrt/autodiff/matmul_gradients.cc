@@ -9,6 +9,9 @@
 //   Linear layer on (B, T, C) inputs) gets dB = Flatten(A)^T @ Flatten(dY) as one Gemm over all
 //   B * T rows instead of a batched product summed over the batch afterwards.
 // Gemm: Y = alpha * op(A) @ op(B) + beta * C, op = optional transpose (ONNX Gemm spec).
+// FusedMatMul (TrainRT; what capture emits for Linear on (B, T, C) inputs): Y = alpha op(A) @ op(B);
+//   the gradients are FusedMatMuls with the transposes arranged so nothing is materialized, and a
+//   2-D B (a weight) gets its gradient from one Gemm over the flattened rows, as for MatMul.
 #include "trainrt/autodiff/grad_context.h"
 #include "trainrt/autodiff/register_gradients.h"
 #include "trainrt/core/error.h"
@@ -22,9 +25,11 @@ Value* gemm(GradContext& ctx, Value* a, Value* b, bool trans_a, bool trans_b, fl
                    {"alpha", Attribute::of_float(alpha)}});
 }
 
-Value* fused_matmul(GradContext& ctx, Value* a, Value* b, bool trans_a, bool trans_b) {
+Value* fused_matmul(GradContext& ctx, Value* a, Value* b, bool trans_a, bool trans_b, float alpha = 1.f) {
   return ctx.emit("FusedMatMul", {a, b},
-                  {{"transA", Attribute::of_int(trans_a)}, {"transB", Attribute::of_int(trans_b)}}, kTrainrtDomain);
+                  {{"transA", Attribute::of_int(trans_a)}, {"transB", Attribute::of_int(trans_b)},
+                   {"alpha", Attribute::of_float(alpha)}},
+                  kTrainrtDomain);
 }
 
 // v (..., K) as a matrix (prod(...), K); symbolic batch dims stay symbolic.
@@ -93,11 +98,39 @@ void gemm_grad(GradContext& ctx) {
   }
 }
 
+// Y = alpha op(A) @ op(B) (both rank >= 2). With G = dY:
+//   dA = alpha G op(B)^T  (A untransposed)    dA = alpha op(B) G^T  (transA: A is (.., K, M))
+//   dB = alpha op(A)^T G  (B untransposed)    dB = alpha G^T op(A)  (transB: B is (.., N, K))
+void fused_matmul_grad(GradContext& ctx) {
+  const Node& n = ctx.node();
+  const bool ta = n.attr_int("transA", 0) != 0, tb = n.attr_int("transB", 0) != 0;
+  const float alpha = n.attr_float("alpha", 1.f);
+  Value* a = ctx.input(0);
+  Value* b = ctx.input(1);
+  Value* g = ctx.output_grad(0);
+  if (ctx.needs_input_grad(0)) {
+    Value* da = !ta ? fused_matmul(ctx, g, b, false, !tb, alpha) : fused_matmul(ctx, b, g, tb, true, alpha);
+    ctx.set_input_grad(0, ctx.reduce_to_shape_of(da, a));
+  }
+  if (ctx.needs_input_grad(1)) {
+    Value* db;
+    if (b->shape.rank() == 2 && a->shape.rank() > 2 && !ta) {  // a weight: one Gemm over all rows
+      Value* a2 = flatten_batch(ctx, a);
+      Value* g2 = flatten_batch(ctx, g);
+      db = !tb ? gemm(ctx, a2, g2, true, false, alpha) : gemm(ctx, g2, a2, true, false, alpha);
+    } else {
+      db = !tb ? fused_matmul(ctx, a, g, !ta, false, alpha) : fused_matmul(ctx, g, a, true, ta, alpha);
+    }
+    ctx.set_input_grad(1, ctx.reduce_to_shape_of(db, b));
+  }
+}
+
 }  // namespace
 
 void register_matmul_gradients(GradientRegistry& r) {
   r.add("", "MatMul", matmul_grad);
   r.add("", "Gemm", gemm_grad);
+  r.add(kTrainrtDomain, "FusedMatMul", fused_matmul_grad);
 }
 
 }  // namespace trainrt
