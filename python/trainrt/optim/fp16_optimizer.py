@@ -127,7 +127,8 @@ class FP16_Optimizer:  # noqa: N801 (the name Apex, DeepSpeed and ORT users know
                                "then step() (as with torch.amp.GradScaler)")
         names, grads = self._gradients()
         inv_scale = _f32(1.0 / self._scale)
-        norm, found_inf = _C.unscale_and_norm(names, grads, inv_scale)
+        # A DLPack capsule is consumed by the call that reads it: one set per engine call.
+        norm, found_inf = _C.unscale_and_norm(names, [to_dlpack(g) for g in grads], inv_scale)
         self.last_grad_norm = norm
         self.overflow = bool(found_inf)
         if self.overflow:
@@ -143,13 +144,13 @@ class FP16_Optimizer:  # noqa: N801 (the name Apex, DeepSpeed and ORT users know
             self.optimizer.step(grad_scale=factor)
         else:
             if factor != 1.0 and grads:
-                _C.scale_grads(names, grads, factor)
+                _C.scale_grads(names, [to_dlpack(g) for g in grads], factor)
             self.optimizer.step()
         self._update_scale(False)
         return None
 
     def _gradients(self):
-        """(names, DLPack views) of every gradient in the wrapped optimizer's groups, checked."""
+        """(names, detached tensors) of every gradient in the wrapped optimizer's groups, checked."""
         names, grads = [], []
         for gi, group in enumerate(self.optimizer.param_groups):
             for i, p in enumerate(group["params"]):
@@ -169,7 +170,7 @@ class FP16_Optimizer:  # noqa: N801 (the name Apex, DeepSpeed and ORT users know
                 if not g.is_contiguous():  # rescaled in place below: give it a contiguous layout once
                     g = p.grad = g.contiguous()
                 names.append(where)
-                grads.append(to_dlpack(g.detach()))
+                grads.append(g.detach())
         return names, grads
 
     def _update_scale(self, found_inf: bool) -> None:
