@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 
-import numpy as np
 import torch
 from torch.utils import _pytree as pytree
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
 import onnx
 import torch
 from onnx import TensorProto, helper, numpy_helper

@@ -82,3 +82,29 @@ def adopt(created, states: list[dict], key: str) -> None:
     for array, state in zip(created, states):
         if array is not None:
             state[key] = torch.from_numpy(array)
+
+
+class FusedOptimizer(torch.optim.Optimizer):
+    """What FusedAdam and FusedSGD share: step() runs one engine call per group (_step_group)."""
+
+    # FP16_Optimizer hands the loss-scale / clip factor to step(grad_scale=...) rather than
+    # rescaling the gradients in a pass of its own.
+    _accepts_grad_scale = True
+
+    @torch.no_grad()
+    def step(self, closure=None, *, grad_scale: float = 1.0):
+        """One step over every parameter that has a gradient: one engine call per group.
+
+        grad_scale multiplies every gradient as the step reads it (they are left unchanged): what
+        FP16_Optimizer passes to unscale and clip within the step.
+        """
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group_index, group in enumerate(self.param_groups):
+            self._step_group(group_index, group, grad_scale)
+        return loss
+
+    def _step_group(self, group_index: int, group: dict, grad_scale: float) -> None:
+        raise NotImplementedError

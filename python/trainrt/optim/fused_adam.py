@@ -20,7 +20,7 @@ import enum
 import torch
 
 from trainrt import _C
-from trainrt.optim._groups import adopt, params_with_grads, state_view, view
+from trainrt.optim._groups import FusedOptimizer, adopt, params_with_grads, state_view, view
 
 
 class AdamWMode(enum.IntEnum):
@@ -43,7 +43,7 @@ def _scalar_dtype() -> torch.dtype:
     return torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
 
 
-class FusedAdam(torch.optim.Optimizer):
+class FusedAdam(FusedOptimizer):
     """Adam in three weight-decay conventions (AdamWMode), computed as torch / transformers compute them.
 
     bias_correction=False drops the bias corrections (bc1 = bc2 = 1) in every mode, as Apex's
@@ -84,25 +84,6 @@ class FusedAdam(torch.optim.Optimizer):
 
     def zero_grad(self, set_to_none: bool | None = None) -> None:
         super().zero_grad(self.set_grad_none if set_to_none is None else set_to_none)
-
-    # FP16_Optimizer hands the loss-scale / clip factor to step(grad_scale=...) rather than
-    # rescaling the gradients in a pass of its own.
-    _accepts_grad_scale = True
-
-    @torch.no_grad()
-    def step(self, closure=None, *, grad_scale: float = 1.0):
-        """One Adam step over every parameter that has a gradient: one engine call per group.
-
-        grad_scale multiplies every gradient as the step reads it (they are left unchanged): what
-        FP16_Optimizer passes to unscale and clip within the step.
-        """
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group_index, group in enumerate(self.param_groups):
-            self._step_group(group_index, group, grad_scale)
-        return loss
 
     def _step_group(self, group_index: int, group: dict, grad_scale: float = 1.0) -> None:
         names, params, grads, indices = params_with_grads("FusedAdam", group_index, group)

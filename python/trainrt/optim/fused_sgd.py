@@ -10,13 +10,12 @@ ways. Parameters and gradients must be float32, contiguous and on the CPU.
 
 from __future__ import annotations
 
-import torch
 
 from trainrt import _C
-from trainrt.optim._groups import adopt, params_with_grads, state_view
+from trainrt.optim._groups import FusedOptimizer, adopt, params_with_grads, state_view
 
 
-class FusedSGD(torch.optim.Optimizer):
+class FusedSGD(FusedOptimizer):
     """SGD with momentum, dampening, Nesterov, weight decay and maximize, as torch.optim.SGD computes it."""
 
     def __init__(self, params, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
@@ -39,34 +38,18 @@ class FusedSGD(torch.optim.Optimizer):
             group.setdefault("nesterov", False)
             group.setdefault("maximize", False)
 
-    # FP16_Optimizer hands the loss-scale / clip factor to step(grad_scale=...) rather than
-    # rescaling the gradients in a pass of its own.
-    _accepts_grad_scale = True
-
-    @torch.no_grad()
-    def step(self, closure=None, *, grad_scale: float = 1.0):
-        """One SGD step over every parameter that has a gradient: one engine call per group.
-
-        grad_scale multiplies every gradient as the step reads it (they are left unchanged): what
-        FP16_Optimizer passes to unscale and clip within the step.
-        """
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group_index, group in enumerate(self.param_groups):
-            names, params, grads, indices = params_with_grads("FusedSGD", group_index, group)
-            if not params:
-                continue
-            options = _C.SgdOptions()
-            options.lr = float(group["lr"])
-            options.momentum = float(group["momentum"])
-            options.dampening = float(group["dampening"])
-            options.weight_decay = float(group["weight_decay"])
-            options.nesterov = bool(group["nesterov"])
-            options.maximize = bool(group["maximize"])
-            states = [self.state[group["params"][i]] for i in indices] if options.momentum != 0 else []
-            buffers = [state_view(s, "momentum_buffer") for s in states]
-            adopt(_C.sgd_step(names, params, grads, buffers, options, grad_scale=grad_scale), states,
-                  "momentum_buffer")
-        return loss
+    def _step_group(self, group_index: int, group: dict, grad_scale: float = 1.0) -> None:
+        names, params, grads, indices = params_with_grads("FusedSGD", group_index, group)
+        if not params:
+            return
+        options = _C.SgdOptions()
+        options.lr = float(group["lr"])
+        options.momentum = float(group["momentum"])
+        options.dampening = float(group["dampening"])
+        options.weight_decay = float(group["weight_decay"])
+        options.nesterov = bool(group["nesterov"])
+        options.maximize = bool(group["maximize"])
+        states = [self.state[group["params"][i]] for i in indices] if options.momentum != 0 else []
+        buffers = [state_view(s, "momentum_buffer") for s in states]
+        adopt(_C.sgd_step(names, params, grads, buffers, options, grad_scale=grad_scale), states,
+              "momentum_buffer")
