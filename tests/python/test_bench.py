@@ -20,7 +20,9 @@ SMOKE_MODELS = ["mlp", "gpt2-mini"]  # the quick suite's runnable models; gpt2-s
 def test_suite_runs_eager_and_rtmodule_and_writes_json_and_markdown(tmp_path, capsys):
     out_json, out_md = tmp_path / "bench.json", tmp_path / "bench.md"
     main(["--models", ",".join(SMOKE_MODELS + list(UNAVAILABLE)), "--modes", "eager,rtmodule",
-          "--steps", "2", "--warmup", "0", "--json", str(out_json), "--markdown", str(out_md)])
+          "--steps", "2", "--warmup", "0", "--json", str(out_json), "--markdown", str(out_md),
+          "--plot", str(tmp_path / "bench.png")])
+    assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     results = json.loads(out_json.read_text())
 
     by_name = {m["model"]: m for m in results["models"]}

@@ -36,6 +36,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--warmup", type=int, help="untimed steps after the first (default: 3 quick, 5 full)")
     parser.add_argument("--peak-gflops", type=float, default=430.0, help="the machine's peak, for %% of peak")
     parser.add_argument("--profile", metavar="DIR", help="also write Chrome traces of RTModule steps and print the top ops")
+    parser.add_argument("--plot", metavar="FILE.png", help="bar chart of the ratios to eager")
     parser.add_argument("--json")
     parser.add_argument("--markdown")
     args = parser.parse_args(argv)
@@ -81,6 +82,10 @@ def _run(args, models: list[str], modes: list[str], warmup: int, steps: int, ind
                 print(profile_model(MODELS[name](), args.profile))
     if args.json:
         write_json(results, args.json)
+    if args.plot:
+        from trainrt.bench.chart import write_chart
+
+        write_chart(results, args.plot)
     if args.markdown:
         with open(args.markdown, "w") as f:
             f.write(markdown_table(results))
