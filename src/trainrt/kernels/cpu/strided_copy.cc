@@ -11,52 +11,29 @@ namespace {
 constexpr size_t kChunkBytes = 64 * 1024;
 
 template <typename U>
-void copy_strided_row(const std::byte* src, std::byte* dst, int64_t n, int64_t stride) {
+void move_strided(const std::byte* src, int64_t src_stride, std::byte* dst, int64_t dst_stride, int64_t n) {
   const U* s = reinterpret_cast<const U*>(src);
   U* d = reinterpret_cast<U*>(dst);
-  for (int64_t i = 0; i < n; ++i) d[i] = s[i * stride];
+  for (int64_t i = 0; i < n; ++i) d[i * dst_stride] = s[i * src_stride];
 }
 
-// One output row of n elements read with `stride` (elements) from src.
-void copy_row(const std::byte* src, std::byte* dst, int64_t n, int64_t stride, size_t elem_size) {
-  if (stride == 1) {
+// n elements read every `src_stride` and written every `dst_stride` elements; one of the two
+// strides is 1 (a gather of a row, or a scatter of one).
+void move_row(const std::byte* src, int64_t src_stride, std::byte* dst, int64_t dst_stride, int64_t n,
+              size_t elem_size) {
+  if (src_stride == 1 && dst_stride == 1) {
     std::memcpy(dst, src, static_cast<size_t>(n) * elem_size);
     return;
   }
   switch (elem_size) {
-    case 1: return copy_strided_row<uint8_t>(src, dst, n, stride);
-    case 2: return copy_strided_row<uint16_t>(src, dst, n, stride);
-    case 4: return copy_strided_row<uint32_t>(src, dst, n, stride);
-    case 8: return copy_strided_row<uint64_t>(src, dst, n, stride);
-    default:
-      for (int64_t i = 0; i < n; ++i)
-        std::memcpy(dst + static_cast<size_t>(i) * elem_size,
-                    src + i * stride * static_cast<int64_t>(elem_size), elem_size);
-  }
-}
-
-template <typename U>
-void scatter_strided_row(const std::byte* src, std::byte* dst, int64_t n, int64_t stride) {
-  const U* s = reinterpret_cast<const U*>(src);
-  U* d = reinterpret_cast<U*>(dst);
-  for (int64_t i = 0; i < n; ++i) d[i * stride] = s[i];
-}
-
-// One contiguous input row of n elements written with `stride` (elements) into dst.
-void scatter_row(const std::byte* src, std::byte* dst, int64_t n, int64_t stride, size_t elem_size) {
-  if (stride == 1) {
-    std::memcpy(dst, src, static_cast<size_t>(n) * elem_size);
-    return;
-  }
-  switch (elem_size) {
-    case 1: return scatter_strided_row<uint8_t>(src, dst, n, stride);
-    case 2: return scatter_strided_row<uint16_t>(src, dst, n, stride);
-    case 4: return scatter_strided_row<uint32_t>(src, dst, n, stride);
-    case 8: return scatter_strided_row<uint64_t>(src, dst, n, stride);
-    default:
-      for (int64_t i = 0; i < n; ++i)
-        std::memcpy(dst + i * stride * static_cast<int64_t>(elem_size),
-                    src + static_cast<size_t>(i) * elem_size, elem_size);
+    case 1: return move_strided<uint8_t>(src, src_stride, dst, dst_stride, n);
+    case 2: return move_strided<uint16_t>(src, src_stride, dst, dst_stride, n);
+    case 4: return move_strided<uint32_t>(src, src_stride, dst, dst_stride, n);
+    case 8: return move_strided<uint64_t>(src, src_stride, dst, dst_stride, n);
+    default: {
+      const int64_t e = static_cast<int64_t>(elem_size);
+      for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * dst_stride * e, src + i * src_stride * e, elem_size);
+    }
   }
 }
 
@@ -134,7 +111,7 @@ void strided_copy(const void* src, void* dst, std::vector<int64_t> dims, std::ve
   }
   const int64_t esize = static_cast<int64_t>(elem_size);
   for_each_row(dims, strides, elem_size, pool, [&](int64_t r, int64_t offset, int64_t inner, int64_t stride) {
-    copy_row(s + offset * esize, d + r * inner * esize, inner, stride, elem_size);
+    move_row(s + offset * esize, stride, d + r * inner * esize, 1, inner, elem_size);
   });
 }
 
@@ -150,7 +127,7 @@ void strided_scatter(const void* src, void* dst, std::vector<int64_t> dims, std:
   }
   const int64_t esize = static_cast<int64_t>(elem_size);
   for_each_row(dims, strides, elem_size, pool, [&](int64_t r, int64_t offset, int64_t inner, int64_t stride) {
-    scatter_row(s + r * inner * esize, d + offset * esize, inner, stride, elem_size);
+    move_row(s + r * inner * esize, 1, d + offset * esize, stride, inner, elem_size);
   });
 }
 
