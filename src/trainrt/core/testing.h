@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "trainrt/core/tensor.h"
@@ -48,6 +49,19 @@ inline void expect_close(const Tensor& actual, const Tensor& expected, double rt
     double a = actual.to_double(i), b = expected.to_double(i);
     bool ok = (std::isnan(a) && std::isnan(b)) || a == b || std::abs(a - b) <= atol + rtol * std::abs(b);
     if (!ok && reported++ < 5) ADD_FAILURE() << "element " << i << ": got " << a << ", expected " << b;
+  }
+}
+
+// `actual` elementwise against double-precision reference values (NaNs must match), naming `what`
+// and the first few mismatching elements.
+inline void expect_values(const Tensor& actual, const std::vector<double>& expected, double rtol, double atol,
+                          const std::string& what) {
+  ASSERT_EQ(actual.numel(), static_cast<int64_t>(expected.size())) << what;
+  int reported = 0;
+  for (int64_t i = 0; i < actual.numel(); ++i) {
+    const double a = actual.to_double(i), b = expected[static_cast<size_t>(i)];
+    const bool ok = (std::isnan(a) && std::isnan(b)) || a == b || std::abs(a - b) <= atol + rtol * std::abs(b);
+    if (!ok && reported++ < 3) ADD_FAILURE() << what << " element " << i << ": got " << a << ", expected " << b;
   }
 }
 

@@ -10,6 +10,7 @@
 namespace trainrt {
 namespace {
 
+using testing::expect_values;
 using testing::random_tensor;
 
 struct Reference {
@@ -48,16 +49,6 @@ std::vector<Tensor> layer_norm(const std::vector<Tensor>& inputs, int64_t axis, 
   return run_node(spec, inputs, cpu_kernel_table());
 }
 
-void expect_values(const Tensor& actual, const std::vector<double>& expected, double rtol, double atol,
-                   const std::string& what) {
-  ASSERT_EQ(actual.numel(), static_cast<int64_t>(expected.size())) << what;
-  int reported = 0;
-  for (int64_t i = 0; i < actual.numel(); ++i) {
-    const double a = actual.to_double(i), b = expected[static_cast<size_t>(i)];
-    if (!(a == b || std::abs(a - b) <= atol + rtol * std::abs(b)) && reported++ < 3)
-      ADD_FAILURE() << what << " element " << i << ": got " << a << ", expected " << b;
-  }
-}
 
 TEST(LayerNormKernels, EveryAxisWithAndWithoutBias) {
   const Tensor x = random_tensor({2, 3, 5, 7}, 1, -3.f, 5.f);  // a mean far from 0 on purpose

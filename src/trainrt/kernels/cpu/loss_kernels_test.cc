@@ -13,6 +13,7 @@ namespace trainrt {
 namespace {
 
 using testing::make_tensor;
+using testing::expect_values;
 using testing::random_tensor;
 
 struct Case {
@@ -66,16 +67,6 @@ std::vector<Tensor> run_loss(const std::string& op, const Case& c, const std::ve
   return run_node(spec, inputs, cpu_kernel_table());
 }
 
-void expect_values(const Tensor& actual, const std::vector<double>& expected, double rtol, double atol,
-                   const std::string& what) {
-  ASSERT_EQ(actual.numel(), static_cast<int64_t>(expected.size())) << what;
-  int reported = 0;
-  for (int64_t i = 0; i < actual.numel(); ++i) {
-    const double a = actual.to_double(i), b = expected[static_cast<size_t>(i)];
-    if (!(a == b || std::abs(a - b) <= atol + rtol * std::abs(b)) && reported++ < 3)
-      ADD_FAILURE() << what << " element " << i << ": got " << a << ", expected " << b;
-  }
-}
 
 Tensor random_labels(std::vector<int64_t> dims, int64_t classes, uint32_t seed) {
   Tensor t = Tensor::empty(DType::kI64, std::move(dims));

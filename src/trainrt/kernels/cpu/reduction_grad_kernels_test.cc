@@ -14,6 +14,7 @@ namespace trainrt {
 namespace {
 
 using testing::make_tensor;
+using testing::expect_values;
 using testing::random_tensor;
 
 Tensor to_f64(const Tensor& x) {
@@ -22,16 +23,6 @@ Tensor to_f64(const Tensor& x) {
   return y;
 }
 
-void expect_values(const Tensor& actual, const std::vector<double>& expected, double rtol, double atol,
-                   const std::string& what) {
-  ASSERT_EQ(actual.numel(), static_cast<int64_t>(expected.size())) << what;
-  int reported = 0;
-  for (int64_t i = 0; i < actual.numel(); ++i) {
-    const double a = actual.to_double(i), b = expected[static_cast<size_t>(i)];
-    if (!(std::abs(a - b) <= atol + rtol * std::abs(b)) && reported++ < 3)
-      ADD_FAILURE() << what << " element " << i << ": got " << a << ", expected " << b;
-  }
-}
 
 std::vector<Tensor> run_grad(const std::string& op, const std::vector<Tensor>& inputs,
                              std::map<std::string, Attribute> attrs, int outputs = 1) {

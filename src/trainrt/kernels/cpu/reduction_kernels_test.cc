@@ -12,6 +12,7 @@ namespace trainrt {
 namespace {
 
 using testing::make_tensor;
+using testing::expect_values;
 using testing::random_tensor;
 
 const char* const kAllOps[] = {"ReduceSum", "ReduceMean", "ReduceMax",       "ReduceMin",    "ReduceProd",
@@ -83,16 +84,6 @@ Tensor reduce(const std::string& op, const Tensor& x, const std::vector<int64_t>
   return run_node(spec, {x, Tensor::from_i64(axes)}, cpu_kernel_table())[0];
 }
 
-void expect_values(const Tensor& actual, const std::vector<double>& expected, double rtol, double atol,
-                   const std::string& what) {
-  ASSERT_EQ(actual.numel(), static_cast<int64_t>(expected.size())) << what;
-  int reported = 0;
-  for (int64_t i = 0; i < actual.numel(); ++i) {
-    const double a = actual.to_double(i), b = expected[static_cast<size_t>(i)];
-    const bool ok = (std::isnan(a) && std::isnan(b)) || a == b || std::abs(a - b) <= atol + rtol * std::abs(b);
-    if (!ok && reported++ < 3) ADD_FAILURE() << what << " element " << i << ": got " << a << ", expected " << b;
-  }
-}
 
 // x as another dtype, element by element (x holds small values every dtype can represent).
 Tensor cast_to(const Tensor& x, DType t) {

@@ -12,6 +12,7 @@ namespace trainrt {
 namespace {
 
 using testing::make_tensor;
+using testing::expect_values;
 using testing::random_tensor;
 
 // Softmax (or log-softmax) of x viewed as (outer, n, inner), along n, in double.
@@ -37,16 +38,6 @@ Tensor softmax(const std::string& op, const Tensor& x, int64_t axis, int opset =
   return run_node(spec, {x}, cpu_kernel_table())[0];
 }
 
-void expect_values(const Tensor& actual, const std::vector<double>& expected, double rtol, double atol,
-                   const std::string& what) {
-  ASSERT_EQ(actual.numel(), static_cast<int64_t>(expected.size())) << what;
-  int reported = 0;
-  for (int64_t i = 0; i < actual.numel(); ++i) {
-    const double a = actual.to_double(i), b = expected[static_cast<size_t>(i)];
-    if (!(a == b || std::abs(a - b) <= atol + rtol * std::abs(b)) && reported++ < 3)
-      ADD_FAILURE() << what << " element " << i << ": got " << a << ", expected " << b;
-  }
-}
 
 Tensor to_f64(const Tensor& x) {
   Tensor y = Tensor::empty(DType::kF64, x.dims());
