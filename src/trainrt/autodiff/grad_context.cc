@@ -6,32 +6,6 @@
 #include "trainrt/ops/op_schema.h"
 
 namespace trainrt {
-namespace {
-
-// Infers the dtypes and shapes of a freshly emitted node from its inputs' stored types.
-void infer_emitted(Node& node) {
-  const OpSchema& schema = OpRegistry::global().require(node);
-  std::vector<InferenceContext::Input> inputs;
-  for (Value* v : node.inputs()) {
-    InferenceContext::Input in;
-    if (v) {
-      in.dtype = v->dtype;
-      in.shape = &v->shape;
-      in.value = v->data.defined() ? &v->data : nullptr;
-    }
-    inputs.push_back(in);
-  }
-  InferenceContext ctx(node, std::move(inputs));
-  infer_node(schema, ctx);
-  for (int o = 0; o < node.num_outputs(); ++o)
-    if (Value* v = node.output(o)) {
-      v->dtype = ctx.output(o).dtype;
-      v->shape = ctx.output(o).shape;
-    }
-}
-
-}  // namespace
-
 GradContext::GradContext(Graph& graph, const Node& node, std::vector<Value*> output_grads,
                          std::vector<bool> needs_input_grad)
     : graph_(graph), node_(node), output_grads_(std::move(output_grads)),
@@ -71,7 +45,7 @@ std::vector<Value*> GradContext::emit_multi(const std::string& op, const std::ve
   Node* n = graph_.add_node(op, inputs, names, domain, fresh_name(op + "_node"));
   for (const auto& [k, a] : attrs) n->set_attr(k, a);
   if (!domain.empty() && graph_.opset(std::string(domain)) == 0) graph_.set_opset(std::string(domain), 1);
-  infer_emitted(*n);
+  infer_and_store(*n);
   return n->outputs();
 }
 

@@ -85,32 +85,34 @@ void infer_node(const OpSchema& schema, InferenceContext& ctx) {
   schema.infer(ctx);
 }
 
-void infer_graph_shapes(Graph& graph) {
-  const OpRegistry& registry = OpRegistry::global();
-  for (Node* node : graph.topological_order()) {
-    const OpSchema& schema = registry.require(*node);
-    std::vector<InferenceContext::Input> inputs;
-    for (Value* v : node->inputs()) {
-      InferenceContext::Input in;
-      if (v) {
-        if (v->dtype == DType::kUndefined)
-          throw ShapeError(fmt(node->describe(), ": input '", v->name, "' has no known type"));
-        in.dtype = v->dtype;
-        in.shape = &v->shape;
-        in.value = v->data.defined() ? &v->data : nullptr;
-      }
-      inputs.push_back(in);
+std::vector<InferenceContext::Input> stored_inputs(const Node& node) {
+  std::vector<InferenceContext::Input> inputs;
+  for (const Value* v : node.inputs()) {
+    InferenceContext::Input in;
+    if (v) {
+      if (v->dtype == DType::kUndefined)
+        throw ShapeError(fmt(node.describe(), ": input '", v->name, "' has no known type"));
+      in.dtype = v->dtype;
+      in.shape = &v->shape;
+      in.value = v->data.defined() ? &v->data : nullptr;
     }
-    InferenceContext ctx(*node, std::move(inputs));
-    infer_node(schema, ctx);
-    for (int i = 0; i < node->num_outputs(); ++i) {
-      Value* out = node->output(i);
-      if (!out) continue;
-      const auto& o = ctx.output(i);
-      out->dtype = o.dtype;
-      out->shape = o.shape;
-    }
+    inputs.push_back(in);
   }
+  return inputs;
+}
+
+void infer_and_store(Node& node) {
+  InferenceContext ctx(node, stored_inputs(node));
+  infer_node(OpRegistry::global().require(node), ctx);
+  for (int i = 0; i < node.num_outputs(); ++i)
+    if (Value* out = node.output(i)) {
+      out->dtype = ctx.output(i).dtype;
+      out->shape = ctx.output(i).shape;
+    }
+}
+
+void infer_graph_shapes(Graph& graph) {
+  for (Node* node : graph.topological_order()) infer_and_store(*node);
 }
 
 }  // namespace trainrt

@@ -104,6 +104,12 @@ class OpRegistry {
 // Runs the node's schema inference on the given inputs (also checks arity).
 void infer_node(const OpSchema& schema, InferenceContext& ctx);
 
+// The inputs of `node` as inference sees them from its input Values' stored dtypes, shapes and
+// constant data; throws ShapeError naming the node when an input has no dtype yet.
+std::vector<InferenceContext::Input> stored_inputs(const Node& node);
+// Infers `node` from its inputs' stored types and stores the outputs' dtypes and shapes.
+void infer_and_store(Node& node);
+
 // Runs inference over the whole graph in topological order, storing dtypes and shapes in the
 // values (values of constant-foldable nodes are the planner's job). Throws on the first bad node.
 void infer_graph_shapes(Graph& graph);

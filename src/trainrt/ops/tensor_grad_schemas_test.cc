@@ -20,17 +20,7 @@ class GradNode {
                                  std::map<std::string, Attribute> attrs = {}) {
     Node* node = g_.add_node(op, inputs, {fmt("y", n_++)}, kTrainrtDomain);
     for (auto& [name, a] : attrs) node->set_attr(name, a);
-    std::vector<InferenceContext::Input> ins;
-    for (Value* v : inputs) {
-      InferenceContext::Input in;
-      if (v) {
-        in.dtype = v->dtype;
-        in.shape = &v->shape;
-        in.value = v->data.defined() ? &v->data : nullptr;
-      }
-      ins.push_back(in);
-    }
-    InferenceContext ctx(*node, std::move(ins));
+    InferenceContext ctx(*node, stored_inputs(*node));
     infer_node(OpRegistry::global().require(*node), ctx);
     return ctx.output(0);
   }

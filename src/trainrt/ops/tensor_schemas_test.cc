@@ -29,17 +29,7 @@ class OneNode {
     for (int i = 0; i < num_outputs; ++i) names.push_back("y" + std::to_string(n_++));
     Node* node = g_.add_node(op, inputs, names, kOnnxDomain, "n" + std::to_string(n_++));
     for (auto& [name, a] : attrs) node->set_attr(name, a);
-    std::vector<InferenceContext::Input> ins;
-    for (Value* v : inputs) {
-      InferenceContext::Input in;
-      if (v) {
-        in.dtype = v->dtype;
-        in.shape = &v->shape;
-        in.value = v->data.defined() ? &v->data : nullptr;
-      }
-      ins.push_back(in);
-    }
-    InferenceContext ctx(*node, std::move(ins));
+    InferenceContext ctx(*node, stored_inputs(*node));
     infer_node(OpRegistry::global().require(*node), ctx);
     return ctx.outputs();
   }
