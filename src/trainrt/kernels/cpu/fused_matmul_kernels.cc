@@ -14,6 +14,7 @@
 #include "trainrt/core/error.h"
 #include "trainrt/kernels/cpu/elementwise.h"
 #include "trainrt/kernels/cpu/fused_matmul_kernels.h"
+#include "trainrt/kernels/cpu/batched_product.h"
 #include "trainrt/kernels/cpu/gemm.h"
 #include "trainrt/kernels/kernel.h"
 
@@ -26,16 +27,10 @@ struct Attrs {
   float alpha;
 };
 
-// One batch dim after broadcasting: its size and the element strides stepping A, B and Y to the
-// next matrix along it (0 where A or B is broadcast).
-struct BatchDim {
-  int64_t size, stride_a, stride_b, stride_c;
-};
-
 struct ProductPlan {
   int64_t m = 1, n = 1, k = 1;
   int64_t lda = 1, ldb = 1;     // row strides of A and B as stored (>= 1, as BLAS wants)
-  std::vector<BatchDim> batch;  // outermost first
+  std::vector<BatchDim> batch;  // batched_product.h, outermost first
 };
 
 // The concrete-shape counterpart of the schema's inference, with the same checks (a dim that was
@@ -55,57 +50,13 @@ ProductPlan plan_product(const Attrs& at, const std::vector<int64_t>& a, const s
                          to_string(b), " has K = ", k_b));
   p.lda = std::max<int64_t>(1, a[ra - 1]);
   p.ldb = std::max<int64_t>(1, b[rb - 1]);
-  const size_t batch_a = ra - 2, batch_b = rb - 2, rank = std::max(batch_a, batch_b);
-  std::vector<BatchDim> dims(rank);
-  std::vector<int64_t> expected(rank);
-  int64_t stride_a = p.m * p.k, stride_b = p.k * p.n, stride_c = p.m * p.n;
-  for (size_t i = rank; i-- > 0;) {
-    const int64_t da = i + batch_a >= rank ? a[i + batch_a - rank] : 1;
-    const int64_t db = i + batch_b >= rank ? b[i + batch_b - rank] : 1;
-    if (da != db && da != 1 && db != 1)
-      throw ShapeError(fmt(at.where, ": batch dims of input 0 ", to_string(a), " and input 1 ", to_string(b),
-                           " do not broadcast"));
-    const int64_t size = da == 1 ? db : da;
-    dims[i] = {size, da == 1 ? 0 : stride_a, db == 1 ? 0 : stride_b, stride_c};
-    expected[i] = size;
-    stride_a *= da, stride_b *= db, stride_c *= size;
-  }
+  std::vector<int64_t> expected;
+  p.batch = plan_batch(at.where, a, ra - 2, b, rb - 2, p.m, p.n, p.k, expected);
   expected.push_back(p.m);
   expected.push_back(p.n);
   TRAINRT_CHECK(out == expected, at.where, ": output allocated as ", to_string(out), ", expected ",
                 to_string(expected));
-  for (const BatchDim& d : dims) {
-    if (d.size == 1) continue;
-    BatchDim* outer = p.batch.empty() ? nullptr : &p.batch.back();
-    if (outer && outer->stride_a == d.stride_a * d.size && outer->stride_b == d.stride_b * d.size &&
-        outer->stride_c == d.stride_c * d.size)
-      *outer = {outer->size * d.size, d.stride_a, d.stride_b, d.stride_c};
-    else
-      p.batch.push_back(d);
-  }
   return p;
-}
-
-// Calls fn(offset_a, offset_b, offset_c, inner) for every index of the outer batch dims; inner is
-// the innermost batch dim (size 1 when there is none), left for a batched product.
-template <typename Fn>
-void for_each_batch_run(const ProductPlan& p, Fn&& fn) {
-  const BatchDim inner = p.batch.empty() ? BatchDim{1, 0, 0, 0} : p.batch.back();
-  const size_t outer = p.batch.empty() ? 0 : p.batch.size() - 1;
-  std::vector<int64_t> index(outer, 0);
-  int64_t off_a = 0, off_b = 0, off_c = 0;
-  for (;;) {
-    fn(off_a, off_b, off_c, inner);
-    size_t d = outer;
-    for (; d > 0; --d) {
-      const BatchDim& bd = p.batch[d - 1];
-      off_a += bd.stride_a, off_b += bd.stride_b, off_c += bd.stride_c;
-      if (++index[d - 1] < bd.size) break;
-      off_a -= bd.stride_a * bd.size, off_b -= bd.stride_b * bd.size, off_c -= bd.stride_c * bd.size;
-      index[d - 1] = 0;
-    }
-    if (d == 0) return;
-  }
 }
 
 void run_f32(const Attrs& at, const ProductPlan& p, const float* a, const float* b, float* y) {
@@ -114,7 +65,7 @@ void run_f32(const Attrs& at, const ProductPlan& p, const float* a, const float*
     gemm_f32(false, at.trans_b, p.batch[0].size * p.m, p.n, p.k, at.alpha, a, p.lda, b, p.ldb, 0.f, y, ldc);
     return;
   }
-  for_each_batch_run(p, [&](int64_t oa, int64_t ob, int64_t oc, const BatchDim& inner) {
+  for_each_batch_run(p.batch, [&](int64_t oa, int64_t ob, int64_t oc, const BatchDim& inner) {
     gemm_f32_batched(inner.size, at.trans_a, at.trans_b, p.m, p.n, p.k, at.alpha, a + oa, p.lda, inner.stride_a,
                      b + ob, p.ldb, inner.stride_b, 0.f, y + oc, ldc, inner.stride_c);
   });
@@ -126,7 +77,7 @@ template <typename T>
 void run_loop(const Attrs& at, const ProductPlan& p, const T* a, const T* b, T* y, ThreadPool& pool) {
   using Acc = arith_t<T>;
   std::vector<std::array<int64_t, 3>> matrices;
-  for_each_batch_run(p, [&](int64_t oa, int64_t ob, int64_t oc, const BatchDim& inner) {
+  for_each_batch_run(p.batch, [&](int64_t oa, int64_t ob, int64_t oc, const BatchDim& inner) {
     for (int64_t i = 0; i < inner.size; ++i)
       matrices.push_back({oa + i * inner.stride_a, ob + i * inner.stride_b, oc + i * inner.stride_c});
   });

@@ -11,6 +11,7 @@
 
 #include "trainrt/core/error.h"
 #include "trainrt/kernels/cpu/cpu_kernels.h"
+#include "trainrt/kernels/cpu/batched_product.h"
 #include "trainrt/kernels/cpu/gemm.h"
 #include "trainrt/kernels/kernel.h"
 
@@ -103,15 +104,9 @@ struct LoopGemm {
 
 // ---- MatMul ----
 
-// One batch dim of a MatMul after broadcasting: its size and the element strides that step A,
-// B and the output to the next matrix along it (0 where A or B is broadcast).
-struct BatchDim {
-  int64_t size, stride_a, stride_b, stride_c;
-};
-
 struct MatMulPlan {
   int64_t m = 1, n = 1, k = 1;
-  std::vector<BatchDim> batch;  // outermost first; size-1 dims dropped, contiguous runs merged
+  std::vector<BatchDim> batch;  // batched_product.h
 };
 
 // The concrete-shape counterpart of the schema's inference, with the same checks: a K or batch
@@ -129,64 +124,14 @@ MatMulPlan plan_matmul(const std::string& where, const std::vector<int64_t>& a,
   if (p.k != k_b)
     throw ShapeError(fmt(where, ": inner dims differ: input 0 ", to_string(a), " has K = ", p.k,
                          ", input 1 ", to_string(b), " has K = ", k_b));
-  size_t batch_a = a.size() - std::min<size_t>(a.size(), 2),
-         batch_b = b.size() - std::min<size_t>(b.size(), 2);
-  size_t rank = std::max(batch_a, batch_b);
-  std::vector<BatchDim> dims(rank);
-  std::vector<int64_t> expected(rank);
-  int64_t stride_a = p.m * p.k, stride_b = p.k * p.n, stride_c = p.m * p.n;
-  for (size_t i = rank; i-- > 0;) {
-    int64_t da = i + batch_a >= rank ? a[i + batch_a - rank] : 1;
-    int64_t db = i + batch_b >= rank ? b[i + batch_b - rank] : 1;
-    if (da != db && da != 1 && db != 1)
-      throw ShapeError(fmt(where, ": batch dims of input 0 ", to_string(a), " and input 1 ",
-                           to_string(b), " do not broadcast"));
-    int64_t size = da == 1 ? db : da;
-    dims[i] = {size, da == 1 ? 0 : stride_a, db == 1 ? 0 : stride_b, stride_c};
-    expected[i] = size;
-    stride_a *= da, stride_b *= db, stride_c *= size;
-  }
+  std::vector<int64_t> expected;
+  p.batch = plan_batch(where, a, a.size() - std::min<size_t>(a.size(), 2), b,
+                       b.size() - std::min<size_t>(b.size(), 2), p.m, p.n, p.k, expected);
   if (a.size() >= 2) expected.push_back(p.m);
   if (b.size() >= 2) expected.push_back(p.n);
   TRAINRT_CHECK(out == expected, where, ": output allocated as ", to_string(out), ", expected ",
                 to_string(expected));
-  for (const BatchDim& d : dims) {
-    if (d.size == 1) continue;
-    BatchDim* outer = p.batch.empty() ? nullptr : &p.batch.back();
-    if (outer && outer->stride_a == d.stride_a * d.size && outer->stride_b == d.stride_b * d.size &&
-        outer->stride_c == d.stride_c * d.size) {
-      *outer = {outer->size * d.size, d.stride_a, d.stride_b, d.stride_c};
-    } else {
-      p.batch.push_back(d);
-    }
-  }
   return p;
-}
-
-// Calls fn(offset_a, offset_b, offset_c, inner) for every index of the outer batch dims, where
-// inner is the innermost batch dim (size 1 when there is none) left for a batched product.
-template <typename Fn>
-void for_each_batch_run(const MatMulPlan& p, Fn&& fn) {
-  BatchDim inner = p.batch.empty() ? BatchDim{1, 0, 0, 0} : p.batch.back();
-  size_t outer = p.batch.empty() ? 0 : p.batch.size() - 1;
-  std::vector<int64_t> index(outer, 0);
-  int64_t off_a = 0, off_b = 0, off_c = 0;
-  for (;;) {
-    fn(off_a, off_b, off_c, inner);
-    size_t d = outer;
-    for (; d > 0; --d) {
-      const BatchDim& bd = p.batch[d - 1];
-      off_a += bd.stride_a;
-      off_b += bd.stride_b;
-      off_c += bd.stride_c;
-      if (++index[d - 1] < bd.size) break;
-      off_a -= bd.stride_a * bd.size;
-      off_b -= bd.stride_b * bd.size;
-      off_c -= bd.stride_c * bd.size;
-      index[d - 1] = 0;
-    }
-    if (d == 0) return;
-  }
 }
 
 KernelFn make_matmul_f32(const Node& node) {
@@ -204,7 +149,7 @@ KernelFn make_matmul_f32(const Node& node) {
                b.data<float>(), ldb, 0.f, y.data<float>(), ldc);
       return;
     }
-    for_each_batch_run(p, [&](int64_t oa, int64_t ob, int64_t oc, const BatchDim& inner) {
+    for_each_batch_run(p.batch, [&](int64_t oa, int64_t ob, int64_t oc, const BatchDim& inner) {
       gemm_f32_batched(inner.size, false, false, p.m, p.n, p.k, 1.f, a.data<float>() + oa, lda,
                        inner.stride_a, b.data<float>() + ob, ldb, inner.stride_b, 0.f,
                        y.data<float>() + oc, ldc, inner.stride_c);
@@ -220,7 +165,7 @@ KernelFn make_matmul_loop(const Node& node) {
     Tensor& y = ctx.out(0);
     MatMulPlan p = plan_matmul(where, a.dims(), b.dims(), y.dims());
     if (y.numel() == 0) return;
-    for_each_batch_run(p, [&](int64_t oa, int64_t ob, int64_t oc, const BatchDim& inner) {
+    for_each_batch_run(p.batch, [&](int64_t oa, int64_t ob, int64_t oc, const BatchDim& inner) {
       for (int64_t i = 0; i < inner.size; ++i) {
         const T* a_i = a.data<T>() + oa + i * inner.stride_a;
         const T* b_i = b.data<T>() + ob + i * inner.stride_b;
