@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "trainrt/core/shape.h"
 
@@ -97,38 +98,35 @@ void for_each_row(const std::vector<int64_t>& dims, const std::vector<int64_t>& 
   });
 }
 
+// Moves every element between the contiguous side and the strided side (gather: src strided;
+// scatter: dst strided), one row of the coalesced dims at a time.
+void strided_move(const void* src, void* dst, std::vector<int64_t> dims, std::vector<int64_t> strides,
+                  size_t elem_size, ThreadPool& pool, bool scatter) {
+  if (numel_of(dims) == 0) return;
+  coalesce_dims(dims, strides);
+  const auto* s = static_cast<const std::byte*>(src);
+  auto* d = static_cast<std::byte*>(dst);
+  if (dims.empty()) {
+    std::memcpy(d, s, elem_size);
+    return;
+  }
+  const int64_t esize = static_cast<int64_t>(elem_size);
+  for_each_row(dims, strides, elem_size, pool, [&](int64_t r, int64_t offset, int64_t inner, int64_t stride) {
+    if (scatter) move_row(s + r * inner * esize, 1, d + offset * esize, stride, inner, elem_size);
+    else move_row(s + offset * esize, stride, d + r * inner * esize, 1, inner, elem_size);
+  });
+}
+
 }  // namespace
 
 void strided_copy(const void* src, void* dst, std::vector<int64_t> dims, std::vector<int64_t> strides,
                   size_t elem_size, ThreadPool& pool) {
-  if (numel_of(dims) == 0) return;
-  coalesce_dims(dims, strides);
-  const auto* s = static_cast<const std::byte*>(src);
-  auto* d = static_cast<std::byte*>(dst);
-  if (dims.empty()) {
-    std::memcpy(d, s, elem_size);
-    return;
-  }
-  const int64_t esize = static_cast<int64_t>(elem_size);
-  for_each_row(dims, strides, elem_size, pool, [&](int64_t r, int64_t offset, int64_t inner, int64_t stride) {
-    move_row(s + offset * esize, stride, d + r * inner * esize, 1, inner, elem_size);
-  });
+  strided_move(src, dst, std::move(dims), std::move(strides), elem_size, pool, /*scatter=*/false);
 }
 
 void strided_scatter(const void* src, void* dst, std::vector<int64_t> dims, std::vector<int64_t> strides,
                      size_t elem_size, ThreadPool& pool) {
-  if (numel_of(dims) == 0) return;
-  coalesce_dims(dims, strides);
-  const auto* s = static_cast<const std::byte*>(src);
-  auto* d = static_cast<std::byte*>(dst);
-  if (dims.empty()) {
-    std::memcpy(d, s, elem_size);
-    return;
-  }
-  const int64_t esize = static_cast<int64_t>(elem_size);
-  for_each_row(dims, strides, elem_size, pool, [&](int64_t r, int64_t offset, int64_t inner, int64_t stride) {
-    move_row(s + r * inner * esize, 1, d + offset * esize, stride, inner, elem_size);
-  });
+  strided_move(src, dst, std::move(dims), std::move(strides), elem_size, pool, /*scatter=*/true);
 }
 
 void parallel_copy(void* dst, const void* src, size_t nbytes, ThreadPool& pool) {
