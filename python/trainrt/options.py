@@ -34,6 +34,10 @@ class FallbackPolicy(enum.IntFlag):
     FALLBACK_BAD_INITIALIZATION = 32       # the engine failed while building the programs
 
 
+# The ONNX opset the capture writes (Gelu-20, Reduce*-18 with axes as inputs, ...): the only one accepted.
+ONNX_OPSET = 20
+
+
 DEFAULT_FALLBACK = (FallbackPolicy.FALLBACK_UNSUPPORTED_DEVICE | FallbackPolicy.FALLBACK_UNSUPPORTED_DATA
                     | FallbackPolicy.FALLBACK_UNSUPPORTED_TORCH_MODEL | FallbackPolicy.FALLBACK_UNSUPPORTED_ONNX_MODEL
                     | FallbackPolicy.FALLBACK_BAD_INITIALIZATION)
@@ -52,6 +56,10 @@ def _parse_level(value: str) -> LogLevel:
         return LogLevel[value.upper()] if not value.isdigit() else LogLevel(int(value))
     except (KeyError, ValueError):
         raise ValueError(f"log level {value!r}: choose one of {', '.join(l.name for l in LogLevel)}") from None
+
+
+def _parse_flag(value: str) -> bool:
+    return value.strip() not in ("0", "false", "False", "")
 
 
 def _parse_fallback(value: str) -> FallbackPolicy:
@@ -90,6 +98,9 @@ class RuntimeOptions:
     cache_dir: str | None = None
     print_memory_stats: bool = False
     profile: bool = False  # per-node timings of the engine programs (RTModule.profile_summary())
+    # After a fallback, try the engine again on the next call instead of staying on PyTorch (a failed
+    # capture is otherwise remembered per input schema, so a failing schema is not re-captured each step).
+    fallback_retry: bool = False
 
     def __post_init__(self):
         if (v := env("FALLBACK_POLICY", "FALLBACK_POLICY")) is not None:
@@ -97,6 +108,11 @@ class RuntimeOptions:
         if (v := env("CACHE_DIR", "CACHE_DIR")) is not None:
             self.cache_dir = v
         if (v := env("PROFILE")) is not None:
-            self.profile = v not in ("0", "false", "False")
+            self.profile = _parse_flag(v)
         if (v := env("PRINT_MEMORY_STATS", "PRINT_MEMORY_STATS")) is not None:
-            self.print_memory_stats = v not in ("0", "false", "False")
+            self.print_memory_stats = _parse_flag(v)
+        if (v := env("FALLBACK_RETRY", "FALLBACK_RETRY")) is not None:
+            self.fallback_retry = _parse_flag(v)
+        if (v := env("ONNX_OPSET_VERSION", "ONNX_OPSET_VERSION")) is not None and v.strip() != str(ONNX_OPSET):
+            raise ValueError(f"ONNX opset version {v!r}: TrainRT captures at ONNX opset {ONNX_OPSET} (Gelu-20, "
+                             f"Reduce*-18 with axes as inputs), the only version it accepts")

@@ -88,6 +88,10 @@ class _RTFunction(torch.autograd.Function):
         return (None, *result)
 
 
+class _BuildFailed(Exception):
+    """Capture or engine build failed: args are (reason, the FallbackPolicy name that covers it)."""
+
+
 class RTModule(torch.nn.Module):
     """Runs `module`'s forward and backward in the TrainRT engine; behaves as `module` otherwise."""
 
@@ -99,7 +103,9 @@ class RTModule(torch.nn.Module):
         self._debug = debug_options or DebugOptions()
         self._runtime = RuntimeOptions()
         self._engines: dict = {}
-        self._fallback_reason: str | None = None
+        self._fallback_reason: str | None = None  # why the last call ran in PyTorch, if one did
+        self._failed_builds: dict = {}  # schema key -> (reason, policy name) of a failed capture or build
+        self._announced: set[str] = set()
         _log.setLevel(10 * (int(self._debug.log_level) + 1))  # VERBOSE -> DEBUG ... FATAL -> CRITICAL
 
     # ---- behaving as the wrapped module ----
@@ -141,18 +147,28 @@ class RTModule(torch.nn.Module):
 
     # ---- running ----
     def forward(self, *args, **kwargs):
-        if self._fallback_reason is not None:
-            return self._module(*args, **kwargs)
+        from trainrt.options import FallbackPolicy
+
+        if self._runtime.fallback_policy & FallbackPolicy.FALLBACK_FORCE_TORCH_FORWARD:
+            return self._fall_back("forced by the fallback policy", "FALLBACK_FORCE_TORCH_FORWARD", args, kwargs)
         flat, _ = pytree.tree_flatten((args, kwargs))
         tensors = [x for x in flat if isinstance(x, torch.Tensor)]
         reason = self._unsupported_input(tensors)
-        if reason:
-            return self._fall_back(reason, "FALLBACK_UNSUPPORTED_DEVICE" if "device" in reason else "FALLBACK_UNSUPPORTED_DATA")
-        engine = self._engines.get(self._schema_key(flat)) or self._engines.get(self._schema_key(flat, True))
+        if reason:  # decided per call: other inputs may run in the engine
+            kind = "FALLBACK_UNSUPPORTED_DEVICE" if "device" in reason else "FALLBACK_UNSUPPORTED_DATA"
+            return self._fall_back(reason, kind, args, kwargs)
+        key = self._schema_key(flat)
+        engine = self._engines.get(key) or self._engines.get(self._schema_key(flat, True))
         if engine is None:
-            engine = self._build(flat, args, kwargs, [t.requires_grad for t in tensors])
-            if engine is None:
-                return self._module(*args, **kwargs)
+            failure = self._failed_builds.get(key)
+            if failure and not self._runtime.fallback_retry:  # announced when it failed; not re-captured each step
+                return self._fall_back(*failure, args, kwargs)
+            try:
+                engine = self._build(flat, args, kwargs, [t.requires_grad for t in tensors])
+            except _BuildFailed as failed:
+                self._failed_builds[key] = failed.args
+                return self._fall_back(*failed.args, args, kwargs)
+            self._failed_builds.pop(key, None)
         return self._run(engine, tensors)
 
     def _unsupported_input(self, tensors) -> str | None:
@@ -200,15 +216,15 @@ class RTModule(torch.nn.Module):
                 if cache:
                     cache.store(key, captured)
         except UnsupportedATenOp as err:
-            return self._fall_back(str(err), "FALLBACK_UNSUPPORTED_ONNX_MODEL", build=True)
+            raise _BuildFailed(str(err), "FALLBACK_UNSUPPORTED_ONNX_MODEL") from err
         except CaptureError as err:
-            return self._fall_back(str(err), "FALLBACK_UNSUPPORTED_TORCH_MODEL", build=True)
+            raise _BuildFailed(str(err), "FALLBACK_UNSUPPORTED_TORCH_MODEL") from err
         captured_at = time.perf_counter()
         try:
             engine = _Engine(captured, self._module, input_requires_grad, self._runtime.profile)
         except _C.Error as err:
             kind = "FALLBACK_UNSUPPORTED_ONNX_MODEL" if isinstance(err, _C.UnsupportedOp) else "FALLBACK_BAD_INITIALIZATION"
-            return self._fall_back(f"{type(err).__name__}: {err}", kind, build=True)
+            raise _BuildFailed(f"{type(err).__name__}: {err}", kind) from err
         if self._debug.save_onnx:
             self._save_graphs(engine)
         self._engines[self._schema_key(flat, full_shapes=not captured.dynamic)] = engine
@@ -231,16 +247,21 @@ class RTModule(torch.nn.Module):
         width = max(len(k) for k, _ in rows)
         _log.info("trainrt RTModule start-up\n%s", "\n".join(f"  {k:<{width}}  {v}" for k, v in rows))
 
-    def _fall_back(self, reason: str, policy_name: str, build: bool = False):
+    def _fall_back(self, reason: str, policy_name: str, args, kwargs):
+        """Runs the original module if the policy allows `policy_name`, announcing each reason once;
+        otherwise raises naming what failed."""
         from trainrt.options import FallbackPolicy
 
         if not self._runtime.fallback_policy & FallbackPolicy[policy_name]:
             raise RuntimeError(f"trainrt: cannot run {type(self._module).__name__} in the engine and fallback "
                                f"({policy_name}) is disabled: {reason}")
-        if self._fallback_reason is None:
-            _log.warning("trainrt: falling back to PyTorch for %s (%s): %s", type(self._module).__name__, policy_name, reason)
+        if reason not in self._announced:
+            self._announced.add(reason)
+            retry = " (will retry the engine on the next call)" if self._runtime.fallback_retry else ""
+            _log.warning("trainrt: falling back to PyTorch for %s (%s)%s: %s",
+                         type(self._module).__name__, policy_name, retry, reason)
         self._fallback_reason = reason
-        return None
+        return self._module(*args, **kwargs)
 
     def _save_graphs(self, engine: _Engine) -> None:
         import os

@@ -58,3 +58,20 @@ def cli() -> str:
     if not path or not os.access(path, os.X_OK):
         pytest.fail("the trainrt CLI is not built (set TRAINRT_CLI or run `make build`)")
     return path
+
+
+@pytest.fixture
+def trainrt_log(caplog):
+    """caplog over the "trainrt" logger, which does not propagate to the root logger caplog listens on
+    (RTModule gives it a handler of its own so messages reach users without logging configuration)."""
+    import logging
+
+    import trainrt.rtmodule  # noqa: F401  (sets up the logger)
+
+    logger = logging.getLogger("trainrt")
+    propagate, logger.propagate = logger.propagate, True
+    try:
+        with caplog.at_level("WARNING", logger="trainrt"):
+            yield caplog
+    finally:
+        logger.propagate = propagate

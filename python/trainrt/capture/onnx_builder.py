@@ -19,8 +19,8 @@ import torch
 from onnx import TensorProto, helper, numpy_helper
 
 from trainrt.capture.errors import CaptureError
+from trainrt.options import ONNX_OPSET  # one definition: the options check it, the builder writes it
 
-ONNX_OPSET = 20
 # Opset 20 needs IR version 9 (onnx.helper.VERSION_TABLE); the engine reads it.
 IR_VERSION = 9
 
