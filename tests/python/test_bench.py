@@ -1,4 +1,4 @@
-"""Smoke test of the benchmark suite: every available model, eager and RTModule, two timed steps.
+"""Smoke test of the benchmark suite: every quick-suite model, eager and RTModule, two timed steps.
 
 Checks that the suite runs and reports what it claims; the numbers themselves are not judged here
 (performance is measured by `python -m trainrt.bench`, never in timed unit tests).
@@ -10,25 +10,23 @@ import pytest
 import torch
 
 from trainrt.bench.__main__ import main
-from trainrt.bench.models import MODELS, UNAVAILABLE
+from trainrt.bench.models import MODELS, SUITES
 
 pytestmark = pytest.mark.slow  # real training steps of two models: `make test` runs it, test-quick skips it
 
-SMOKE_MODELS = ["mlp", "gpt2-mini"]  # the quick suite's runnable models; gpt2-small is the full suite's
+SMOKE_MODELS = SUITES["quick"]  # gpt2-small is the full suite's: too slow for a smoke test
 
 
 def test_suite_runs_eager_and_rtmodule_and_writes_json_and_markdown(tmp_path, capsys):
     out_json, out_md = tmp_path / "bench.json", tmp_path / "bench.md"
-    main(["--models", ",".join(SMOKE_MODELS + list(UNAVAILABLE)), "--modes", "eager,rtmodule",
+    main(["--models", ",".join(SMOKE_MODELS), "--modes", "eager,rtmodule",
           "--steps", "2", "--warmup", "0", "--json", str(out_json), "--markdown", str(out_md),
           "--plot", str(tmp_path / "bench.png")])
     assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     results = json.loads(out_json.read_text())
 
     by_name = {m["model"]: m for m in results["models"]}
-    assert set(by_name) == set(SMOKE_MODELS) | set(UNAVAILABLE)
-    for name in UNAVAILABLE:
-        assert by_name[name]["unavailable"]
+    assert set(by_name) == set(SMOKE_MODELS)
     for name in SMOKE_MODELS:
         entry = by_name[name]
         assert entry["flops_per_step"] > 0
@@ -48,17 +46,14 @@ def test_suite_runs_eager_and_rtmodule_and_writes_json_and_markdown(tmp_path, ca
 
     printed = capsys.readouterr().out
     markdown = out_md.read_text()
-    for name in SMOKE_MODELS + list(UNAVAILABLE):
+    for name in SMOKE_MODELS:
         assert name in printed and name in markdown
-    assert "not available" in printed and "step / eager" in markdown
+    assert "step / eager" in markdown
 
 
-def test_every_suite_model_is_runnable_or_says_why_not():
-    from trainrt.bench.models import SUITES
-
+def test_every_suite_model_is_defined():
     for names in SUITES.values():
-        for name in names:
-            assert name in MODELS or UNAVAILABLE[name]
+        assert set(names) <= set(MODELS)
 
 
 def test_a_failing_mode_is_reported_and_the_others_run(tmp_path, monkeypatch):

@@ -11,7 +11,7 @@ import tempfile
 import torch
 
 from trainrt.bench.measure import run_model
-from trainrt.bench.models import MODELS, SUITES, UNAVAILABLE
+from trainrt.bench.models import MODELS, SUITES
 from trainrt.bench.modes import MODES
 from trainrt.bench.report import markdown_table, text_table, write_json
 
@@ -41,7 +41,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--markdown")
     args = parser.parse_args(argv)
 
-    models = _names(args.models, list(MODELS) + list(UNAVAILABLE), "model") if args.models else SUITES[args.suite]
+    models = _names(args.models, list(MODELS), "model") if args.models else SUITES[args.suite]
     modes = _names(args.modes, list(MODES), "mode")
     warmup, steps = _STEPS[args.suite]
     warmup = warmup if args.warmup is None else args.warmup
@@ -67,9 +67,6 @@ def _run(args, models: list[str], modes: list[str], warmup: int, steps: int, ind
                            "cpus": os.cpu_count(), "peak_gflops": args.peak_gflops,
                            "inductor_cache": inductor_cache}}
     for name in models:
-        if name in UNAVAILABLE:
-            results["models"].append({"model": name, "unavailable": UNAVAILABLE[name]})
-            continue
         print(f"[bench] {name}: {', '.join(modes)}", file=sys.stderr, flush=True)
         results["models"].append(run_model(MODELS[name](), modes, warmup, steps, args.peak_gflops * 1e9))
 
@@ -78,8 +75,7 @@ def _run(args, models: list[str], modes: list[str], warmup: int, steps: int, ind
         from trainrt.bench.profile import profile_model
 
         for name in models:
-            if name not in UNAVAILABLE:
-                print(profile_model(MODELS[name](), args.profile))
+            print(profile_model(MODELS[name](), args.profile))
     if args.json:
         write_json(results, args.json)
     if args.plot:

@@ -110,16 +110,33 @@ def _gpt(name: str, layers: int, dim: int, heads: int, vocab: int, seq: int, bat
                      f"sequence {seq}, batch {batch}, LM cross-entropy")
 
 
+def _cnn(batch: int = 64, image: int = 32) -> ModelSpec:
+    from trainrt.bench.cnn import ResNetCNN, training_flops
+
+    def make_batch(step):
+        g = torch.Generator().manual_seed(step)
+        return torch.randn(batch, 3, image, image, generator=g), torch.randint(0, 10, (batch,), generator=g)
+
+    return ModelSpec("cnn", ResNetCNN, make_batch, training_flops(ResNetCNN(), (3, image, image), batch),
+                     f"ResNet-style CNN (widths 32-64-128, BatchNorm, MaxPool, GlobalAveragePool), "
+                     f"{image}x{image} images, batch {batch}, cross-entropy")
+
+
+def _bert(name: str, layers: int, dim: int, heads: int, vocab: int, seq: int, batch: int) -> ModelSpec:
+    from trainrt.bench.bert import bert_flops, make_bert, masked_lm_batch
+
+    return ModelSpec(name, lambda: make_bert(layers, dim, heads, vocab, seq),
+                     lambda step: masked_lm_batch(step, batch, seq, vocab), bert_flops(layers, dim, vocab, seq, batch),
+                     f"transformers BertForMaskedLM, {layers} layers, {dim} hidden, {heads} heads, vocab {vocab}, "
+                     f"sequence {seq}, batch {batch}, 15% masked, half the batch padded")
+
+
 MODELS: dict[str, Callable[[], ModelSpec]] = {
     "mlp": _mlp,
+    "cnn": _cnn,
+    "bert-mini": lambda: _bert("bert-mini", layers=4, dim=256, heads=4, vocab=8192, seq=128, batch=8),
     "gpt2-mini": lambda: _gpt("gpt2-mini", layers=4, dim=256, heads=4, vocab=8192, seq=128, batch=8),
     "gpt2-small": lambda: _gpt("gpt2-small", layers=12, dim=768, heads=12, vocab=50257, seq=256, batch=1),
-}
-
-# Named by the suite issue but not runnable yet; reported as such instead of silently left out.
-UNAVAILABLE: dict[str, str] = {
-    "cnn": "the engine has no convolution kernels yet (Conv, MaxPool, BatchNormalization)",
-    "bert-mini": "the transformers package is not installed",
 }
 
 SUITES: dict[str, list[str]] = {

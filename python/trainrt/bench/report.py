@@ -16,9 +16,6 @@ def _ratio(value, base) -> str:
 def rows(results: dict) -> list[list[str]]:
     out = []
     for entry in results["models"]:
-        if "unavailable" in entry:
-            out.append([entry["model"], "-", f"not available: {entry['unavailable']}"] + [""] * (len(_HEADER) - 3))
-            continue
         eager = entry["modes"].get("eager", {})
         for mode, r in entry["modes"].items():
             if "error" in r:
@@ -48,7 +45,7 @@ def _notes(results: dict) -> list[str]:
             f"interleaved; torch {m['torch']}, {m['torch_threads']} torch threads, {m['cpus']} CPUs.",
             f"first step: the first training step of a fresh copy (RTModule: capture + engine build; compile: "
             f"dynamo + inductor, inductor cache {m['inductor_cache']}).",
-            f"GFLOP/s: analytic matmul FLOPs (6 x matmul weights x tokens + 12 x L x B x T^2 x C for attention) "
+            f"GFLOP/s: analytic FLOPs of the matmuls and convolutions (transformers: 6 x matmul weights x tokens + 12 x L x B x T^2 x C for attention) "
             f"over the median step; % of a {m['peak_gflops']:.0f} GFLOP/s peak.",
             "peak RSS +MiB: VmHWM growth over each mode's first and warm-up steps (modes run one after another; "
             "memory freed by an earlier mode can be reused by a later one, so later modes can read low; "
@@ -58,11 +55,11 @@ def _notes(results: dict) -> list[str]:
 
 def text_table(results: dict) -> str:
     table = [_HEADER] + rows(results)
-    widths = [max(len(r[i]) for r in table if len(r) > i and not r[2].startswith(("error", "not available")))
+    widths = [max(len(r[i]) for r in table if len(r) > i and not r[2].startswith("error"))
               for i in range(len(_HEADER))]
     lines = []
     for r in table:
-        if r[2].startswith(("error", "not available")):
+        if r[2].startswith("error"):
             lines.append("  ".join([r[0].ljust(widths[0]), r[1].ljust(widths[1]), r[2]]))
         else:
             lines.append("  ".join(c.rjust(w) if i > 1 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))))
