@@ -20,7 +20,7 @@ SMOKE_MODELS = SUITES["quick"]  # gpt2-small is the full suite's: too slow for a
 def test_suite_runs_eager_and_rtmodule_and_writes_json_and_markdown(tmp_path, capsys):
     out_json, out_md = tmp_path / "bench.json", tmp_path / "bench.md"
     main(["--models", ",".join(SMOKE_MODELS), "--modes", "eager,rtmodule",
-          "--steps", "2", "--warmup", "0", "--json", str(out_json), "--markdown", str(out_md),
+          "--steps", "2", "--warmup", "0", "--no-micro", "--json", str(out_json), "--markdown", str(out_md),
           "--plot", str(tmp_path / "bench.png")])
     assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     results = json.loads(out_json.read_text())
@@ -69,7 +69,8 @@ def test_a_failing_mode_is_reported_and_the_others_run(tmp_path, monkeypatch):
 
     monkeypatch.setattr(modes.Compile, "wrap", lambda self, model: Broken(model))
     out_json = tmp_path / "bench.json"
-    main(["--models", "mlp", "--modes", "eager,compile", "--steps", "1", "--warmup", "0", "--json", str(out_json)])
+    main(["--models", "mlp", "--modes", "eager,compile", "--steps", "1", "--warmup", "0", "--no-micro",
+          "--json", str(out_json)])
     result = json.loads(out_json.read_text())["models"][0]["modes"]
     assert "no C++ compiler" in result["compile"]["error"]
     assert result["eager"]["step_median_s"] > 0
@@ -83,3 +84,19 @@ def test_profile_writes_traces_and_names_the_top_ops(tmp_path):
     for program in ("forward", "backward"):
         events = json.loads((tmp_path / f"mlp_{program}.json").read_text())["traceEvents"]
         assert events and all(e["dur"] >= 0 for e in events)
+
+
+def test_micro_benchmarks_report_every_shape_and_optimizer(monkeypatch):
+    from trainrt.bench import gemm, optimizer_step
+
+    monkeypatch.setattr(gemm, "SHAPES", [("small", 64, 32, 48), ("peak: small square", 128, 128, 128)])
+    monkeypatch.setattr(gemm, "PEAK_SHAPE", "peak: small square")
+    g = gemm.run(rounds=1, min_time=0.001)
+    assert set(g["shapes"]) == {"small", "peak: small square"}
+    assert g["peak_gflops"] == g["shapes"]["peak: small square"]["trainrt"]["gflops_best"] > 0
+    assert "| small | 64 x 32 x 48 |" in gemm.markdown(g)
+
+    o = optimizer_step.run(rounds=1, scale=0.001)
+    assert set(o["results"]) >= {"trainrt FusedAdam", "torch AdamW fused=True", "copy: dst.copy_(src)"}
+    assert o["copy_gb_per_s"] > 0 and o["fused_adam_vs_copy_limit"] > 0
+    assert "FusedAdam speed-up over torch AdamW fused=True" in optimizer_step.markdown(o)

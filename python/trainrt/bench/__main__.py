@@ -1,5 +1,9 @@
 """python -m trainrt.bench [--suite quick|full] [--models a,b] [--modes a,b] [--steps N] [--warmup N]
-                        [--json FILE] [--markdown FILE]"""
+                        [--no-micro] [--json FILE] [--markdown FILE] [--plot FILE.png] [--profile DIR]
+
+Micro-benchmarks run first (GEMM against torch.matmul on the models' products, the optimizer step
+against the copy bandwidth); the GEMM's best rate on a large square product is the measured peak
+that "% peak" refers to, unless --peak-gflops names one."""
 
 from __future__ import annotations
 
@@ -17,6 +21,10 @@ from trainrt.bench.report import markdown_table, text_table, write_json
 
 # Steps per suite: (warm-up, timed). The quick suite stays under 10 minutes on the 2-core dev machine.
 _STEPS = {"quick": (3, 20), "full": (5, 30)}
+# The two cores' nominal f32 peak (DESIGN.md), used when the micro-benchmarks are skipped.
+_NOMINAL_PEAK_GFLOPS = 430.0
+# Rounds of the micro-benchmarks per suite: (GEMM, optimizer step).
+_MICRO_ROUNDS = {"quick": (3, 5), "full": (5, 10)}
 
 
 def _names(text: str, known: list[str], what: str) -> list[str]:
@@ -34,7 +42,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated; default: %(default)s")
     parser.add_argument("--steps", type=int, help="timed steps per mode (default: 20 quick, 30 full)")
     parser.add_argument("--warmup", type=int, help="untimed steps after the first (default: 3 quick, 5 full)")
-    parser.add_argument("--peak-gflops", type=float, default=430.0, help="the machine's peak, for %% of peak")
+    parser.add_argument("--peak-gflops", type=float, help="the machine's peak for %% of peak (default: measured)")
+    parser.add_argument("--no-micro", action="store_true", help="skip the GEMM and optimizer micro-benchmarks")
     parser.add_argument("--profile", metavar="DIR", help="also write Chrome traces of RTModule steps and print the top ops")
     parser.add_argument("--plot", metavar="FILE.png", help="bar chart of the ratios to eager")
     parser.add_argument("--json")
@@ -62,13 +71,24 @@ def main(argv=None) -> dict:
 
 
 def _run(args, models: list[str], modes: list[str], warmup: int, steps: int, inductor_cache: str) -> dict:
-    results = {"suite": args.suite, "steps": steps, "warmup": warmup, "modes": modes, "models": [],
+    micro, peak_gflops = {}, args.peak_gflops
+    if not args.no_micro:
+        from trainrt.bench import gemm, optimizer_step
+
+        gemm_rounds, optimizer_rounds = _MICRO_ROUNDS[args.suite]
+        print("[bench] micro-benchmarks: GEMM, optimizer step", file=sys.stderr, flush=True)
+        micro = {"gemm": gemm.run(gemm_rounds), "optimizer": optimizer_step.run(optimizer_rounds)}
+        print(gemm.markdown(micro["gemm"]) + "\n\n" + optimizer_step.markdown(micro["optimizer"]) + "\n")
+        peak_gflops = peak_gflops or micro["gemm"]["peak_gflops"]
+    peak_gflops = peak_gflops or _NOMINAL_PEAK_GFLOPS
+    results = {"suite": args.suite, "steps": steps, "warmup": warmup, "modes": modes, "models": [], "micro": micro,
                "machine": {"torch": torch.__version__, "torch_threads": torch.get_num_threads(),
-                           "cpus": os.cpu_count(), "peak_gflops": args.peak_gflops,
+                           "cpus": os.cpu_count(), "peak_gflops": peak_gflops,
+                           "peak_source": "--peak-gflops" if args.peak_gflops else "measured GEMM best" if micro else "nominal",
                            "inductor_cache": inductor_cache}}
     for name in models:
         print(f"[bench] {name}: {', '.join(modes)}", file=sys.stderr, flush=True)
-        results["models"].append(run_model(MODELS[name](), modes, warmup, steps, args.peak_gflops * 1e9))
+        results["models"].append(run_model(MODELS[name](), modes, warmup, steps, peak_gflops * 1e9))
 
     print(text_table(results))
     if args.profile:

@@ -46,7 +46,7 @@ def _notes(results: dict) -> list[str]:
             f"first step: the first training step of a fresh copy (RTModule: capture + engine build; compile: "
             f"dynamo + inductor, inductor cache {m['inductor_cache']}).",
             f"GFLOP/s: analytic FLOPs of the matmuls and convolutions (transformers: 6 x matmul weights x tokens + 12 x L x B x T^2 x C for attention) "
-            f"over the median step; % of a {m['peak_gflops']:.0f} GFLOP/s peak.",
+            f"over the median step; % of a {m['peak_gflops']:.0f} GFLOP/s peak ({m['peak_source']}).",
             "peak RSS +MiB: VmHWM growth over each mode's first and warm-up steps (modes run one after another; "
             "memory freed by an earlier mode can be reused by a later one, so later modes can read low; "
             "torch.compile's compile workers run in other processes and are not counted). "
@@ -69,7 +69,12 @@ def text_table(results: dict) -> str:
 def markdown_table(results: dict) -> str:
     lines = ["| " + " | ".join(_HEADER) + " |", "|" + "---|" * len(_HEADER)]
     lines += ["| " + " | ".join(r) + " |" for r in rows(results)]
-    return "\n".join(lines + [""] + [f"- {n}" for n in _notes(results)]) + "\n"
+    lines += [""] + [f"- {n}" for n in _notes(results)]
+    if results.get("micro"):
+        from trainrt.bench import gemm, optimizer_step
+
+        lines += ["", gemm.markdown(results["micro"]["gemm"]), "", optimizer_step.markdown(results["micro"]["optimizer"])]
+    return "\n".join(lines) + "\n"
 
 
 def write_json(results: dict, path: str) -> None:

@@ -10,8 +10,9 @@ in a rotating order so that load from other work on the machine hits all alike, 
 the median and the best over rounds. A last line measures FusedAdam's fixed cost per step (checks,
 DLPack views, the engine call) on 148 one-element parameters.
 
-    .venv/bin/python bench/optim/optimizer_step.py --rounds 10
-    .venv/bin/python bench/optim/optimizer_step.py --rounds 3 --scale 0.1    # a quick look
+Part of the suite (`python -m trainrt.bench`); alone:
+    python -m trainrt.bench.optimizer_step --rounds 10
+    python -m trainrt.bench.optimizer_step --rounds 3 --scale 0.1    # a quick look
 """
 
 from __future__ import annotations
@@ -56,15 +57,10 @@ def measure(runs: dict, rounds: int) -> dict[str, list[float]]:
     return times
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--scale", type=float, default=1.0, help="shrink the embeddings (quick runs)")
-    parser.add_argument("--json", action="store_true", help="also print the figures as JSON")
-    args = parser.parse_args()
-
+def run(rounds: int = 10, scale: float = 1.0) -> dict:
+    """Times the optimizers and the copies; returns the figures (times in ms, GB/s)."""
     torch.manual_seed(0)
-    params = [torch.nn.Parameter(torch.randn(s) * 0.02) for s in gpt2_small_shapes(args.scale)]
+    params = [torch.nn.Parameter(torch.randn(s) * 0.02) for s in gpt2_small_shapes(scale)]
     for p in params:
         p.grad = torch.randn(p.shape) * 1e-3
     n = sum(p.numel() for p in params)
@@ -78,38 +74,52 @@ def main() -> None:
     runs = {name: opt.step for name, opt in optimizers.items()}
     runs["copy: torch clone"] = lambda: src.clone()
     runs["copy: dst.copy_(src)"] = lambda: dst.copy_(src)
-    times = measure(runs, args.rounds)
+    times = measure(runs, rounds)
 
     tiny = [torch.nn.Parameter(torch.zeros(1)) for _ in range(len(params))]
     for p in tiny:
         p.grad = torch.ones(1)
-    tiny_opt = FusedAdam(tiny)
-    overhead = measure({"tiny": tiny_opt.step}, max(args.rounds, 50))["tiny"]
+    overhead = measure({"tiny": FusedAdam(tiny).step}, max(rounds, 50))["tiny"]
 
     copy_gbs = max(2 * 4 * n / statistics.median(times[k]) / 1e9 for k in ("copy: torch clone", "copy: dst.copy_(src)"))
-    print(f"{len(params)} tensors, {n / 1e6:.1f}M f32 parameters, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} torch threads, {args.rounds} rounds")
-    print()
-    print("| what | median ms | best ms | GB/s (median) | of copy GB/s |")
-    print("|---|---:|---:|---:|---:|")
     results = {}
     for name, ts in times.items():
-        med, best = statistics.median(ts), min(ts)
+        med = statistics.median(ts)
         nbytes = 2 * 4 * n if name.startswith("copy") else BYTES_PER_PARAM * n
-        gbs = nbytes / med / 1e9
-        results[name] = {"median_ms": med * 1e3, "best_ms": best * 1e3, "gb_per_s": gbs}
-        print(f"| {name} | {med * 1e3:.1f} | {best * 1e3:.1f} | {gbs:.1f} | {gbs / copy_gbs:.2f} |")
+        results[name] = {"median_ms": med * 1e3, "best_ms": min(ts) * 1e3, "gb_per_s": nbytes / med / 1e9,
+                         "of_copy_bandwidth": nbytes / med / 1e9 / copy_gbs}
+    return {"params": n, "tensors": len(params), "rounds": rounds, "copy_gb_per_s": copy_gbs,
+            "results": results, "fixed_cost_us": statistics.median(overhead) * 1e6,
+            "fused_adam_vs_copy_limit": results["trainrt FusedAdam"]["median_ms"] / (BYTES_PER_PARAM * n / copy_gbs / 1e6)}
+
+
+def markdown(figures: dict) -> str:
+    n, results = figures["params"], figures["results"]
+    lines = [f"Optimizer step: {figures['tensors']} tensors, {n / 1e6:.1f}M f32 parameters (GPT-2 small shapes), "
+             f"{figures['rounds']} rounds; copy bandwidth {figures['copy_gb_per_s']:.1f} GB/s", "",
+             "| what | median ms | best ms | GB/s (median) | of copy GB/s |", "|---|---:|---:|---:|---:|"]
+    for name, r in results.items():
+        lines.append(f"| {name} | {r['median_ms']:.1f} | {r['best_ms']:.1f} | {r['gb_per_s']:.1f} | {r['of_copy_bandwidth']:.2f} |")
     fused = results["trainrt FusedAdam"]["median_ms"]
-    print()
+    lines.append("")
     for name in ("torch AdamW foreach=True", "torch AdamW fused=True"):
-        print(f"FusedAdam speed-up over {name}: {results[name]['median_ms'] / fused:.2f}x")
-    copy_ms = BYTES_PER_PARAM * n / copy_gbs / 1e6
-    print(f"FusedAdam time / copy-bandwidth time for 28 bytes/param: {fused / copy_ms:.2f}x")
-    print(f"FusedAdam fixed cost per step ({len(tiny)} one-element params): "
-          f"{statistics.median(overhead) * 1e6:.0f} us median")
+        lines.append(f"FusedAdam speed-up over {name}: {results[name]['median_ms'] / fused:.2f}x")
+    lines.append(f"FusedAdam time / copy-bandwidth time for 28 bytes/param: {figures['fused_adam_vs_copy_limit']:.2f}x")
+    lines.append(f"FusedAdam fixed cost per step ({figures['tensors']} one-element params): {figures['fixed_cost_us']:.0f} us median")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--scale", type=float, default=1.0, help="shrink the embeddings (quick runs)")
+    parser.add_argument("--json", action="store_true", help="also print the figures as JSON")
+    args = parser.parse_args()
+    figures = run(args.rounds, args.scale)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} torch threads")
+    print(markdown(figures))
     if args.json:
-        print(json.dumps({"params": n, "tensors": len(params), "results": results,
-                          "fixed_cost_us": statistics.median(overhead) * 1e6}))
+        print(json.dumps(figures))
 
 
 if __name__ == "__main__":
