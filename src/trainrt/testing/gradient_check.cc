@@ -49,8 +49,13 @@ double loss_value(Session& s, const std::vector<Tensor>& inputs) {
   return s.run(fed)[0].to_double(0);
 }
 
-// The dtypes whose gradients are checked: f64, and f32 for ops with f32 kernels only.
-bool is_checked(DType t) { return t == DType::kF64 || t == DType::kF32; }
+// The dtype a check runs in: f64 when any input is f64 (then f32 outputs, such as a stash type,
+// stay out of the loss), else f32 for ops with f32 kernels only.
+DType checked_dtype(const std::vector<Tensor>& inputs) {
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.dtype() == DType::kF64) return DType::kF64;
+  return DType::kF32;
+}
 
 Tensor as_dtype(const Tensor& f64, DType t) {
   if (t == DType::kF64) return f64;
@@ -78,9 +83,10 @@ double expect_gradients_match(const NodeSpec& spec, const std::vector<Tensor>& i
                               const GradCheckOptions& options) {
   // Output shapes come from one forward run; weights are random and fixed.
   std::vector<Tensor> outputs = run_node(spec, inputs, cpu_kernel_table());
+  const DType checked = checked_dtype(inputs);
   std::vector<Tensor> weights;
   for (size_t o = 0; o < outputs.size(); ++o)
-    weights.push_back(is_checked(outputs[o].dtype())
+    weights.push_back(outputs[o].dtype() == checked
                           ? as_dtype(random_f64(outputs[o].dims(), options.seed + static_cast<uint32_t>(o)),
                                      outputs[o].dtype())
                           : Tensor());
@@ -88,7 +94,7 @@ double expect_gradients_match(const NodeSpec& spec, const std::vector<Tensor>& i
   std::vector<int> wrt = options.wrt;
   if (wrt.empty())
     for (size_t i = 0; i < inputs.size(); ++i)
-      if (inputs[i].defined() && is_checked(inputs[i].dtype())) wrt.push_back(static_cast<int>(i));
+      if (inputs[i].defined() && inputs[i].dtype() == checked) wrt.push_back(static_cast<int>(i));
 
   auto forward = loss_graph(spec, inputs, weights);
   auto joint = loss_graph(spec, inputs, weights);

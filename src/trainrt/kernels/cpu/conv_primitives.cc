@@ -1,6 +1,15 @@
 // The primitives are cached by (kind, problem). A primitive and its reorders run with user
 // scratchpads and per-thread operand buffers (onednn_runtime.h), so one cached entry may run on
 // several threads at once.
+//
+// Threads: each call runs single-threaded and the kernels split the batch into chunks on our
+// ThreadPool, rather than giving oneDNN an OpenMP team of the pool's size. Measured on this 2-core
+// machine with other sessions compiling (load average 5-11), ResNet 3x3 conv, batch 64, 64 -> 64
+// channels, 32x32, forward + backward through RTModule (bench/conv/conv_step.py, medians of 5):
+// batch chunks on the ThreadPool 100 and 152 ms, one oneDNN call with a 2-thread OpenMP team 236
+// and 428 ms (torch eager in the same runs: 187-468 ms). OpenMP's spinning barriers stall whenever
+// a partner thread is preempted (docs/gemm.md); independent chunks only wait for the last one.
+// The cost: a batch of one image runs on one thread.
 #include "trainrt/kernels/cpu/conv_primitives.h"
 
 #include <algorithm>
@@ -13,12 +22,9 @@
 
 #include "trainrt/core/error.h"
 #include "trainrt/core/shape.h"
-#include "trainrt/core/thread_pool.h"
-#include <cstdlib>
 #include "trainrt/kernels/cpu/onednn_runtime.h"
 
 namespace trainrt {
-int conv_team();
 namespace {
 
 using dnnl::memory;
@@ -171,7 +177,7 @@ std::shared_ptr<const ConvPrimitive> find(ConvKind kind, const ConvProblem& p) {
 // Runs one primitive: inputs in0 and in1 and output out in our dense layouts, bias (may be null)
 // as a dense (M) vector.
 void run(ConvKind kind, const ConvProblem& p, const float* in0, const float* in1, float* out, float* bias) {
-  OpenMpTeam one_thread(conv_team());
+  SingleThreadedOpenMp one_thread;
   try {
     const auto c = find(kind, p);
     const dnnl::engine& e = onednn_engine();
@@ -204,11 +210,6 @@ void run(ConvKind kind, const ConvProblem& p, const float* in0, const float* in1
 
 }  // namespace
 
-int conv_team() {  // MEASURE
-  static int t = getenv("TRAINRT_CONV_OMP") ? ThreadPool::global().num_threads() : 1;
-  return t;
-}
-
 ConvProblem conv_problem(const std::string& where, const ConvParams& params, const std::vector<int64_t>& x,
                          const std::vector<int64_t>& w, bool bias) {
   ConvProblem p{.x = x, .w = w, .y = conv_output_dims(where, params, x, w)};
@@ -225,7 +226,6 @@ ConvProblem conv_problem(const std::string& where, const ConvParams& params, con
 }
 
 BatchChunks batch_chunks(int64_t n, int threads) {
-  if (conv_team() > 1) return {1, n};  // MEASURE
   const int64_t count = std::max<int64_t>(1, std::min<int64_t>(n, int64_t{4} * threads));
   const int64_t size = (n + count - 1) / count;
   return {(n + size - 1) / std::max<int64_t>(size, 1), size};

@@ -137,7 +137,7 @@ void scale_c(int64_t batch, int64_t m, int64_t n, float beta, float* c, int64_t 
 
 // Runs one product on the calling thread.
 void run(const GemmKey& key, const float* a, const float* b, float* c) {
-  OpenMpTeam one_thread(1);
+  SingleThreadedOpenMp one_thread;
   try {
     auto p = find_primitive(key);
     const dnnl::engine& engine = onednn_engine();

@@ -30,12 +30,12 @@ void* onednn_buffer(int slot, size_t bytes) {
   return buffers[slot].get();
 }
 
-OpenMpTeam::OpenMpTeam(int threads) : saved_(omp_get_max_threads()), threads_(threads) {
-  if (saved_ != threads_) omp_set_num_threads(threads_);
+SingleThreadedOpenMp::SingleThreadedOpenMp() : saved_(omp_get_max_threads()) {
+  if (saved_ != 1) omp_set_num_threads(1);
 }
 
-OpenMpTeam::~OpenMpTeam() {
-  if (saved_ != threads_) omp_set_num_threads(saved_);
+SingleThreadedOpenMp::~SingleThreadedOpenMp() {
+  if (saved_ != 1) omp_set_num_threads(saved_);
 }
 
 }  // namespace trainrt

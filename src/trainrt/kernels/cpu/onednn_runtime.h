@@ -26,18 +26,17 @@ dnnl::stream& onednn_stream();
 inline constexpr int kScratchpadSlot = 0;
 void* onednn_buffer(int slot, size_t bytes);
 
-// Sets the calling thread's OpenMP team size to `threads` for its lifetime, then restores it
-// (torch's ops on the same thread keep their team size).
-class OpenMpTeam {
+// Sets the calling thread's OpenMP team size to 1 for its lifetime, then restores it (torch's ops
+// on the same thread keep their team size).
+class SingleThreadedOpenMp {
  public:
-  explicit OpenMpTeam(int threads);
-  ~OpenMpTeam();
-  OpenMpTeam(const OpenMpTeam&) = delete;
-  OpenMpTeam& operator=(const OpenMpTeam&) = delete;
+  SingleThreadedOpenMp();
+  ~SingleThreadedOpenMp();
+  SingleThreadedOpenMp(const SingleThreadedOpenMp&) = delete;
+  SingleThreadedOpenMp& operator=(const SingleThreadedOpenMp&) = delete;
 
  private:
   int saved_;
-  int threads_;
 };
 
 }  // namespace trainrt
