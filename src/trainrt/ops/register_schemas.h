@@ -9,6 +9,7 @@ void register_elementwise_schemas(OpRegistry& r);  // unary, binary, compare, lo
 void register_reduction_schemas(OpRegistry& r);    // Reduce*, Softmax, LogSoftmax, norms, losses
 void register_matmul_schemas(OpRegistry& r);       // MatMul, Gemm
 void register_tensor_schemas(OpRegistry& r);       // shape and data movement, Constant, Dropout, ...
+void register_conv_schemas(OpRegistry& r);         // Conv and its gradient ConvGrad
 // TrainRT-domain gradient ops used by the autodiff (ReluGrad, SoftmaxGrad, GatherGrad, ...).
 void register_elementwise_grad_schemas(OpRegistry& r);
 void register_reduction_grad_schemas(OpRegistry& r);
@@ -19,6 +20,7 @@ inline void register_all_schemas(OpRegistry& r) {
   register_reduction_schemas(r);
   register_matmul_schemas(r);
   register_tensor_schemas(r);
+  register_conv_schemas(r);
   register_elementwise_grad_schemas(r);
   register_reduction_grad_schemas(r);
   register_tensor_grad_schemas(r);

@@ -49,6 +49,26 @@ double loss_value(Session& s, const std::vector<Tensor>& inputs) {
   return s.run(fed)[0].to_double(0);
 }
 
+// The dtype a check runs in: f64 when any input is f64 (then f32 outputs, such as a stash type,
+// stay out of the loss), else f32 for ops with f32 kernels only.
+DType checked_dtype(const std::vector<Tensor>& inputs) {
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.dtype() == DType::kF64) return DType::kF64;
+  return DType::kF32;
+}
+
+Tensor as_dtype(const Tensor& f64, DType t) {
+  if (t == DType::kF64) return f64;
+  Tensor out = Tensor::empty(DType::kF32, f64.dims());
+  for (int64_t i = 0; i < f64.numel(); ++i) out.data<float>()[i] = static_cast<float>(f64.data<double>()[i]);
+  return out;
+}
+
+void set_element(Tensor& t, int64_t i, double v) {
+  if (t.dtype() == DType::kF64) t.data<double>()[i] = v;
+  else t.data<float>()[i] = static_cast<float>(v);
+}
+
 }  // namespace
 
 Tensor random_f64(std::vector<int64_t> dims, uint32_t seed, double lo, double hi) {
@@ -63,16 +83,18 @@ double expect_gradients_match(const NodeSpec& spec, const std::vector<Tensor>& i
                               const GradCheckOptions& options) {
   // Output shapes come from one forward run; weights are random and fixed.
   std::vector<Tensor> outputs = run_node(spec, inputs, cpu_kernel_table());
+  const DType checked = checked_dtype(inputs);
   std::vector<Tensor> weights;
   for (size_t o = 0; o < outputs.size(); ++o)
-    weights.push_back(is_floating(outputs[o].dtype()) && outputs[o].dtype() == DType::kF64
-                          ? random_f64(outputs[o].dims(), options.seed + static_cast<uint32_t>(o))
+    weights.push_back(outputs[o].dtype() == checked
+                          ? as_dtype(random_f64(outputs[o].dims(), options.seed + static_cast<uint32_t>(o)),
+                                     outputs[o].dtype())
                           : Tensor());
 
   std::vector<int> wrt = options.wrt;
   if (wrt.empty())
     for (size_t i = 0; i < inputs.size(); ++i)
-      if (inputs[i].defined() && is_floating(inputs[i].dtype())) wrt.push_back(static_cast<int>(i));
+      if (inputs[i].defined() && inputs[i].dtype() == checked) wrt.push_back(static_cast<int>(i));
 
   auto forward = loss_graph(spec, inputs, weights);
   auto joint = loss_graph(spec, inputs, weights);
@@ -99,12 +121,12 @@ double expect_gradients_match(const NodeSpec& spec, const std::vector<Tensor>& i
     Tensor& x = probe[static_cast<size_t>(i)];
     int failures = 0;
     for (int64_t e = 0; e < x.numel(); ++e) {
-      double saved = x.data<double>()[e];
-      x.data<double>()[e] = saved + options.eps;
+      double saved = x.to_double(e);
+      set_element(x, e, saved + options.eps);
       double up = loss_value(forward_session, probe);
-      x.data<double>()[e] = saved - options.eps;
+      set_element(x, e, saved - options.eps);
       double down = loss_value(forward_session, probe);
-      x.data<double>()[e] = saved;
+      set_element(x, e, saved);
       double numeric = (up - down) / (2 * options.eps);
       double got = analytic.to_double(e);
       double err = std::abs(got - numeric);

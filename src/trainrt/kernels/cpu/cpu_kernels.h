@@ -12,19 +12,23 @@ void register_elementwise_kernels(KernelTable& t);
 void register_reduction_kernels(KernelTable& t);
 void register_matmul_kernels(KernelTable& t);
 void register_tensor_kernels(KernelTable& t);
+void register_conv_kernels(KernelTable& t);  // Conv on oneDNN
 // TrainRT-domain gradient ops used by the autodiff.
 void register_elementwise_grad_kernels(KernelTable& t);
 void register_reduction_grad_kernels(KernelTable& t);
 void register_tensor_grad_kernels(KernelTable& t);
+void register_conv_grad_kernels(KernelTable& t);
 
 inline void register_cpu_kernels(KernelTable& t) {
   register_elementwise_kernels(t);
   register_reduction_kernels(t);
   register_matmul_kernels(t);
   register_tensor_kernels(t);
+  register_conv_kernels(t);
   register_elementwise_grad_kernels(t);
   register_reduction_grad_kernels(t);
   register_tensor_grad_kernels(t);
+  register_conv_grad_kernels(t);
 }
 
 // The process-wide table with every CPU kernel, built on first use.

@@ -8,13 +8,11 @@
 // Threads: Debian's oneDNN threads with OpenMP, whose two-thread barriers spin and stall for a
 // whole scheduler time slice whenever the partner thread is preempted (docs/gemm.md: the
 // end-to-end demo up to 5x slower on a busy 2-core machine). So oneDNN runs single-threaded here (the
-// calling thread's OpenMP team size is set to 1 around each call) and the ThreadPool splits a large
+// calling thread's OpenMP team size is set to 1 around each call, onednn_runtime.h) and the ThreadPool splits a large
 // product into pieces: over the batch, else over column blocks of C (each piece then packs only its
 // own part of B), else over row blocks. The pool hands out pieces dynamically and its caller takes
 // part, so a preempted worker delays only the piece it holds.
 #include "trainrt/kernels/cpu/gemm.h"
-
-#include <omp.h>
 
 #include <algorithm>
 #include <bit>
@@ -27,6 +25,7 @@
 #include "trainrt/core/error.h"
 #include "trainrt/core/tensor.h"
 #include "trainrt/core/thread_pool.h"
+#include "trainrt/kernels/cpu/onednn_runtime.h"
 
 namespace trainrt {
 namespace {
@@ -67,12 +66,11 @@ std::string describe_problem(const GemmKey& key) {
              ")");
 }
 
-// The engine and the primitive cache. Bounded: a workload with ever-changing shapes (a new
+// The primitive cache. Bounded: a workload with ever-changing shapes (a new
 // sequence length every step) starts over rather than growing without limit. Never destroyed, so
 // no primitive outlives its engine or the OpenMP runtime at process exit (abseil's NoDestructor).
 struct GemmState {
   static constexpr size_t kMaxCached = 1024;
-  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   std::mutex mutex;
   std::unordered_map<GemmKey, std::shared_ptr<const GemmPrimitive>, GemmKeyHash> cache;
 };
@@ -120,18 +118,7 @@ std::shared_ptr<const GemmPrimitive> find_primitive(const GemmKey& key) {
   auto it = s.cache.find(key);
   if (it != s.cache.end()) return it->second;
   if (s.cache.size() >= GemmState::kMaxCached) s.cache.clear();
-  return s.cache.emplace(key, create_primitive(key, s.engine)).first->second;
-}
-
-// Per-thread scratch memory for primitives, grown on demand.
-void* scratchpad(size_t bytes) {
-  thread_local std::shared_ptr<void> buffer;
-  thread_local size_t size = 0;
-  if (bytes > size) {
-    buffer = aligned_storage(bytes);
-    size = bytes;
-  }
-  return buffer.get();
+  return s.cache.emplace(key, create_primitive(key, onednn_engine())).first->second;
 }
 
 // C_i = beta * C_i for the products with nothing to add (k == 0 or alpha == 0).
@@ -148,34 +135,17 @@ void scale_c(int64_t batch, int64_t m, int64_t n, float beta, float* c, int64_t 
     }
 }
 
-// Sets the calling thread's OpenMP team size to 1 for its lifetime, then restores it (torch's ops
-// on the same thread keep their team size).
-class SingleThreadedOpenMp {
- public:
-  SingleThreadedOpenMp() : saved_(omp_get_max_threads()) {
-    if (saved_ != 1) omp_set_num_threads(1);
-  }
-  ~SingleThreadedOpenMp() {
-    if (saved_ != 1) omp_set_num_threads(saved_);
-  }
-  SingleThreadedOpenMp(const SingleThreadedOpenMp&) = delete;
-  SingleThreadedOpenMp& operator=(const SingleThreadedOpenMp&) = delete;
-
- private:
-  int saved_;
-};
-
 // Runs one product on the calling thread.
 void run(const GemmKey& key, const float* a, const float* b, float* c) {
   SingleThreadedOpenMp one_thread;
   try {
     auto p = find_primitive(key);
-    const dnnl::engine& engine = state().engine;
-    thread_local dnnl::stream stream(engine);
+    const dnnl::engine& engine = onednn_engine();
+    dnnl::stream& stream = onednn_stream();
     memory a_mem(p->a_md, engine, const_cast<float*>(a));
     memory b_mem(p->b_md, engine, const_cast<float*>(b));
     memory c_mem(p->c_md, engine, c);
-    memory s_mem(p->scratch_md, engine, scratchpad(p->scratch_md.get_size()));
+    memory s_mem(p->scratch_md, engine, onednn_buffer(kScratchpadSlot, p->scratch_md.get_size()));
     p->matmul.execute(stream, {{DNNL_ARG_SRC, a_mem},
                                {DNNL_ARG_WEIGHTS, b_mem},
                                {DNNL_ARG_DST, c_mem},

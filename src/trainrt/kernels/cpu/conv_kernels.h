@@ -1,0 +1,43 @@
+// What the Conv and ConvGrad kernels share: the node's problem, worked out once per input shape,
+// and their handling of degenerate shapes and unsupported dtypes.
+//
+//   auto state = std::make_shared<ConvKernelState>(node);   // in the factory
+//   const ConvProblem& p = state->problem(x, w, has_bias);   // in the kernel, every run
+#pragma once
+
+#include <string>
+
+#include "trainrt/core/tensor.h"
+#include "trainrt/ir/graph.h"
+#include "trainrt/kernels/cpu/conv_primitives.h"
+#include "trainrt/kernels/kernel.h"
+
+namespace trainrt {
+
+// Holds the node (the plan outlives its kernels' use of it), its attributes parsed for the rank
+// last seen and the problem of the dims last seen.
+class ConvKernelState {
+ public:
+  explicit ConvKernelState(const Node& node);
+  const std::string& node() const { return node_; }
+  // The whole-batch problem for X and W (ShapeError naming the node when they do not fit).
+  const ConvProblem& problem(const Tensor& x, const Tensor& w, bool bias);
+
+ private:
+  std::string node_;
+  const Node* attrs_;
+  ConvParams params_;
+  int64_t params_rank_ = -1;
+  ConvProblem problem_;
+  bool valid_ = false;
+};
+
+// Y (p.y) = B broadcast over the batch and spatial dims (0 without B): a convolution over no input
+// channels or an empty kernel.
+void fill_with_bias(const ConvProblem& p, const float* b, float* y);
+
+// The factory registered for the float dtypes oneDNN's convolutions do not take here: throws
+// UnsupportedOp naming the node and the dtype.
+KernelFn reject_non_f32_conv(const Node& node);
+
+}  // namespace trainrt

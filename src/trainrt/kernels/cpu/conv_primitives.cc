@@ -1,0 +1,252 @@
+// The primitives are cached by (kind, problem). A primitive and its reorders run with user
+// scratchpads and per-thread operand buffers (onednn_runtime.h), so one cached entry may run on
+// several threads at once.
+//
+// Threads: each call runs single-threaded and the kernels split the batch into chunks on our
+// ThreadPool, rather than giving oneDNN an OpenMP team of the pool's size. Measured on this 2-core
+// machine with other sessions compiling (load average 5-11), ResNet 3x3 conv, batch 64, 64 -> 64
+// channels, 32x32, forward + backward through RTModule (bench/conv/conv_step.py, medians of 5):
+// batch chunks on the ThreadPool 100 and 152 ms, one oneDNN call with a 2-thread OpenMP team 236
+// and 428 ms (torch eager in the same runs: 187-468 ms). OpenMP's spinning barriers stall whenever
+// a partner thread is preempted (docs/gemm.md); independent chunks only wait for the last one.
+// The cost: a batch of one image runs on one thread.
+#include "trainrt/kernels/cpu/conv_primitives.h"
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <tuple>
+#include <unordered_map>
+
+#include "trainrt/core/error.h"
+#include "trainrt/core/shape.h"
+#include "trainrt/kernels/cpu/onednn_runtime.h"
+
+namespace trainrt {
+namespace {
+
+using dnnl::memory;
+using Dims = memory::dims;
+
+enum class ConvKind { kForward, kBackwardData, kBackwardWeights };
+
+// One tensor argument of a primitive: our dense layout and the one the primitive chose, with the
+// reorder between them when they differ (into the chosen layout for inputs, out of it for outputs).
+struct Operand {
+  memory::desc dense, chosen;
+  std::optional<dnnl::reorder> reorder;
+  int slot = 0;  // onednn_buffer slot of the reordered copy
+};
+
+Operand make_operand(const memory::desc& dense, const memory::desc& chosen, bool is_input, int slot) {
+  Operand o{dense, chosen, std::nullopt, slot};
+  if (dense != chosen) {
+    const dnnl::engine& e = onednn_engine();
+    o.reorder = is_input ? dnnl::reorder(dnnl::reorder::primitive_desc(e, dense, e, chosen))
+                         : dnnl::reorder(dnnl::reorder::primitive_desc(e, chosen, e, dense));
+  }
+  return o;
+}
+
+// The three operands and bias of one kind of primitive, in the order the kind names them:
+// forward (src, weights, dst), backward-data (diff_dst, weights, diff_src), backward-weights
+// (diff_dst, src, diff_weights). Inputs are operands 0 and 1, the output operand 2.
+struct ConvPrimitive {
+  dnnl::primitive primitive;
+  int args[3];
+  Operand operands[3];
+  memory::desc bias, scratchpad;
+};
+
+Dims dense_strides(const Dims& dims) {
+  Dims s(dims.size(), 1);
+  for (size_t i = dims.size(); i-- > 1;) s[i - 1] = s[i] * dims[i];
+  return s;
+}
+
+memory::desc dense_desc(const Dims& dims) { return memory::desc(dims, memory::data_type::f32, dense_strides(dims)); }
+memory::desc any_desc(const Dims& dims) { return memory::desc(dims, memory::data_type::f32, memory::format_tag::any); }
+
+// W's dims as oneDNN wants them: (group, M / group, C / group, K...) when grouped.
+Dims weight_dims(const ConvProblem& p) {
+  if (p.group == 1) return p.w;
+  Dims d{p.group, p.w[0] / p.group};
+  d.insert(d.end(), p.w.begin() + 1, p.w.end());
+  return d;
+}
+
+struct Geometry {
+  Dims strides, dilates, pad_l, pad_r;  // dilates in oneDNN's convention: 0 = dense
+};
+
+Geometry geometry(const ConvProblem& p) {
+  Geometry g{p.strides, {}, p.pad_begin, p.pad_end};
+  for (int64_t d : p.dilations) g.dilates.push_back(d - 1);
+  return g;
+}
+
+dnnl::convolution_forward::primitive_desc forward_pd(const ConvProblem& p, const dnnl::primitive_attr& attr) {
+  const Geometry g = geometry(p);
+  const auto algo = dnnl::algorithm::convolution_direct;
+  const auto prop = dnnl::prop_kind::forward_training;
+  const memory::desc x = any_desc(p.x), w = any_desc(weight_dims(p)), y = any_desc(p.y);
+  using Desc = dnnl::convolution_forward::desc;
+  const Desc d = p.bias ? Desc(prop, algo, x, w, dense_desc({p.w[0]}), y, g.strides, g.dilates, g.pad_l, g.pad_r)
+                        : Desc(prop, algo, x, w, y, g.strides, g.dilates, g.pad_l, g.pad_r);
+  return dnnl::convolution_forward::primitive_desc(d, attr, onednn_engine());
+}
+
+std::shared_ptr<const ConvPrimitive> create(ConvKind kind, const ConvProblem& p) {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  const memory::desc x = dense_desc(p.x), w = dense_desc(weight_dims(p)), y = dense_desc(p.y);
+  auto c = std::make_shared<ConvPrimitive>();
+  const auto fwd = forward_pd(p, attr);
+  const Geometry g = geometry(p);
+  const auto algo = dnnl::algorithm::convolution_direct;
+  if (kind == ConvKind::kForward) {
+    c->primitive = dnnl::convolution_forward(fwd);
+    c->args[0] = DNNL_ARG_SRC, c->args[1] = DNNL_ARG_WEIGHTS, c->args[2] = DNNL_ARG_DST;
+    c->operands[0] = make_operand(x, fwd.src_desc(), true, 1);
+    c->operands[1] = make_operand(w, fwd.weights_desc(), true, 2);
+    c->operands[2] = make_operand(y, fwd.dst_desc(), false, 3);
+    c->bias = fwd.bias_desc();
+    c->scratchpad = fwd.scratchpad_desc();
+  } else if (kind == ConvKind::kBackwardData) {
+    const dnnl::convolution_backward_data::desc d(algo, any_desc(p.x), any_desc(weight_dims(p)), any_desc(p.y),
+                                                  g.strides, g.dilates, g.pad_l, g.pad_r);
+    const dnnl::convolution_backward_data::primitive_desc pd(d, attr, onednn_engine(), fwd);
+    c->primitive = dnnl::convolution_backward_data(pd);
+    c->args[0] = DNNL_ARG_DIFF_DST, c->args[1] = DNNL_ARG_WEIGHTS, c->args[2] = DNNL_ARG_DIFF_SRC;
+    c->operands[0] = make_operand(y, pd.diff_dst_desc(), true, 1);
+    c->operands[1] = make_operand(w, pd.weights_desc(), true, 2);
+    c->operands[2] = make_operand(x, pd.diff_src_desc(), false, 3);
+    c->scratchpad = pd.scratchpad_desc();
+  } else {
+    using Desc = dnnl::convolution_backward_weights::desc;
+    const memory::desc xa = any_desc(p.x), wa = any_desc(weight_dims(p)), ya = any_desc(p.y);
+    const Desc d = p.bias ? Desc(algo, xa, wa, dense_desc({p.w[0]}), ya, g.strides, g.dilates, g.pad_l, g.pad_r)
+                          : Desc(algo, xa, wa, ya, g.strides, g.dilates, g.pad_l, g.pad_r);
+    const dnnl::convolution_backward_weights::primitive_desc pd(d, attr, onednn_engine(), fwd);
+    c->primitive = dnnl::convolution_backward_weights(pd);
+    c->args[0] = DNNL_ARG_DIFF_DST, c->args[1] = DNNL_ARG_SRC, c->args[2] = DNNL_ARG_DIFF_WEIGHTS;
+    c->operands[0] = make_operand(y, pd.diff_dst_desc(), true, 1);
+    c->operands[1] = make_operand(x, pd.src_desc(), true, 2);
+    c->operands[2] = make_operand(w, pd.diff_weights_desc(), false, 3);
+    c->bias = pd.diff_bias_desc();
+    c->scratchpad = pd.scratchpad_desc();
+  }
+  return c;
+}
+
+std::string describe(ConvKind kind, const ConvProblem& p) {
+  const char* names[] = {"forward", "backward-data", "backward-weights"};
+  return fmt("convolution ", names[static_cast<int>(kind)], " X", to_string(p.x), " W", to_string(p.w), " Y",
+             to_string(p.y), " strides ", to_string(p.strides), " dilations ", to_string(p.dilations), " pads ",
+             to_string(p.pad_begin), " ", to_string(p.pad_end), " group ", p.group, p.bias ? " with bias" : "");
+}
+
+struct ConvKeyLess {
+  bool operator()(const std::pair<ConvKind, ConvProblem>& a, const std::pair<ConvKind, ConvProblem>& b) const {
+    const ConvProblem &p = a.second, &q = b.second;
+    return std::tie(a.first, p.x, p.w, p.y, p.strides, p.dilations, p.pad_begin, p.pad_end, p.group, p.bias) <
+           std::tie(b.first, q.x, q.w, q.y, q.strides, q.dilations, q.pad_begin, q.pad_end, q.group, q.bias);
+  }
+};
+
+// The cache, bounded like gemm.cc's (a workload with ever-changing shapes starts over) and never
+// destroyed (no primitive outlives the engine or the OpenMP runtime at exit).
+struct ConvCache {
+  static constexpr size_t kMaxCached = 256;
+  std::mutex mutex;
+  std::map<std::pair<ConvKind, ConvProblem>, std::shared_ptr<const ConvPrimitive>, ConvKeyLess> entries;
+};
+
+std::shared_ptr<const ConvPrimitive> find(ConvKind kind, const ConvProblem& p) {
+  static ConvCache& cache = *new ConvCache;
+  std::lock_guard lock(cache.mutex);
+  auto key = std::make_pair(kind, p);
+  auto it = cache.entries.find(key);
+  if (it != cache.entries.end()) return it->second;
+  if (cache.entries.size() >= ConvCache::kMaxCached) cache.entries.clear();
+  return cache.entries.emplace(key, create(kind, p)).first->second;
+}
+
+// Runs one primitive: inputs in0 and in1 and output out in our dense layouts, bias (may be null)
+// as a dense (M) vector.
+void run(ConvKind kind, const ConvProblem& p, const float* in0, const float* in1, float* out, float* bias) {
+  SingleThreadedOpenMp one_thread;
+  try {
+    const auto c = find(kind, p);
+    const dnnl::engine& e = onednn_engine();
+    dnnl::stream& s = onednn_stream();
+    std::unordered_map<int, memory> args;
+    const void* data[3] = {in0, in1, out};
+    memory dense_out;
+    for (int i = 0; i < 3; ++i) {
+      const Operand& o = c->operands[i];
+      memory dense(o.dense, e, const_cast<void*>(data[i]));
+      if (!o.reorder) {
+        args.emplace(c->args[i], dense);
+        continue;
+      }
+      memory chosen(o.chosen, e, onednn_buffer(o.slot, o.chosen.get_size()));
+      if (i < 2) o.reorder->execute(s, dense, chosen);
+      else dense_out = dense;
+      args.emplace(c->args[i], chosen);
+    }
+    if (bias) args.emplace(kind == ConvKind::kForward ? DNNL_ARG_BIAS : DNNL_ARG_DIFF_BIAS, memory(c->bias, e, bias));
+    args.emplace(DNNL_ARG_SCRATCHPAD,
+                 memory(c->scratchpad, e, onednn_buffer(kScratchpadSlot, c->scratchpad.get_size())));
+    c->primitive.execute(s, args);
+    if (c->operands[2].reorder) c->operands[2].reorder->execute(s, args.at(c->args[2]), dense_out);
+    s.wait();
+  } catch (const dnnl::error& err) {
+    throw InternalError(fmt("oneDNN failed for ", describe(kind, p), ": ", err.what()));
+  }
+}
+
+}  // namespace
+
+ConvProblem conv_problem(const std::string& where, const ConvParams& params, const std::vector<int64_t>& x,
+                         const std::vector<int64_t>& w, bool bias) {
+  ConvProblem p{.x = x, .w = w, .y = conv_output_dims(where, params, x, w)};
+  p.strides = params.strides;
+  p.dilations = params.dilations;
+  for (size_t i = 0; i < params.strides.size(); ++i) {
+    const ConvAxis a = conv_axis(where, params, i, x[i + 2], w[i + 2]);
+    p.pad_begin.push_back(a.pad_begin);
+    p.pad_end.push_back(a.pad_end);
+  }
+  p.group = params.group;
+  p.bias = bias;
+  return p;
+}
+
+BatchChunks batch_chunks(int64_t n, int threads) {
+  const int64_t count = std::max<int64_t>(1, std::min<int64_t>(n, int64_t{4} * threads));
+  const int64_t size = (n + count - 1) / count;
+  return {(n + size - 1) / std::max<int64_t>(size, 1), size};
+}
+
+ConvProblem with_batch(ConvProblem p, int64_t n) {
+  p.x[0] = n;
+  p.y[0] = n;
+  return p;
+}
+
+void conv_forward(const ConvProblem& p, const float* x, const float* w, const float* b, float* y) {
+  run(ConvKind::kForward, p, x, w, y, p.bias ? const_cast<float*>(b) : nullptr);
+}
+
+void conv_backward_data(const ConvProblem& p, const float* dy, const float* w, float* dx) {
+  run(ConvKind::kBackwardData, p, dy, w, dx, nullptr);
+}
+
+void conv_backward_weights(const ConvProblem& p, const float* dy, const float* x, float* dw, float* db) {
+  run(ConvKind::kBackwardWeights, p, dy, x, dw, p.bias ? db : nullptr);
+}
+
+}  // namespace trainrt

@@ -1,0 +1,55 @@
+// oneDNN convolution primitives (forward, backward-data, backward-weights) for one problem, created
+// once and cached, and the code that runs them on TrainRT's dense tensors.
+//
+// oneDNN's fast convolution kernels (jit:avx512_core here) want blocked layouts (nChw16c, OIhw16i16o);
+// on plain NCHW it falls back to im2col + GEMM (gemm:jit), 1.6-3x slower on a ResNet 3x3 conv on
+// this machine. So every primitive is created with format `any` and the operands are reordered
+// between our dense (N, C, D...) layout and the one it chose, into per-thread buffers; the
+// reorders are cached with the primitive. A problem is one batch chunk of a node's shapes (the
+// kernels split the batch into chunks run in parallel, conv_kernels.cc), so a node has at most two
+// problems per kind.
+//
+//   ConvProblem p = conv_problem(spec, x.dims(), w.dims(), /*bias=*/true);
+//   conv_forward(p, x_ptr, w_ptr, b_ptr, y_ptr);   // on the calling thread, single-threaded
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "trainrt/ops/conv_args.h"
+
+namespace trainrt {
+
+// One convolution as oneDNN sees it: concrete dims of one batch chunk and resolved padding.
+struct ConvProblem {
+  std::vector<int64_t> x, w, y;  // (n, C, D...), (M, C / group, K...), (n, M, O...)
+  std::vector<int64_t> strides, dilations, pad_begin, pad_end;  // (k) each; ONNX dilations (1 = dense)
+  int64_t group = 1;
+  bool bias = false;  // forward adds B, backward-weights computes dB
+  bool operator==(const ConvProblem&) const = default;
+};
+
+// The problem of a whole node run; `where` names the node in errors (bad shapes: ShapeError).
+ConvProblem conv_problem(const std::string& where, const ConvParams& params, const std::vector<int64_t>& x,
+                         const std::vector<int64_t>& w, bool bias);
+// The same problem for images [0, n) of the batch only.
+ConvProblem with_batch(ConvProblem p, int64_t n);
+
+// The batch of n images split into `count` chunks of `size` images (the last may be smaller, so a
+// node meets at most two chunk problems): up to 4 per thread, so the pool can balance the chunks
+// when a thread is preempted. A batch of one image runs on one thread.
+struct BatchChunks {
+  int64_t count = 1;
+  int64_t size = 0;
+};
+BatchChunks batch_chunks(int64_t n, int threads);
+
+// Y = conv(X, W) + B on the calling thread. b is read only when p.bias.
+void conv_forward(const ConvProblem& p, const float* x, const float* w, const float* b, float* y);
+// dX = the gradient of sum(Y * dY) with respect to X.
+void conv_backward_data(const ConvProblem& p, const float* dy, const float* w, float* dx);
+// dW (and dB when p.bias) = the gradients of sum(Y * dY) with respect to W (and B), overwritten.
+void conv_backward_weights(const ConvProblem& p, const float* dy, const float* x, float* dw, float* db);
+
+}  // namespace trainrt

@@ -1,0 +1,41 @@
+#include "trainrt/kernels/cpu/onednn_runtime.h"
+
+#include <omp.h>
+
+#include <memory>
+
+#include "trainrt/core/error.h"
+#include "trainrt/core/tensor.h"
+
+namespace trainrt {
+
+const dnnl::engine& onednn_engine() {
+  static const dnnl::engine& engine = *new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+dnnl::stream& onednn_stream() {
+  thread_local dnnl::stream stream(onednn_engine());
+  return stream;
+}
+
+void* onednn_buffer(int slot, size_t bytes) {
+  TRAINRT_CHECK(slot >= 0 && slot < 4, "oneDNN buffer slot ", slot);
+  thread_local std::shared_ptr<void> buffers[4];
+  thread_local size_t sizes[4] = {0, 0, 0, 0};
+  if (bytes > sizes[slot]) {
+    buffers[slot] = aligned_storage(bytes);
+    sizes[slot] = bytes;
+  }
+  return buffers[slot].get();
+}
+
+SingleThreadedOpenMp::SingleThreadedOpenMp() : saved_(omp_get_max_threads()) {
+  if (saved_ != 1) omp_set_num_threads(1);
+}
+
+SingleThreadedOpenMp::~SingleThreadedOpenMp() {
+  if (saved_ != 1) omp_set_num_threads(saved_);
+}
+
+}  // namespace trainrt

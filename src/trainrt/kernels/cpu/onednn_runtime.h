@@ -1,0 +1,42 @@
+// What every kernel that calls oneDNN shares: one CPU engine, a stream per thread, per-thread
+// scratch memory, and the guard that keeps oneDNN's OpenMP team at one thread.
+//
+// Threads: Debian's oneDNN threads with OpenMP, whose two-thread barriers spin and stall for a
+// whole scheduler time slice whenever the partner thread is preempted (docs/gemm.md). Our kernels
+// therefore run each oneDNN call single-threaded and split the work on our ThreadPool.
+//
+//   SingleThreadedOpenMp one_thread;
+//   memory s(pd.scratchpad_desc(), onednn_engine(), onednn_buffer(kScratchpadSlot, bytes));
+//   primitive.execute(onednn_stream(), {...});
+#pragma once
+
+#include <cstddef>
+#include <oneapi/dnnl/dnnl.hpp>
+
+namespace trainrt {
+
+// The process-wide CPU engine (never destroyed: primitives may outlive static destructors).
+const dnnl::engine& onednn_engine();
+// The calling thread's in-order stream on that engine.
+dnnl::stream& onednn_stream();
+
+// A thread-local, 64-byte aligned buffer of at least `bytes`; `slot` (0-3) tells apart buffers in
+// use at once. Valid until the same thread asks for the same slot again; it keeps its largest
+// size, so steady-state runs do not allocate. Slot 0 is the primitives' scratchpad.
+inline constexpr int kScratchpadSlot = 0;
+void* onednn_buffer(int slot, size_t bytes);
+
+// Sets the calling thread's OpenMP team size to 1 for its lifetime, then restores it (torch's ops
+// on the same thread keep their team size).
+class SingleThreadedOpenMp {
+ public:
+  SingleThreadedOpenMp();
+  ~SingleThreadedOpenMp();
+  SingleThreadedOpenMp(const SingleThreadedOpenMp&) = delete;
+  SingleThreadedOpenMp& operator=(const SingleThreadedOpenMp&) = delete;
+
+ private:
+  int saved_;
+};
+
+}  // namespace trainrt
