@@ -25,6 +25,7 @@ from trainrt.capture.errors import CaptureError
 def export_program(module: torch.nn.Module, args: tuple, kwargs: dict,
                    dynamic_batch: bool) -> tuple[ExportedProgram, bool]:
     """The functional ExportedProgram of module(*args, **kwargs) and whether its batch is dynamic."""
+    _refuse_cumulative_batch_norm(module)
     shapes = _batch_dynamic_shapes(module, args, kwargs) if dynamic_batch else None
     ep = None
     if shapes is not None:
@@ -44,6 +45,18 @@ def export_program(module: torch.nn.Module, args: tuple, kwargs: dict,
     with warnings.catch_warnings():  # torch 2.13 warns about its own LeafSpec use while retracing
         warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
         return ep.run_decompositions({}), dynamic
+
+
+def _refuse_cumulative_batch_norm(module: torch.nn.Module) -> None:
+    """BatchNorm with momentum=None in training averages its running stats over all batches with a
+    factor 1 / num_batches_tracked that it reads as a Python float: torch.export fails on it with a
+    data-dependent guard error. Say so plainly instead."""
+    for name, m in module.named_modules():
+        if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.training and m.track_running_stats \
+                and m.momentum is None:
+            raise CaptureError(f"{type(m).__name__} '{name or type(module).__name__}' has momentum=None (a cumulative "
+                               "moving average), which torch.export cannot trace; give it a momentum (e.g. 0.1) "
+                               "or capture it in eval mode")
 
 
 def _mutates(ep: ExportedProgram) -> bool:

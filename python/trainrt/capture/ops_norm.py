@@ -1,10 +1,12 @@
-"""Normalizations: layer norm (ONNX LayerNormalization), RMS norm and batch norm (spelled out).
+"""Normalizations: layer norm (ONNX LayerNormalization), RMS norm (spelled out) and batch norm
+(ONNX BatchNormalization, opset 15 semantics).
 
-The engine has LayerNormalization with a fused gradient. It has no RMSNormalization or
-BatchNormalization, so those are written with ops it differentiates (ReduceMean, Sub, Mul, Sqrt, Reciprocal), following the
-formulas of torch.nn.BatchNorm1d's documentation: in training, normalize with the batch's mean and
-biased variance and update the running stats with the unbiased variance,
-running = (1 - momentum) * running + momentum * batch_stat; in eval, normalize with the running stats.
+LayerNormalization and BatchNormalization have fused gradients in the engine. RMS norm is written
+with ops it differentiates (ReduceMean, Mul, Sqrt, Reciprocal). BatchNorm follows torch.nn.BatchNorm1d's
+documentation: in training, normalize with the batch's mean and biased variance and update the running
+stats with the unbiased variance, running = (1 - momentum) * running + momentum * batch_stat; in eval,
+normalize with the running stats. momentum=None (a cumulative average) fails in torch.export itself
+(it reads num_batches_tracked as a Python float); capture reports it before exporting.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import torch
 
 from trainrt.capture.context import OpContext, TensorValue
 from trainrt.capture.registry import translates
-from trainrt.capture.symbolic import sym_expr
+from trainrt.capture.symbolic import is_static, sym_expr
 
 
 def _layer_norm(ctx: OpContext, num_outputs: int) -> list[str]:
@@ -53,52 +55,54 @@ def rms_norm(ctx: OpContext) -> str:
     return y if ctx["weight"] is None else ctx.emit("Mul", [y, ctx["weight"]])
 
 
-def _per_channel(ctx: OpContext, v: TensorValue, rank: int) -> str:
-    """A (C,) tensor shaped (1, C, 1, ...) to broadcast over an input of `rank` (N, C, *)."""
-    return ctx.emit("Unsqueeze", [v, ctx.ints([0, *range(2, rank)])])
+def _channels(ctx: OpContext, x: TensorValue) -> int:
+    if x.rank < 2 or not is_static(x.shape[1]):
+        raise ctx.unsupported(f"needs an input of shape (N, C, ...) with a static C, got {x.shape}")
+    return int(x.shape[1])
 
 
-def _normalize(ctx: OpContext, use_batch_stats: bool) -> tuple[str, str | None, str | None]:
-    """(y, batch mean, batch biased variance), both (1, C, 1, ...), for batch statistics; (y, None,
-    None) when normalizing with the running stats."""
-    x, w, b = ctx.tensor("input"), ctx["weight"], ctx["bias"]
-    axes = ctx.ints([0, *range(2, x.rank)])
-    if use_batch_stats:
-        mean = ctx.emit("ReduceMean", [x, axes], keepdims=1)
-        centered = ctx.emit("Sub", [x, mean])
-        var = ctx.emit("ReduceMean", [ctx.emit("Mul", [centered, centered]), axes], keepdims=1)
-    else:
-        mean = None
-        centered = ctx.emit("Sub", [x, _per_channel(ctx, ctx.tensor("running_mean"), x.rank)])
-        var = _per_channel(ctx, ctx.tensor("running_var"), x.rank)
-    std = ctx.emit("Sqrt", [ctx.emit("Add", [var, ctx.const(float(ctx["eps"]), x.dtype)])])
-    y = ctx.emit("Mul", [centered, ctx.emit("Reciprocal", [std])])
-    if w is not None:
-        y = ctx.emit("Mul", [y, _per_channel(ctx, w, x.rank)])
-    if b is not None:
-        y = ctx.emit("Add", [y, _per_channel(ctx, b, x.rank)])
-    return y, mean, (var if use_batch_stats else None)
-
-
-def _updated(ctx: OpContext, running: TensorValue, batch_stat: str, factor: str | None = None) -> str:
-    """(1 - momentum) * running + momentum * batch_stat (squeezed to (C,), times factor if given)."""
-    x = ctx.tensor("input")
-    stat = ctx.emit("Squeeze", [batch_stat, ctx.ints([0, *range(2, x.rank)])])
-    if factor is not None:
-        stat = ctx.emit("Mul", [stat, factor])
-    m = float(ctx["momentum"])
-    kept = ctx.emit("Mul", [running, ctx.const(1.0 - m, running.dtype)])
-    return ctx.emit("Add", [kept, ctx.emit("Mul", [stat, ctx.const(m, running.dtype)])])
+def _filled(ctx: OpContext, value: TensorValue | None, x: TensorValue, fill: float) -> str:
+    """A (C,) parameter, or a constant of `fill` where torch passes None (affine=False,
+    track_running_stats=False): ONNX BatchNormalization requires all five inputs."""
+    if value is not None:
+        return value.name
+    return ctx.b.const([fill] * _channels(ctx, x), x.dtype)
 
 
 def _bessel(ctx: OpContext, dtype: torch.dtype) -> str:
-    """n / (n - 1) for the n = N * H * W ... values per channel (symbolic with the batch)."""
+    """n / (n - 1) for the n = N * d1 * ... values per channel (symbolic with the batch)."""
     x = ctx.tensor("input")
     n = sympy.Mul(*[sym_expr(d) for i, d in enumerate(x.shape) if i != 1])
     if n.is_number:
         return ctx.const(int(n) / max(int(n) - 1, 1), dtype)
     count = ctx.cast_to(ctx.symbols.lower(n), torch.int64, dtype)
     return ctx.emit("Div", [count, ctx.emit("Sub", [count, ctx.const(1.0, dtype)])])
+
+
+def _batch_norm(ctx: OpContext, training: bool, running_mean, running_var) -> tuple[str, str | None, str | None]:
+    """(y, new running_mean, new running_var) as one ONNX BatchNormalization; the running stats are
+    None unless training with them.
+
+    torch updates running = (1 - m) * running + m * batch_stat with the UNBIASED batch variance
+    (nn.BatchNorm1d docs) while normalizing with the biased one; ONNX's node updates with the
+    biased variance as running * momentum + batch_stat * (1 - momentum). With ONNX momentum 1 - m,
+    feeding running_var / c (c = n / (n - 1), Bessel's correction) and multiplying the node's
+    running_var by c gives torch's (1 - m) * running_var + m * c * biased_var exactly."""
+    x = ctx.tensor("input")
+    scale = _filled(ctx, ctx["weight"], x, 1.0)
+    bias = _filled(ctx, ctx["bias"], x, 0.0)
+    eps = float(ctx["eps"])
+    if not training:
+        return ctx.emit("BatchNormalization", [x, scale, bias, running_mean, running_var], epsilon=eps), None, None
+    if running_mean is None:
+        y = ctx.emit("BatchNormalization", [x, scale, bias, _filled(ctx, None, x, 0.0),
+                                            _filled(ctx, None, x, 1.0)], epsilon=eps, training_mode=1)
+        return y, None, None
+    bessel = _bessel(ctx, running_var.dtype)
+    y, new_mean, new_var = ctx.emit(
+        "BatchNormalization", [x, scale, bias, running_mean, ctx.emit("Div", [running_var, bessel])], 3,
+        epsilon=eps, momentum=1.0 - float(ctx["momentum"]), training_mode=1)
+    return y, new_mean, ctx.emit("Mul", [new_var, bessel])
 
 
 @translates("aten._native_batch_norm_legit_functional.default")
@@ -108,9 +112,9 @@ def batch_norm_functional(ctx: OpContext) -> list[str | None]:
         raise ctx.unsupported("saved mean / rstd outputs have no TrainRT translation")
     rm, rv = ctx.tensor("running_mean"), ctx.tensor("running_var")
     if not ctx["training"]:
-        return [_normalize(ctx, False)[0], None, None, rm.name, rv.name]
-    y, mean, var = _normalize(ctx, True)
-    return [y, None, None, _updated(ctx, rm, mean), _updated(ctx, rv, var, _bessel(ctx, rv.dtype))]
+        return [_batch_norm(ctx, False, rm, rv)[0], None, None, rm.name, rv.name]
+    y, new_mean, new_var = _batch_norm(ctx, True, rm, rv)
+    return [y, None, None, new_mean, new_var]
 
 
 @translates("aten.batch_norm.default")
@@ -119,9 +123,21 @@ def batch_norm(ctx: OpContext) -> str:
     (export.py functionalizes training with running stats into the form above)."""
     if ctx["training"] and ctx["running_mean"] is not None:
         raise ctx.unsupported("in training mode with running stats must be functionalized first")
-    return _normalize(ctx, ctx["training"])[0]
+    return _batch_norm(ctx, ctx["training"], ctx["running_mean"], ctx["running_var"])[0]
 
 
 @translates("aten._native_batch_norm_legit_no_training.default")
 def batch_norm_no_training(ctx: OpContext) -> list[str | None]:
-    return [_normalize(ctx, False)[0], None, None]
+    if ctx.used_outputs() & {1, 2}:
+        raise ctx.unsupported("saved mean / rstd outputs have no TrainRT translation")
+    return [_batch_norm(ctx, False, ctx.tensor("running_mean"), ctx.tensor("running_var"))[0], None, None]
+
+
+@translates("aten._native_batch_norm_legit.no_stats")
+def batch_norm_no_stats(ctx: OpContext) -> list[str | None]:
+    """Training without running stats (track_running_stats=False): batch statistics only."""
+    if ctx.used_outputs() & {1, 2}:
+        raise ctx.unsupported("saved mean / rstd outputs have no TrainRT translation")
+    if not ctx["training"]:
+        raise ctx.unsupported("without running stats normalizes with batch statistics only in training")
+    return [_batch_norm(ctx, True, None, None)[0], None, None]

@@ -1,4 +1,5 @@
-// Gradient rules of Softmax, LogSoftmax and LayerNormalization: each emits one fused TrainRT op.
+// Gradient rules of Softmax, LogSoftmax, LayerNormalization and BatchNormalization: each emits one
+// fused TrainRT op.
 //
 // Softmax / LogSoftmax: dX = SoftmaxGrad(dY, Y) / LogSoftmaxGrad(dY, Y) along the node's axis
 //   (PyTorch _softmax_backward_data; ONNX Runtime SoftmaxGrad). Before opset 13 the forward
@@ -12,6 +13,13 @@
 //   node untouched, and costs two passes over rows the backward has in cache anyway. dScale and
 //   dBias come out in the normalized shape and are summed to the scale's and bias's own shapes.
 //   Gradients flowing into Mean or InvStdDev are not supported (UnsupportedOp naming the node).
+// BatchNormalization: (dX, dScale, dBias) = BatchNormalizationGrad(dY, X, scale, [mean, inv_std])
+//   (PyTorch batch_norm_backward). In training mode the kernel takes the batch statistics from X
+//   again (ONNX's node has no saved-statistics outputs) and the running stats get no gradient
+//   (Y does not depend on them). In eval mode Y = (X - mean) * scale * inv_std + B is affine in X
+//   with inv_std = 1 / sqrt(input_var + epsilon) made here; the running stats' gradients follow
+//   from the same sums: d mean = -dBias * scale * inv_std, d var = -dScale * scale * inv_std^2 / 2.
+//   Gradients flowing into the running_mean / running_var outputs are not supported.
 #include "trainrt/autodiff/grad_context.h"
 #include "trainrt/autodiff/reduction_gradients.h"
 #include "trainrt/autodiff/register_gradients.h"
@@ -89,12 +97,51 @@ void layer_norm_grad(GradContext& ctx) {
   if (g[2]) ctx.set_input_grad(2, to_param_shape(ctx, g[2], bias, axis));
 }
 
+void batch_norm_grad(GradContext& ctx) {
+  const Node& n = ctx.node();
+  if (ctx.output_grad(1) || ctx.output_grad(2))
+    throw UnsupportedOp(fmt(n.describe(), ": gradients flowing into outputs running_mean or running_var are not "
+                                          "supported"));
+  const bool training = n.attr_int("training_mode", 0) != 0;
+  const float epsilon = n.attr_float("epsilon", 1e-5f);
+  Value* scale = ctx.input(1);
+  std::vector<Value*> inputs{ctx.output_grad(0), ctx.input(0), scale};
+  Value* inv_std = nullptr;
+  if (!training) {
+    Value* var = ctx.input(4);
+    inv_std = ctx.emit("Reciprocal", {ctx.emit("Sqrt", {ctx.emit("Add", {var, ctx.scalar_like(var, epsilon)})})});
+    inputs.push_back(ctx.input(3));
+    inputs.push_back(inv_std);
+  }
+  const bool mean_grad = !training && ctx.needs_input_grad(3);
+  const bool var_grad = !training && ctx.needs_input_grad(4);
+  const std::vector<bool> wanted{ctx.needs_input_grad(0), ctx.needs_input_grad(1) || var_grad,
+                                 ctx.needs_input_grad(2) || mean_grad};
+  std::vector<Value*> g = ctx.emit_multi(
+      "BatchNormalizationGrad", inputs, 3,
+      {{"epsilon", Attribute::of_float(epsilon)}, {"training_mode", int_attr(training ? 1 : 0)}}, kTrainrtDomain,
+      wanted);
+  if (ctx.needs_input_grad(0)) ctx.set_input_grad(0, g[0]);
+  if (ctx.needs_input_grad(1)) ctx.set_input_grad(1, g[1]);
+  if (ctx.needs_input_grad(2)) ctx.set_input_grad(2, g[2]);
+  if (mean_grad) {
+    Value* per_unit = ctx.emit("Mul", {scale, inv_std});
+    ctx.set_input_grad(3, ctx.emit("Neg", {ctx.emit("Mul", {g[2], per_unit})}));
+  }
+  if (var_grad) {
+    Value* per_unit = ctx.emit("Mul", {ctx.emit("Mul", {scale, inv_std}), inv_std});
+    Value* half = ctx.scalar_like(scale, -0.5);
+    ctx.set_input_grad(4, ctx.emit("Mul", {ctx.emit("Mul", {g[1], per_unit}), half}));
+  }
+}
+
 }  // namespace
 
 void register_normalization_gradients(GradientRegistry& r) {
   r.add("", "Softmax", softmax_grad);
   r.add("", "LogSoftmax", softmax_grad);
   r.add("", "LayerNormalization", layer_norm_grad);
+  r.add("", "BatchNormalization", batch_norm_grad);
 }
 
 }  // namespace trainrt

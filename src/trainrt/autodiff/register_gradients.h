@@ -10,6 +10,7 @@ void register_matmul_gradients(GradientRegistry& r);       // MatMul, Gemm
 void register_reduction_gradients(GradientRegistry& r);    // Reduce*, Softmax, LayerNorm, losses
 void register_tensor_gradients(GradientRegistry& r);       // movement ops, Gather, Dropout, shape ops
 void register_conv_gradients(GradientRegistry& r);         // Conv
+void register_pool_gradients(GradientRegistry& r);         // MaxPool, AveragePool, Global*Pool
 
 inline void register_all_gradients(GradientRegistry& r) {
   register_elementwise_gradients(r);
@@ -17,6 +18,7 @@ inline void register_all_gradients(GradientRegistry& r) {
   register_reduction_gradients(r);
   register_tensor_gradients(r);
   register_conv_gradients(r);
+  register_pool_gradients(r);
 }
 
 }  // namespace trainrt

@@ -14,6 +14,8 @@ void register_conv_schemas(OpRegistry& r);         // Conv and its gradient Conv
 void register_elementwise_grad_schemas(OpRegistry& r);
 void register_reduction_grad_schemas(OpRegistry& r);
 void register_tensor_grad_schemas(OpRegistry& r);
+void register_batch_norm_schemas(OpRegistry& r);  // BatchNormalization and its gradient op
+void register_pool_schemas(OpRegistry& r);        // MaxPool, AveragePool, Global*Pool and their gradient ops
 
 inline void register_all_schemas(OpRegistry& r) {
   register_elementwise_schemas(r);
@@ -24,6 +26,8 @@ inline void register_all_schemas(OpRegistry& r) {
   register_elementwise_grad_schemas(r);
   register_reduction_grad_schemas(r);
   register_tensor_grad_schemas(r);
+  register_batch_norm_schemas(r);
+  register_pool_schemas(r);
 }
 
 }  // namespace trainrt

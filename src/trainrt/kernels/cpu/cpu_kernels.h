@@ -18,6 +18,8 @@ void register_elementwise_grad_kernels(KernelTable& t);
 void register_reduction_grad_kernels(KernelTable& t);
 void register_tensor_grad_kernels(KernelTable& t);
 void register_conv_grad_kernels(KernelTable& t);
+void register_batch_norm_kernels(KernelTable& t);  // BatchNormalization and BatchNormalizationGrad
+void register_pool_kernels(KernelTable& t);        // MaxPool, AveragePool, Global*Pool and their gradients
 
 inline void register_cpu_kernels(KernelTable& t) {
   register_elementwise_kernels(t);
@@ -29,6 +31,8 @@ inline void register_cpu_kernels(KernelTable& t) {
   register_reduction_grad_kernels(t);
   register_tensor_grad_kernels(t);
   register_conv_grad_kernels(t);
+  register_batch_norm_kernels(t);
+  register_pool_kernels(t);
 }
 
 // The process-wide table with every CPU kernel, built on first use.

@@ -1,0 +1,218 @@
+// Pooling kernels (MaxPool, AveragePool, the global pools and their gradient ops) against a
+// direct double-precision reference that tests every tap of every window for padding.
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "trainrt/core/error.h"
+#include "trainrt/core/testing.h"
+#include "trainrt/kernels/cpu/cpu_kernels.h"
+#include "trainrt/kernels/cpu/node_runner.h"
+
+namespace trainrt {
+namespace {
+
+using testing::expect_values;
+using testing::make_tensor;
+using testing::random_tensor;
+
+Attribute ints(std::vector<int64_t> v) { return Attribute::of_ints(std::move(v)); }
+
+// One pooling case: explicit pads (begin..., end...), written out for the reference.
+struct Case {
+  std::vector<int64_t> x, kernel, strides, dilations, pads;
+  bool ceil = false;
+  bool include_pad = false;
+};
+
+std::map<std::string, Attribute> attrs_of(const Case& c) {
+  std::map<std::string, Attribute> a{{"kernel_shape", ints(c.kernel)}, {"strides", ints(c.strides)},
+                                     {"dilations", ints(c.dilations)}, {"pads", ints(c.pads)},
+                                     {"ceil_mode", Attribute::of_int(c.ceil)}};
+  return a;
+}
+
+// Output extent of one dim, the formula of PyTorch's pooling_output_shape.
+int64_t out_extent(const Case& c, size_t i) {
+  const size_t k = c.kernel.size();
+  const int64_t in = c.x[2 + i], pb = c.pads[i], pe = c.pads[k + i];
+  const int64_t span = in + pb + pe - c.dilations[i] * (c.kernel[i] - 1) - 1;
+  int64_t o = (c.ceil ? (span + c.strides[i] - 1) / c.strides[i] : span / c.strides[i]) + 1;
+  if (c.ceil && (o - 1) * c.strides[i] >= in + pb) --o;
+  return o;
+}
+
+struct Reference {
+  std::vector<int64_t> dims;
+  std::vector<double> max, avg;
+  std::vector<int64_t> argmax;  // offset within the plane
+  std::vector<double> max_grad, avg_grad;  // for dY = the given weights
+};
+
+// Walks every output position of every plane with an odometer over the spatial dims.
+Reference reference(const Case& c, const Tensor& x, const Tensor* dy) {
+  const size_t k = c.kernel.size();
+  Reference r;
+  r.dims = {c.x[0], c.x[1]};
+  int64_t in_plane = 1, out_plane = 1;
+  for (size_t i = 0; i < k; ++i) {
+    r.dims.push_back(out_extent(c, i));
+    in_plane *= c.x[2 + i];
+    out_plane *= r.dims.back();
+  }
+  r.max_grad.assign(static_cast<size_t>(x.numel()), 0.0);
+  r.avg_grad.assign(static_cast<size_t>(x.numel()), 0.0);
+  for (int64_t p = 0; p < c.x[0] * c.x[1]; ++p) {
+    for (int64_t o = 0; o < out_plane; ++o) {
+      std::vector<int64_t> pos(k);
+      for (int64_t rem = o, i = static_cast<int64_t>(k) - 1; i >= 0; --i) {
+        pos[i] = rem % r.dims[2 + i];
+        rem /= r.dims[2 + i];
+      }
+      double best = -std::numeric_limits<double>::infinity(), sum = 0;
+      int64_t best_at = -1, inside = 0, padded = 0;
+      std::vector<int64_t> tap(k, 0);
+      std::vector<int64_t> taps_in;
+      for (bool more = true; more;) {
+        bool in_bounds = true, in_padding = true;
+        int64_t offset = 0;
+        for (size_t i = 0; i < k; ++i) {
+          const int64_t at = pos[i] * c.strides[i] - c.pads[i] + tap[i] * c.dilations[i];
+          in_bounds = in_bounds && at >= 0 && at < c.x[2 + i];
+          in_padding = in_padding && at < c.x[2 + i] + c.pads[k + i];
+          offset = offset * c.x[2 + i] + at;
+        }
+        if (in_padding) ++padded;
+        if (in_bounds) {
+          const double v = x.to_double(p * in_plane + offset);
+          ++inside;
+          sum += v;
+          taps_in.push_back(offset);
+          if (v > best) best = v, best_at = offset;
+        }
+        more = false;
+        for (int64_t i = static_cast<int64_t>(k) - 1; i >= 0 && !more; --i) {
+          if (++tap[i] < c.kernel[i]) more = true;
+          else tap[i] = 0;
+        }
+      }
+      const int64_t count = c.include_pad ? padded : inside;
+      r.max.push_back(best);
+      r.argmax.push_back(best_at);
+      r.avg.push_back(sum / static_cast<double>(count));
+      if (dy) {
+        const double g = dy->to_double(p * out_plane + o);
+        r.max_grad[static_cast<size_t>(p * in_plane + best_at)] += g;
+        for (int64_t t : taps_in) r.avg_grad[static_cast<size_t>(p * in_plane + t)] += g / static_cast<double>(count);
+      }
+    }
+  }
+  return r;
+}
+
+std::vector<Case> cases() {
+  return {
+      {{2, 3, 9}, {3}, {2}, {1}, {1, 1}},                                   // 1-D
+      {{2, 2, 7, 8}, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}},                 // ResNet stem shape
+      {{1, 2, 7, 8}, {3, 2}, {2, 3}, {1, 1}, {1, 0, 1, 1}, true},           // ceil, asymmetric
+      {{1, 2, 7, 8}, {3, 3}, {3, 3}, {1, 1}, {1, 1, 1, 1}, true, true},     // last window on pad
+      {{1, 2, 9, 9}, {2, 3}, {1, 2}, {2, 2}, {0, 1, 2, 1}, false, true},    // dilation, include pad
+      {{2, 2, 5, 6, 4}, {2, 3, 2}, {2, 2, 1}, {1, 1, 2}, {1, 0, 0, 0, 1, 1}, true},  // 3-D
+  };
+}
+
+TEST(PoolKernels, MaxAndAverageMatchTheReference) {
+  for (const Case& c : cases()) {
+    const Tensor x = random_tensor(c.x, 1);
+    const Reference r = reference(c, x, nullptr);
+    const std::string what = to_string(c.x) + " kernel " + to_string(c.kernel);
+    const std::vector<Tensor> mp = run_node("MaxPool", {x}, attrs_of(c), 2);
+    EXPECT_EQ(mp[0].dims(), r.dims) << what;
+    expect_values(mp[0], r.max, 0, 0, what + " MaxPool");
+    std::vector<double> indices;
+    const int64_t in_plane = x.numel() / (c.x[0] * c.x[1]), out_plane = mp[0].numel() / (c.x[0] * c.x[1]);
+    for (size_t o = 0; o < r.argmax.size(); ++o)
+      indices.push_back(static_cast<double>(static_cast<int64_t>(o) / out_plane * in_plane + r.argmax[o]));
+    expect_values(mp[1], indices, 0, 0, what + " Indices");
+    auto attrs = attrs_of(c);
+    attrs["count_include_pad"] = Attribute::of_int(c.include_pad);
+    const Tensor ap = run_node("AveragePool", {x}, attrs)[0];
+    expect_values(ap, r.avg, 1e-6, 1e-7, what + " AveragePool");
+  }
+}
+
+TEST(PoolKernels, GradientsRouteAsTheReference) {
+  for (const Case& c : cases()) {
+    const Tensor x = random_tensor(c.x, 2);
+    const Tensor y = run_node("MaxPool", {x}, attrs_of(c))[0];
+    const Tensor dy = random_tensor(y.dims(), 3);
+    const Reference r = reference(c, x, &dy);
+    const std::string what = to_string(c.x) + " kernel " + to_string(c.kernel);
+    NodeSpec max_grad{.op = "MaxPoolGrad", .attrs = attrs_of(c), .domain = std::string(kTrainrtDomain)};
+    expect_values(run_node(max_grad, {dy, x}, cpu_kernel_table())[0], r.max_grad, 1e-6, 1e-7, what + " MaxPoolGrad");
+    NodeSpec avg_grad{.op = "AveragePoolGrad", .attrs = attrs_of(c), .domain = std::string(kTrainrtDomain)};
+    avg_grad.attrs["count_include_pad"] = Attribute::of_int(c.include_pad);
+    expect_values(run_node(avg_grad, {dy, Tensor::from_i64(c.x)}, cpu_kernel_table())[0], r.avg_grad, 1e-5, 1e-6,
+                  what + " AveragePoolGrad");
+  }
+}
+
+TEST(PoolKernels, TiesGoToTheFirstMaximum) {
+  // One 2x2 window of equal values: torch routes the whole gradient to the first one.
+  const Tensor x = make_tensor<float>({1, 1, 2, 2}, {5, 5, 5, 5});
+  const Tensor dy = make_tensor<float>({1, 1, 1, 1}, {3});
+  NodeSpec spec{.op = "MaxPoolGrad", .attrs = {{"kernel_shape", ints({2, 2})}}, .domain = std::string(kTrainrtDomain)};
+  expect_values(run_node(spec, {dy, x}, cpu_kernel_table())[0], {3, 0, 0, 0}, 0, 0, "tie");
+}
+
+TEST(PoolKernels, AutoPadAndColumnMajorIndices) {
+  const Tensor x = random_tensor({1, 1, 5, 4}, 4);
+  // SAME_UPPER with k 2, s 2: out ceil(5/2)=3 x 2, total pad 1 in H (at the end), 0 in W.
+  Case same{{1, 1, 5, 4}, {2, 2}, {2, 2}, {1, 1}, {0, 0, 1, 0}};
+  const Reference r = reference(same, x, nullptr);
+  const std::vector<Tensor> mp = run_node(
+      "MaxPool", {x},
+      {{"kernel_shape", ints({2, 2})}, {"strides", ints({2, 2})}, {"auto_pad", Attribute::of_string("SAME_UPPER")},
+       {"storage_order", Attribute::of_int(1)}},
+      2);
+  EXPECT_EQ(mp[0].dims(), r.dims);
+  expect_values(mp[0], r.max, 0, 0, "SAME_UPPER");
+  std::vector<double> column_major;
+  for (int64_t at : r.argmax) column_major.push_back(static_cast<double>(at % 4 * 5 + at / 4));
+  expect_values(mp[1], column_major, 0, 0, "column-major Indices");
+}
+
+TEST(PoolKernels, GlobalPools) {
+  const Tensor x = random_tensor({2, 3, 5, 7}, 5);
+  const Tensor avg = run_node("GlobalAveragePool", {x})[0];
+  const Tensor max = run_node("GlobalMaxPool", {x})[0];
+  EXPECT_EQ(avg.dims(), (std::vector<int64_t>{2, 3, 1, 1}));
+  std::vector<double> mean, top;
+  for (int64_t p = 0; p < 6; ++p) {
+    double s = 0, m = -1e30;
+    for (int64_t i = 0; i < 35; ++i) s += x.to_double(p * 35 + i), m = std::max(m, x.to_double(p * 35 + i));
+    mean.push_back(s / 35);
+    top.push_back(m);
+  }
+  expect_values(avg, mean, 1e-6, 1e-7, "GlobalAveragePool");
+  expect_values(max, top, 0, 0, "GlobalMaxPool");
+}
+
+TEST(PoolKernels, BadShapesNameTheNode) {
+  try {
+    run_node("MaxPool", {random_tensor({2, 3, 4}, 6)}, {{"kernel_shape", ints({2, 2})}});
+    FAIL() << "expected ShapeError";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("MaxPool"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("(2, 3, 4)"), std::string::npos) << e.what();
+  }
+  try {
+    run_node("AveragePool", {random_tensor({1, 1, 2, 2}, 7)}, {{"kernel_shape", ints({3, 3})}});
+    FAIL() << "expected ShapeError";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("AveragePool"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace trainrt
