@@ -26,11 +26,11 @@ from test_fused_optim import SHAPES, Tracked, clone_params, fill_grads, make_par
 RTOL = 1e-6
 
 
-def lamb_reference(opt: FusedLamb):
+def lamb_reference(opt: FusedLamb, checked=lambda p: True):
     """One FusedLamb step in float64 from the optimizer's state before it.
 
     Returns {param: (Tracked param, Tracked exp_avg, Tracked exp_avg_sq, trust ratio)} for every
-    parameter with a gradient."""
+    parameter with a gradient that is checked(param)."""
     grads = [p.grad for group in opt.param_groups for p in group["params"] if p.grad is not None]
     norm = math.sqrt(sum(g.double().pow(2).sum().item() for g in grads))
     max_grad_norm = opt.defaults["max_grad_norm"]
@@ -39,7 +39,7 @@ def lamb_reference(opt: FusedLamb):
     for group in opt.param_groups:
         lr, (beta1, beta2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
         for p in group["params"]:
-            if p.grad is None:
+            if p.grad is None or not checked(p):
                 continue
             state = opt.state[p]
             t = (state["step"].item() if "step" in state else 0) + 1
@@ -75,11 +75,14 @@ def run_parity(opt: FusedLamb, params, steps=100, grad_scale=1.0):
     ratios = []
     for step in range(1, steps + 1):
         fill_grads(params, step, scale=grad_scale)
-        expected = lamb_reference(opt)
+        # The 1M-element parameter is checked at steps 1-3 and every 25th (as the C++ tests).
+        expected = lamb_reference(opt, lambda p: p.numel() < 100_000 or step <= 3 or step % 25 == 0)
         opt.step()
         for p in params:
             s = opt.state[p]
             assert s["step"].dtype == torch.float32 and s["step"].item() == step
+            if p not in expected:
+                continue
             e = expected[p]
             where = f"shape {tuple(p.shape)} step {step}"
             assert_close(p, e[0], f"{where} param")
