@@ -1,12 +1,14 @@
-// trainrt._C.adam_step / sgd_step: the fused multi-tensor optimizer steps (optim/adam.h, optim/sgd.h)
-// run in place on the caller's arrays, for trainrt.optim.FusedAdam / FusedSGD.
+// trainrt._C.adam_step / sgd_step / lamb_step: the fused multi-tensor optimizer steps (optim/adam.h,
+// optim/sgd.h, optim/lamb.h) run in place on the caller's arrays, for trainrt.optim.FusedAdam /
+// FusedSGD / FusedLamb.
 //
 // One call covers a whole parameter group: every parameter, gradient and state buffer crosses as a
 // zero-copy DLPack view (torch tensors, numpy arrays), the engine's ParamSlots are built over those
 // views and the step runs on the thread pool with the GIL released. The step counts live in the
 // caller's 0-d f32 / f64 arrays (torch keeps state["step"] that way) and are incremented in place.
 // A state buffer passed as None is created by the step (zeros, or torch.optim.SGD's first-step
-// momentum buffer) and handed back as a numpy array that owns engine memory.
+// momentum buffer) and handed back as a numpy array that owns engine memory (bf16 as uint16 bits).
+// bf16 arrays cross as DLPack bfloat16 (torch tensors); the parameter's dtype is that of its array.
 //
 //   options = _C.AdamOptions(); options.lr = 1e-3; options.mode = _C.WeightDecayMode.DECOUPLED
 //   created = _C.adam_step(names, params, grads, steps, exp_avgs, exp_avg_sqs, max_exp_avg_sqs,
@@ -28,6 +30,7 @@
 #include "trainrt/core/error.h"
 #include "trainrt/optim/adam.h"
 #include "trainrt/optim/grad_ops.h"
+#include "trainrt/optim/lamb.h"
 #include "trainrt/optim/sgd.h"
 
 namespace nb = nanobind;
@@ -187,6 +190,42 @@ void bind_optim(nb::module_& m) {
       "One Adam step over a parameter group, in place. State buffers given as None are created and "
       "returned as [exp_avgs, exp_avg_sqs, max_exp_avg_sqs] (None where the given array was used).");
 
+  nb::class_<LambOptions>(m, "LambOptions")
+      .def(nb::init<>())
+      .def_rw("lr", &LambOptions::lr)
+      .def_rw("beta1", &LambOptions::beta1)
+      .def_rw("beta2", &LambOptions::beta2)
+      .def_rw("eps", &LambOptions::eps)
+      .def_rw("weight_decay", &LambOptions::weight_decay)
+      .def_rw("bias_correction", &LambOptions::bias_correction)
+      .def_rw("adam_w_mode", &LambOptions::adam_w_mode)
+      .def_rw("use_nvlamb", &LambOptions::use_nvlamb);
+
+  m.def(
+      "lamb_step",
+      [](const std::vector<std::string>& names, const std::vector<AnyArray>& params,
+         const std::vector<AnyArray>& grads, const std::vector<AnyArray>& steps,
+         const std::vector<nb::object>& exp_avgs, const std::vector<nb::object>& exp_avg_sqs,
+         const LambOptions& options, float grad_scale) {
+        GroupViews views(names, params, grads, steps, /*with_steps=*/true);
+        views.bind_state(exp_avgs, &OptimizerState::exp_avg, "exp_avg buffers");
+        views.bind_state(exp_avg_sqs, &OptimizerState::exp_avg_sq, "exp_avg_sq buffers");
+        {
+          nb::gil_scoped_release release;
+          lamb_step(views.slots(), options, grad_scale);
+        }
+        views.write_steps();
+        nb::list created;
+        created.append(views.created(exp_avgs, &OptimizerState::exp_avg));
+        created.append(views.created(exp_avg_sqs, &OptimizerState::exp_avg_sq));
+        return created;
+      },
+      nb::arg("names"), nb::arg("params"), nb::arg("grads"), nb::arg("steps"), nb::arg("exp_avgs"),
+      nb::arg("exp_avg_sqs"), nb::arg("options"), nb::arg("grad_scale") = 1.f,
+      "One LAMB step over a parameter group, in place (the global gradient clip folded into "
+      "grad_scale by the caller). State buffers given as None are created and returned as "
+      "[exp_avgs, exp_avg_sqs] (None where the given array was used).");
+
   m.def(
       "sgd_step",
       [](const std::vector<std::string>& names, const std::vector<AnyArray>& params,
@@ -220,7 +259,8 @@ void bind_optim(nb::module_& m) {
       },
       nb::arg("names"), nb::arg("grads"), nb::arg("inv_scale"),
       "(norm, found_inf): the global L2 norm of the gradients times inv_scale and whether any element "
-      "is inf or NaN, from one threaded pass over the gradients (f32). The gradients are not changed.");
+      "is inf or NaN, from one threaded pass over the gradients (f32, f16, bf16). The gradients are not "
+      "changed.");
 
   m.def(
       "scale_grads",

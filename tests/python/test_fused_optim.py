@@ -520,7 +520,7 @@ def assert_untouched_after(opt, params, exc, match):
     assert all(len(opt.state[p]) == 0 for p in params)
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("dtype", [torch.float64])  # f16 / bf16: test_fused_optim_16bit.py
 @pytest.mark.parametrize("cls", [FusedAdam, FusedSGD])
 def test_unsupported_dtype_names_the_parameter(cls, dtype):
     good = torch.nn.Parameter(torch.ones(4))

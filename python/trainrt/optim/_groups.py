@@ -1,9 +1,10 @@
-"""What a fused optimizer step hands the engine for one parameter group (shared by FusedAdam, FusedSGD).
+"""What a fused optimizer step hands the engine for one parameter group (FusedAdam, FusedSGD, FusedLamb).
 
 The engine's kernels run in place on zero-copy views of the torch tensors, so everything the views
 cannot express is refused here, before any tensor changes, with the group, index, shape and dtype of
 the parameter in the message: a sparse gradient, a tensor off the CPU, a dtype other than float32,
-a non-contiguous parameter.
+float16 and bfloat16 (the engine computes in f32 and stores 16-bit values rounded to nearest even;
+float64 is refused rather than silently computed in f32), a non-contiguous parameter.
 
     names, params, grads, indices = params_with_grads("FusedAdam", group_index, group)
     _C.adam_step(names, params, grads, [view(s["step"]) for s in states], ...)
@@ -19,6 +20,10 @@ import torch
 from torch.utils.dlpack import to_dlpack
 
 
+# Parameter dtypes the engine's optimizer kernels run (math in f32, state in the parameter's dtype).
+SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
 def describe(group_index: int, index: int, p: torch.Tensor) -> str:
     return f"parameter {index} of param_groups[{group_index}] ({p.dtype}, shape {tuple(p.shape)})"
 
@@ -30,14 +35,14 @@ def params_with_grads(optimizer: str, group_index: int, group: dict):
     parameters and gradients (same storage), and each one's index in group["params"].
     """
     names, params, grads, indices = [], [], [], []
-    f32, strided = torch.float32, torch.strided
+    strided = torch.strided
     for i, p in enumerate(group["params"]):
         g = p.grad
         if g is None:
             continue
         # One cheap test for the common case; the detailed one only to word the error.
-        if not (p.dtype is f32 and g.dtype is f32 and g.layout is strided and p.is_cpu and g.is_cpu
-                and p.is_contiguous()):
+        if not (p.dtype in SUPPORTED_DTYPES and g.dtype is p.dtype and g.layout is strided and p.is_cpu
+                and g.is_cpu and p.is_contiguous()):
             _refuse(optimizer, group_index, i, p, g)
         names.append(f"param_groups[{group_index}][{i}]")
         params.append(to_dlpack(p.detach()))
@@ -54,9 +59,9 @@ def _refuse(optimizer: str, group_index: int, i: int, p: torch.Tensor, g: torch.
     if not (p.is_cpu and g.is_cpu):
         raise ValueError(f"{optimizer} runs on the CPU: {describe(group_index, i, p)} is on {p.device} "
                          f"(gradient on {g.device})")
-    if p.dtype != torch.float32 or g.dtype != torch.float32:
-        raise TypeError(f"{optimizer} supports float32 parameters and gradients only: "
-                        f"{describe(group_index, i, p)} has a {g.dtype} gradient")
+    if p.dtype not in SUPPORTED_DTYPES or g.dtype != p.dtype:
+        raise TypeError(f"{optimizer} supports float32, float16 and bfloat16 parameters with gradients of "
+                        f"the same dtype: {describe(group_index, i, p)} has a {g.dtype} gradient")
     raise ValueError(f"{optimizer} updates parameters in place and needs them contiguous: "
                      f"{describe(group_index, i, p)} has strides {p.stride()}")
 
@@ -78,14 +83,17 @@ def state_view(state: dict, key: str):
 
 
 def adopt(created, states: list[dict], key: str) -> None:
-    """Stores the buffers the engine created (numpy arrays over engine memory) as torch tensors."""
+    """Stores the buffers the engine created (numpy arrays over engine memory) as torch tensors.
+
+    A bf16 buffer comes as uint16 bits (numpy has no bfloat16); no parameter is uint16."""
     for array, state in zip(created, states):
         if array is not None:
-            state[key] = torch.from_numpy(array)
+            t = torch.from_numpy(array)
+            state[key] = t.view(torch.bfloat16) if t.dtype == torch.uint16 else t
 
 
 class FusedOptimizer(torch.optim.Optimizer):
-    """What FusedAdam and FusedSGD share: step() runs one engine call per group (_step_group)."""
+    """What FusedAdam, FusedSGD and FusedLamb share: step() runs one engine call per group (_step_group)."""
 
     # FP16_Optimizer hands the loss-scale / clip factor to step(grad_scale=...) rather than
     # rescaling the gradients in a pass of its own.

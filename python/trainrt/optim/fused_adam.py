@@ -10,7 +10,9 @@ what torch.optim.Adam keeps, under the same names and types ("step" a 0-d float3
 "exp_avg_sq", "max_exp_avg_sq" with amsgrad), so a FusedAdam state_dict loads into torch.optim.AdamW
 (or Adam) and theirs into FusedAdam. The step reads and writes each element of p, g, m, v once
 (28 bytes per parameter), vectorized and spread over the engine's threads, in place on the torch
-tensors. Parameters and gradients must be float32, contiguous and on the CPU.
+tensors. Parameters must be contiguous and on the CPU, float32, float16 or bfloat16 (gradients of the
+same dtype); 16-bit parameters keep their state in their dtype and step in f32 with one rounding per
+stored value, as torch.optim.AdamW(fused=True) does (see tests/python/test_fused_optim_16bit.py).
 """
 
 from __future__ import annotations

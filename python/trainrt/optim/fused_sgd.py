@@ -5,7 +5,8 @@
 
 A drop-in torch.optim.Optimizer with torch.optim.SGD's options, update and state ("momentum_buffer"
 when momentum != 0, created on a parameter's first step as buf = grad), so state_dicts load both
-ways. Parameters and gradients must be float32, contiguous and on the CPU.
+ways. Parameters must be contiguous and on the CPU, float32, float16 or bfloat16 (state in their dtype,
+math in f32, as torch.optim.SGD(fused=True)).
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
 #include "trainrt/optim/adam.h"
 
+#include <array>
 #include <cmath>
 #include <vector>
 
 #include "trainrt/core/error.h"
+#include "trainrt/optim/f32_blocks.h"
 #include "trainrt/optim/multi_tensor.h"
 #include "trainrt/optim/optim_math.h"
 #include "trainrt/optim/param_checks.h"
@@ -80,16 +82,20 @@ void adam_step(std::span<const ParamSlot> slots, const AdamOptions& options, flo
 
   MultiTensorPlan(slot_numels(slots)).run([&](int64_t, const TensorSegment& seg) {
     const ParamSlot& s = slots[static_cast<size_t>(seg.tensor)];
-    const int64_t b = seg.begin, n = seg.end - seg.begin;
-    float* p = s.param.data<float>() + b;
-    const float* g = s.grad.data<float>() + b;
-    float* m = s.state.exp_avg.data<float>() + b;
-    float* v = s.state.exp_avg_sq.data<float>() + b;
     const AdamCoefficients& c = coefficients[static_cast<size_t>(seg.tensor)];
-    if (options.amsgrad)
-      adam_amsgrad_update(p, g, m, v, s.state.max_exp_avg_sq.data<float>() + b, n, c);
-    else
-      adam_update(p, g, m, v, n, c);
+    const int64_t b = seg.begin;
+    visit_param_dtype(s.param.dtype(), [&]<typename T>() {
+      T* v_max = options.amsgrad ? s.state.max_exp_avg_sq.data<T>() + b : nullptr;
+      const std::array<T*, 5> arrays{s.param.data<T>() + b, s.grad.data<T>() + b, s.state.exp_avg.data<T>() + b,
+                                     s.state.exp_avg_sq.data<T>() + b, v_max};
+      with_f32_blocks<T>(seg.end - b, arrays, {true, false, true, true, true},
+                         [&](const std::array<float*, 5>& a, int64_t n) {
+                           if (options.amsgrad)
+                             adam_amsgrad_update(a[0], a[1], a[2], a[3], a[4], n, c);
+                           else
+                             adam_update(a[0], a[1], a[2], a[3], n, c);
+                         });
+    });
   });
   for (const ParamSlot& s : slots) ++s.state.step;
 }

@@ -51,8 +51,10 @@ void validate(const AdamOptions& options);
 
 // One step on every slot, in place: param, and state (exp_avg, exp_avg_sq, max_exp_avg_sq with
 // amsgrad, step). Every gradient is multiplied by grad_scale first (a clip or loss-scale
-// coefficient folded into the same pass). Throws before changing anything: UnsupportedOp for a
-// dtype other than f32 and ShapeError for mismatched gradient or state shapes, naming the parameter.
+// coefficient folded into the same pass). f32, f16 and bf16 parameters; gradient and state have the
+// parameter's dtype, and 16-bit ones are computed in f32 and rounded once on store (f32_blocks.h),
+// as torch.optim.AdamW(fused=True) does. Throws before changing anything: UnsupportedOp for another
+// dtype and ShapeError for mismatched gradient or state shapes, naming the parameter.
 void adam_step(std::span<const ParamSlot> slots, const AdamOptions& options, float grad_scale = 1.f);
 
 }  // namespace trainrt

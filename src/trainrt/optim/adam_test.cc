@@ -39,9 +39,8 @@ void load_state(AdamState& out, const Tensor& param, const OptimizerState& s) {
 void reference_step(AdamState& s, int64_t t, const Tensor& grad, const AdamOptions& o, double grad_scale) {
   const double bc1 = o.bias_correction ? 1 - std::pow(o.beta1, double(t)) : 1.0;
   const double bc2 = o.bias_correction ? 1 - std::pow(o.beta2, double(t)) : 1.0;
-  const float* g = grad.data<float>();
   for (size_t i = 0; i < s.p.size(); ++i) {
-    Tracked gi = Tracked(g[i]) * grad_scale;
+    Tracked gi = Tracked(grad.to_double(static_cast<int64_t>(i))) * grad_scale;
     Tracked& p = s.p[i];
     if (o.mode == WeightDecayMode::kL2) gi = gi + o.weight_decay * p;
     if (o.mode == WeightDecayMode::kDecoupled) p = p * (1 - o.lr * o.weight_decay);
@@ -58,12 +57,12 @@ void reference_step(AdamState& s, int64_t t, const Tensor& grad, const AdamOptio
   }
 }
 
-// Runs 100 steps of adam_step on all reference shapes, one call per step, and checks every step
-// of every parameter (of the 1M-element one: steps 1-3 and every 25th) against one reference
+// Runs 100 steps of adam_step on all reference shapes stored as `dtype`, one call per step, and
+// checks every step of every parameter (of the 1M-element one: steps 1-3 and every 25th) against one reference
 // step from the same starting state. (Comparing whole
 // trajectories instead would measure how f32 storage rounding drifts, not the step.)
-void check_against_reference(const AdamOptions& options, float grad_scale = 1.f) {
-  OptimProblem problem(kReferenceShapes, 11);
+void check_against_reference(const AdamOptions& options, float grad_scale = 1.f, DType dtype = DType::kF32) {
+  OptimProblem problem(kReferenceShapes, 11, dtype);
   const std::vector<ParamSlot> slots = problem.slots();
   std::vector<AdamState> expected(slots.size());
   double worst = 0;
@@ -176,6 +175,17 @@ TEST(AdamTest, FusedClipMatchesClipThenStep) {
     expect_close_to(fused.params[i], to_doubles(clipped.params[i]), 1e-6, fused.names[i]);
 }
 
+// 16-bit parameters: state in the parameter's dtype, math in f32 on the widened values, each stored
+// value the f32 result rounded to nearest even (expect_close_to allows half an ulp of the dtype and
+// no more, so truncation or a double rounding fails), as torch.optim.AdamW(fused=True) computes.
+TEST(AdamTest, Bf16AndF16ComputeInF32AndRoundOnStore) {
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(std::string(dtype_name(dtype)));
+    check_against_reference(AdamOptions::adamw(), 1.f, dtype);
+    check_against_reference(with(WeightDecayMode::kL2, 0.1, /*amsgrad=*/true), 0.5f, dtype);
+  }
+}
+
 TEST(AdamTest, LoadedStateWithWrongShapeThrowsNamingBuffer) {
   OptimProblem problem({{4}}, 1);
   problem.states[0].exp_avg = Tensor::zeros(DType::kF32, {5});
@@ -189,14 +199,14 @@ TEST(AdamTest, LoadedStateWithWrongShapeThrowsNamingBuffer) {
 }
 
 TEST(AdamTest, UnsupportedDtypeNamesParameter) {
-  Tensor p = Tensor::zeros(DType::kF16, {2, 2}), g = Tensor::zeros(DType::kF16, {2, 2});
+  Tensor p = Tensor::zeros(DType::kF64, {2, 2}), g = Tensor::zeros(DType::kF64, {2, 2});
   OptimizerState s;
   std::vector<ParamSlot> slots{{"ln.bias", p, g, s}};
   try {
     adam_step(slots, AdamOptions{});
     FAIL() << "expected UnsupportedOp";
   } catch (const UnsupportedOp& e) {
-    EXPECT_NE(std::string(e.what()).find("'ln.bias' is f16(2, 2)"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'ln.bias' is f64(2, 2)"), std::string::npos) << e.what();
   }
 }
 

@@ -1,5 +1,6 @@
 #include "trainrt/optim/grad_ops.h"
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -7,6 +8,7 @@
 #include "trainrt/core/error.h"
 #include "trainrt/core/shape.h"
 #include "trainrt/core/thread_pool.h"
+#include "trainrt/optim/f32_blocks.h"
 #include "trainrt/optim/multi_tensor.h"
 #include "trainrt/optim/optim_math.h"
 #include "trainrt/optim/param_checks.h"
@@ -32,8 +34,13 @@ double sum_of_squares(std::span<const ParamSlot> slots, std::string_view caller)
   const MultiTensorPlan plan = grad_plan(slots, caller);
   std::vector<double> partial(static_cast<size_t>(plan.num_tasks()), 0.0);
   plan.run([&](int64_t task, const TensorSegment& seg) {
-    const float* g = slots[static_cast<size_t>(seg.tensor)].grad.data<float>();
-    partial[static_cast<size_t>(task)] += sum_squares(g + seg.begin, seg.end - seg.begin);
+    Tensor& grad = slots[static_cast<size_t>(seg.tensor)].grad;
+    visit_param_dtype(grad.dtype(), [&]<typename T>() {
+      with_f32_blocks<T>(seg.end - seg.begin, std::array<T*, 1>{grad.data<T>() + seg.begin}, {false},
+                         [&](const std::array<float*, 1>& g, int64_t n) {
+                           partial[static_cast<size_t>(task)] += sum_squares(g[0], n);
+                         });
+    });
   });
   double total = 0;
   for (double p : partial) total += p;
@@ -52,8 +59,11 @@ GradNormCheck unscaled_grad_norm(std::span<const ParamSlot> slots, double inv_sc
 
 void scale_grads(std::span<const ParamSlot> slots, float scale) {
   grad_plan(slots, "scale_grads").run([&](int64_t, const TensorSegment& seg) {
-    float* g = slots[static_cast<size_t>(seg.tensor)].grad.data<float>();
-    scale_in_place(g + seg.begin, seg.end - seg.begin, scale);
+    Tensor& grad = slots[static_cast<size_t>(seg.tensor)].grad;
+    visit_param_dtype(grad.dtype(), [&]<typename T>() {
+      with_f32_blocks<T>(seg.end - seg.begin, std::array<T*, 1>{grad.data<T>() + seg.begin}, {true},
+                         [&](const std::array<float*, 1>& g, int64_t n) { scale_in_place(g[0], n, scale); });
+    });
   });
 }
 

@@ -24,7 +24,8 @@ namespace trainrt {
 
 // sqrt(sum of g^2 over every element of every slot's grad), the squares summed in double per
 // piece and the pieces in a fixed order (the result does not depend on thread timing). Inf or NaN
-// gradients give an inf or NaN norm. UnsupportedOp naming the parameter for a non-f32 gradient.
+// gradients give an inf or NaN norm. f32, f16 and bf16 gradients (16-bit ones widened exactly);
+// UnsupportedOp naming the parameter for another dtype.
 double grad_norm(std::span<const ParamSlot> slots);
 
 // torch.nn.utils.clip_grad_norm_'s coefficient: min(1, max_norm / (norm + 1e-6)), NaN when norm
@@ -45,7 +46,8 @@ struct GradNormCheck {
 };
 GradNormCheck unscaled_grad_norm(std::span<const ParamSlot> slots, double inv_scale);
 
-// g = g * scale for every slot's gradient, in place, spread over the thread pool (f32 only).
+// g = g * scale for every slot's gradient, in place, spread over the thread pool (f32, or f16 / bf16
+// computed in f32 and rounded to nearest even).
 void scale_grads(std::span<const ParamSlot> slots, float scale);
 
 // grad_acc += grad, elementwise (f32, same dims; ShapeError / UnsupportedOp naming `name`).

@@ -43,6 +43,13 @@ class MultiTensorPlan {
         static_cast<size_t>(task_starts_[static_cast<size_t>(t) + 1] - task_starts_[static_cast<size_t>(t)]));
   }
 
+  // All segments, task by task in order: results kept per segment (indexed by index_of) and then
+  // combined in this order do not depend on thread timing.
+  int64_t num_segments() const { return static_cast<int64_t>(segments_.size()); }
+  const TensorSegment& segment(int64_t i) const { return segments_[static_cast<size_t>(i)]; }
+  // The index of a segment handed out by task() or run().
+  int64_t index_of(const TensorSegment& s) const { return &s - segments_.data(); }
+
   // Calls fn(task_index, segment) for every segment; tasks run in parallel on
   // ThreadPool::global(), the segments of one task in order on one thread.
   template <typename Fn>

@@ -71,6 +71,58 @@ TRAINRT_SIMD_CLONES void adam_amsgrad_update(float* p, const float* g, float* m,
   adam_body<true>(p, g, m, v, v_max, n, c);
 }
 
+namespace {
+
+// LAMB's update direction u for one element, one definition for lamb_norms and lamb_apply.
+[[gnu::always_inline]] inline float lamb_update(float p, float m, float v, const LambCoefficients& c) {
+  return (m / c.bias_correction1) / (std::sqrt(v / c.bias_correction2) + c.eps) + c.decoupled * p;
+}
+
+}  // namespace
+
+TRAINRT_SIMD_CLONES void lamb_moments(const float* __restrict p, const float* __restrict g, float* __restrict m,
+                                      float* __restrict v, int64_t n, const LambCoefficients& c) {
+  const float grad_scale = c.grad_scale, l2 = c.l2, beta1 = c.beta1, beta1_weight = c.beta1_weight;
+  const float beta2 = c.beta2, one_minus_beta2 = c.one_minus_beta2;
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i] * grad_scale + l2 * p[i];
+    m[i] = m[i] * beta1 + beta1_weight * gi;
+    v[i] = v[i] * beta2 + one_minus_beta2 * gi * gi;
+  }
+}
+
+TRAINRT_SIMD_CLONES LambSums lamb_norms(const float* __restrict p, const float* __restrict m,
+                                        const float* __restrict v, int64_t n, const LambCoefficients& c) {
+  const LambCoefficients k = c;
+  // Independent double lanes, as in sum_squares, so the loop vectorizes without reassociation.
+  constexpr int kLanes = 8;
+  double p_acc[kLanes] = {}, u_acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) {
+      const double pj = p[i + j], uj = lamb_update(p[i + j], m[i + j], v[i + j], k);
+      p_acc[j] += pj * pj;
+      u_acc[j] += uj * uj;
+    }
+  LambSums sums;
+  for (; i < n; ++i) {
+    const double pi = p[i], ui = lamb_update(p[i], m[i], v[i], k);
+    sums.param_sq += pi * pi;
+    sums.update_sq += ui * ui;
+  }
+  for (int j = 0; j < kLanes; ++j) {
+    sums.param_sq += p_acc[j];
+    sums.update_sq += u_acc[j];
+  }
+  return sums;
+}
+
+TRAINRT_SIMD_CLONES void lamb_apply(float* __restrict p, const float* __restrict m, const float* __restrict v,
+                                    int64_t n, const LambCoefficients& c, float neg_step) {
+  const LambCoefficients k = c;
+  for (int64_t i = 0; i < n; ++i) p[i] = p[i] + neg_step * lamb_update(p[i], m[i], v[i], k);
+}
+
 TRAINRT_SIMD_CLONES double sum_squares(const float* x, int64_t n) {
   // Two 512-bit registers of double lanes: independent chains hide the add latency.
   constexpr int kLanes = 16;

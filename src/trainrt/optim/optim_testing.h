@@ -44,9 +44,10 @@ inline float hashed_uniform(uint64_t seed, uint64_t step, uint64_t index) {
   return static_cast<float>(static_cast<double>(z >> 40) / static_cast<double>(1ull << 23) - 1.0);
 }
 
-// Parameters (f32, values in [-1, 1)), their gradients and optimizer states. The gradients of a
-// step have a magnitude that changes from step to step (1e-4 .. 3), so moments of very different
-// sizes and the eps term are exercised; about 1 in 16 entries is exactly zero.
+// Parameters (values in [-1, 1)), their gradients and optimizer states, stored as `dtype` (f32,
+// f16 or bf16; the values are rounded to it). The gradients of a step have a magnitude that changes
+// from step to step (1e-4 .. 3), so moments of very different sizes and the eps term are
+// exercised; about 1 in 16 entries is exactly zero.
 struct OptimProblem {
   std::vector<std::string> names;
   std::vector<Tensor> params;
@@ -54,13 +55,14 @@ struct OptimProblem {
   std::vector<OptimizerState> states;
   uint64_t seed;
 
-  OptimProblem(const std::vector<std::vector<int64_t>>& shapes, uint64_t problem_seed) : seed(problem_seed) {
+  OptimProblem(const std::vector<std::vector<int64_t>>& shapes, uint64_t problem_seed, DType dtype = DType::kF32)
+      : seed(problem_seed) {
     for (size_t i = 0; i < shapes.size(); ++i) {
       names.push_back(std::string("p").append(std::to_string(i)));
-      params.push_back(Tensor::empty(DType::kF32, shapes[i]));
-      grads.push_back(Tensor::empty(DType::kF32, shapes[i]));
-      float* p = params.back().data<float>();
-      for (int64_t j = 0; j < params.back().numel(); ++j) p[j] = hashed_uniform(seed, 0, i * 10'000'000 + j);
+      params.push_back(Tensor::empty(dtype, shapes[i]));
+      grads.push_back(Tensor::empty(dtype, shapes[i]));
+      for (int64_t j = 0; j < params.back().numel(); ++j)
+        store(params.back(), j, hashed_uniform(seed, 0, i * 10'000'000 + j));
     }
     states.resize(shapes.size());
   }
@@ -68,13 +70,22 @@ struct OptimProblem {
   void fill_grads(int step) {
     const double magnitude = std::pow(10.0, -4.0 + 4.5 * (0.5 + 0.5 * hashed_uniform(seed, step, 0)));
     for (size_t i = 0; i < grads.size(); ++i) {
-      float* g = grads[i].data<float>();
       for (int64_t j = 0; j < grads[i].numel(); ++j) {
         const uint64_t index = i * 10'000'000 + j;
         const float u = hashed_uniform(seed + 1, step, index);
-        g[j] = (index * 2654435761u + step) % 16 == 0 ? 0.f : static_cast<float>(u * magnitude);
+        store(grads[i], j, (index * 2654435761u + step) % 16 == 0 ? 0.f : static_cast<float>(u * magnitude));
       }
     }
+  }
+
+  // t[j] = value, rounded to nearest even for 16-bit t.
+  static void store(Tensor& t, int64_t j, float value) {
+    if (t.dtype() == DType::kF16)
+      t.data<Half>()[j].bits = f32_to_f16(value);
+    else if (t.dtype() == DType::kBF16)
+      t.data<BFloat16>()[j].bits = f32_to_bf16(value);
+    else
+      t.data<float>()[j] = value;
   }
 
   std::vector<ParamSlot> slots() {
@@ -110,11 +121,23 @@ inline Tracked max(Tracked a, Tracked b) { return a.value >= b.value ? a : b; }
 inline void load_tracked(std::vector<Tracked>& out, const Tensor& t, int64_t numel) {
   out.resize(static_cast<size_t>(numel));
   for (int64_t i = 0; i < numel; ++i)
-    out[static_cast<size_t>(i)] = t.defined() ? Tracked(t.data<float>()[i]) : Tracked(0.0);
+    out[static_cast<size_t>(i)] = t.defined() ? Tracked(t.to_double(i)) : Tracked(0.0);
 }
 
-// Expects |actual - expected.value| <= rtol * expected.magnitude elementwise and returns the
-// largest such relative error seen. Magnitudes below the smallest normal f32 count as that value:
+// Half the spacing of the values of `dtype` around x (0 for f32, whose rounding the rtol of a
+// comparison covers): the error that rounding an f32 result to 16-bit storage adds.
+inline double half_ulp(DType dtype, double x) {
+  if (dtype != DType::kF16 && dtype != DType::kBF16) return 0;
+  const int mantissa_bits = dtype == DType::kF16 ? 10 : 7;
+  const int min_exponent = dtype == DType::kF16 ? -14 : -126;  // below: subnormals, fixed spacing
+  int e = 0;
+  std::frexp(x, &e);  // |x| in [2^(e-1), 2^e)
+  return std::ldexp(1.0, std::max(e - 1, min_exponent) - mantissa_bits - 1);
+}
+
+// Expects |actual - expected.value| <= rtol * expected.magnitude + half_ulp(actual) elementwise
+// (a result within rtol before it was rounded to 16-bit storage) and returns the largest relative
+// error seen, the rounding excluded. Magnitudes below the smallest normal f32 count as that value:
 // f32 subnormals carry fewer significant bits.
 inline double expect_close_to(const Tensor& actual, const std::vector<Tracked>& expected, double rtol,
                               const std::string& what) {
@@ -122,9 +145,9 @@ inline double expect_close_to(const Tensor& actual, const std::vector<Tracked>& 
   double worst = 0;
   int reported = 0;
   for (size_t i = 0; i < expected.size(); ++i) {
-    const double a = actual.data<float>()[i];
+    const double a = actual.to_double(static_cast<int64_t>(i));
     const double scale = std::max<double>(expected[i].magnitude, std::numeric_limits<float>::min());
-    const double err = std::abs(a - expected[i].value) / scale;
+    const double err = std::max(0.0, std::abs(a - expected[i].value) - half_ulp(actual.dtype(), a)) / scale;
     worst = std::max(worst, err);
     if (!(err <= rtol) && reported++ < 5)
       ADD_FAILURE() << what << " element " << i << ": got " << a << ", expected " << expected[i].value
@@ -143,7 +166,7 @@ inline void expect_close_to(const Tensor& actual, const std::vector<double>& exp
 // A tensor's values as doubles.
 inline std::vector<double> to_doubles(const Tensor& t) {
   std::vector<double> out(static_cast<size_t>(t.numel()));
-  for (int64_t i = 0; i < t.numel(); ++i) out[static_cast<size_t>(i)] = t.data<float>()[i];
+  for (int64_t i = 0; i < t.numel(); ++i) out[static_cast<size_t>(i)] = t.to_double(i);
   return out;
 }
 

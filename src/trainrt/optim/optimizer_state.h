@@ -17,8 +17,9 @@
 
 namespace trainrt {
 
-// What torch.optim keeps in optimizer.state[p]. Buffers have the parameter's dims and are f32
-// (also for 16-bit parameters, whose math runs in f32); a buffer an optimizer does not use stays
+// What torch.optim keeps in optimizer.state[p]. Buffers have the parameter's dims and dtype, as
+// torch keeps them (torch.zeros_like(param)): a bf16 parameter has bf16 moments, and the step's
+// math runs in f32 on widened values (f32_blocks.h). A buffer an optimizer does not use stays
 // undefined. Buffers are allocated (zeroed) by the first step that needs them, as torch does.
 struct OptimizerState {
   int64_t step = 0;        // steps taken on this parameter (torch's state["step"])

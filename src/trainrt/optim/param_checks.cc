@@ -5,36 +5,42 @@
 
 namespace trainrt {
 
+namespace {
+bool is_optimizer_dtype(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
+}  // namespace
+
 void check_param_and_grad(const ParamSlot& slot, std::string_view caller) {
-  if (slot.param.dtype() != DType::kF32)
+  if (!is_optimizer_dtype(slot.param.dtype()))
     throw UnsupportedOp(fmt(caller, ": parameter '", slot.name, "' is ", describe(slot.param),
-                            "; supported parameter dtypes: f32"));
-  check_grad(slot, caller);
+                            "; supported parameter dtypes: f32, f16, bf16"));
+  if (slot.grad.dtype() != slot.param.dtype())
+    throw UnsupportedOp(fmt(caller, ": gradient of parameter '", slot.name, "' is ", describe(slot.grad),
+                            ", expected the parameter's dtype (", describe(slot.param), ")"));
   if (slot.grad.dims() != slot.param.dims())
     throw ShapeError(fmt(caller, ": gradient of parameter '", slot.name, "' is ", describe(slot.grad),
                          ", expected the parameter's shape ", to_string(slot.param.dims())));
 }
 
 void check_grad(const ParamSlot& slot, std::string_view caller) {
-  if (slot.grad.dtype() != DType::kF32)
+  if (!is_optimizer_dtype(slot.grad.dtype()))
     throw UnsupportedOp(fmt(caller, ": gradient of parameter '", slot.name, "' is ", describe(slot.grad),
-                            "; supported gradient dtypes: f32"));
+                            "; supported gradient dtypes: f32, f16, bf16"));
 }
 
 void StateBuffers::require(Tensor& buffer, const ParamSlot& slot, std::string_view caller,
                            std::string_view buffer_name) {
   if (!buffer.defined()) {
     missing_.emplace_back(&buffer, &slot.param);
-  } else if (buffer.dtype() != DType::kF32 || buffer.dims() != slot.param.dims()) {
+  } else if (buffer.dtype() != slot.param.dtype() || buffer.dims() != slot.param.dims()) {
     throw ShapeError(fmt(caller, ": state '", buffer_name, "' of parameter '", slot.name, "' is ",
-                         describe(buffer), ", expected f32", to_string(slot.param.dims())));
+                         describe(buffer), ", expected the parameter's ", describe(slot.param)));
   }
 }
 
 void StateBuffers::allocate() {
   std::vector<Tensor> fresh;
   fresh.reserve(missing_.size());
-  for (const auto& [buffer, param] : missing_) fresh.push_back(Tensor::zeros(DType::kF32, param->dims()));
+  for (const auto& [buffer, param] : missing_) fresh.push_back(Tensor::zeros(param->dtype(), param->dims()));
   for (size_t i = 0; i < missing_.size(); ++i) *missing_[i].first = std::move(fresh[i]);
   missing_.clear();
 }

@@ -20,20 +20,22 @@
 
 namespace trainrt {
 
-// Throws UnsupportedOp unless param and grad have a dtype `caller` runs (f32 today; the message
-// names the parameter and its dtype), ShapeError unless grad has the param's dims.
+// Throws UnsupportedOp when the parameter is not f32, f16 or bf16 or the gradient's dtype is not
+// the parameter's (torch's rule for .grad), ShapeError when the gradient's dims are not the
+// parameter's; the messages name the parameter and give dtypes and shapes.
 void check_param_and_grad(const ParamSlot& slot, std::string_view caller);
 
-// Throws UnsupportedOp unless the gradient has a dtype `caller` runs (for grad-only calls).
+// Throws UnsupportedOp unless the gradient is f32, f16 or bf16 (for grad-only calls).
 void check_grad(const ParamSlot& slot, std::string_view caller);
 
 // The state buffers one call needs. require() checks a defined buffer (e.g. one loaded from a
 // checkpoint) against the parameter and notes an undefined one; allocate() then creates all the
-// noted buffers as f32 zeros with the parameter's dims (torch initializes its state lazily the
-// same way), or none when an allocation fails, so a failed call leaves every state as it was.
+// noted buffers as zeros of the parameter's dtype and dims (torch initializes its state lazily the
+// same way, torch.zeros_like(param)), or none when an allocation fails, so a failed call leaves
+// every state as it was.
 class StateBuffers {
  public:
-  // ShapeError naming the parameter and buffer when a defined buffer is not f32 of param's dims.
+  // ShapeError naming the parameter and buffer when a defined buffer has not the param's dtype and dims.
   void require(Tensor& buffer, const ParamSlot& slot, std::string_view caller, std::string_view buffer_name);
   void allocate();
 

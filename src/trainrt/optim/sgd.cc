@@ -1,8 +1,10 @@
 #include "trainrt/optim/sgd.h"
 
+#include <array>
 #include <vector>
 
 #include "trainrt/core/error.h"
+#include "trainrt/optim/f32_blocks.h"
 #include "trainrt/optim/multi_tensor.h"
 #include "trainrt/optim/optim_math.h"
 #include "trainrt/optim/param_checks.h"
@@ -55,14 +57,18 @@ void sgd_step(std::span<const ParamSlot> slots, const SgdOptions& options, float
 
   MultiTensorPlan(slot_numels(slots)).run([&](int64_t, const TensorSegment& seg) {
     const ParamSlot& s = slots[static_cast<size_t>(seg.tensor)];
-    float* p = s.param.data<float>() + seg.begin;
-    const float* g = s.grad.data<float>() + seg.begin;
-    const int64_t n = seg.end - seg.begin;
     const SgdCoefficients& c = coefficients[static_cast<size_t>(seg.tensor)];
-    if (use_momentum)
-      sgd_momentum_update(p, g, s.state.momentum_buffer.data<float>() + seg.begin, n, c);
-    else
-      sgd_update(p, g, n, c);
+    const int64_t b = seg.begin;
+    visit_param_dtype(s.param.dtype(), [&]<typename T>() {
+      T* buf = use_momentum ? s.state.momentum_buffer.data<T>() + b : nullptr;
+      const std::array<T*, 3> arrays{s.param.data<T>() + b, s.grad.data<T>() + b, buf};
+      with_f32_blocks<T>(seg.end - b, arrays, {true, false, true}, [&](const std::array<float*, 3>& a, int64_t n) {
+        if (use_momentum)
+          sgd_momentum_update(a[0], a[1], a[2], n, c);
+        else
+          sgd_update(a[0], a[1], n, c);
+      });
+    });
   });
   for (const ParamSlot& s : slots) ++s.state.step;
 }

@@ -38,8 +38,10 @@ void validate(const SgdOptions& options);
 
 // One step on every slot, in place: param, and state (momentum_buffer, step). Every gradient is
 // multiplied by grad_scale first (a clip or loss-scale coefficient folded into the same pass).
-// Throws before changing anything: UnsupportedOp for a dtype other than f32 and ShapeError for
-// mismatched gradient or state shapes, naming the parameter.
+// f32, f16 and bf16 parameters; gradient and momentum buffer have the parameter's dtype, and
+// 16-bit ones are computed in f32 and rounded once on store (f32_blocks.h), as
+// torch.optim.SGD(fused=True) does. Throws before changing anything: UnsupportedOp for another
+// dtype and ShapeError for mismatched gradient or state shapes, naming the parameter.
 void sgd_step(std::span<const ParamSlot> slots, const SgdOptions& options, float grad_scale = 1.f);
 
 }  // namespace trainrt

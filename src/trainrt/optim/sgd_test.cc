@@ -20,9 +20,9 @@ using testing::Tracked;
 // from the f32 state the engine held before the step; `first` when the momentum buffer did not exist.
 void reference_step(std::vector<Tracked>& p, std::vector<Tracked>& buf, bool first, const Tensor& grad,
                     const SgdOptions& o) {
-  const float* g = grad.data<float>();
   for (size_t i = 0; i < p.size(); ++i) {
-    Tracked gi = o.maximize ? -Tracked(g[i]) : Tracked(g[i]);
+    const Tracked g(grad.to_double(static_cast<int64_t>(i)));
+    Tracked gi = o.maximize ? -g : g;
     if (o.weight_decay != 0) gi = gi + o.weight_decay * p[i];
     if (o.momentum != 0) {
       buf[i] = first ? gi : o.momentum * buf[i] + (1 - o.dampening) * gi;
@@ -37,8 +37,8 @@ void reference_step(std::vector<Tracked>& p, std::vector<Tracked>& buf, bool fir
 // step from the same starting state. (Comparing whole
 // trajectories instead would measure how f32 storage rounding drifts, not the step: two f32
 // trajectories that differ by one rounding keep that difference.)
-void check_against_reference(const SgdOptions& options) {
-  OptimProblem problem(kReferenceShapes, 7);
+void check_against_reference(const SgdOptions& options, DType dtype = DType::kF32) {
+  OptimProblem problem(kReferenceShapes, 7, dtype);
   const std::vector<ParamSlot> slots = problem.slots();
   std::vector<std::vector<Tracked>> p(slots.size()), buf(slots.size());
   std::vector<char> first(slots.size());
@@ -136,6 +136,20 @@ TEST(SgdTest, GradScaleEqualsScaledGradients) {
     expect_close_to(fused.params[i], to_doubles(scaled.params[i]), 1e-7, fused.names[i]);
 }
 
+// 16-bit parameters and momentum buffers: f32 math, each stored value rounded once to nearest even
+// (half an ulp of the dtype allowed, no more), as torch.optim.SGD(fused=True) computes.
+TEST(SgdTest, Bf16AndF16ComputeInF32AndRoundOnStore) {
+  SgdOptions o;
+  o.lr = 0.05;
+  o.momentum = 0.9;
+  o.nesterov = true;
+  o.weight_decay = 0.01;
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(std::string(dtype_name(dtype)));
+    check_against_reference(o, dtype);
+  }
+}
+
 TEST(SgdTest, BadSlotThrowsBeforeAnyUpdate) {
   OptimProblem problem({{4}, {3}}, 1);
   problem.fill_grads(1);
@@ -155,14 +169,14 @@ TEST(SgdTest, BadSlotThrowsBeforeAnyUpdate) {
 }
 
 TEST(SgdTest, UnsupportedDtypeNamesParameter) {
-  Tensor p = Tensor::zeros(DType::kBF16, {3}), g = Tensor::zeros(DType::kBF16, {3});
+  Tensor p = Tensor::zeros(DType::kI32, {3}), g = Tensor::zeros(DType::kI32, {3});
   OptimizerState s;
   std::vector<ParamSlot> slots{{"emb.weight", p, g, s}};
   try {
     sgd_step(slots, SgdOptions{});
     FAIL() << "expected UnsupportedOp";
   } catch (const UnsupportedOp& e) {
-    EXPECT_NE(std::string(e.what()).find("'emb.weight' is bf16(3)"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'emb.weight' is i32(3)"), std::string::npos) << e.what();
   }
 }
 
