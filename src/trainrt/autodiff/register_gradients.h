@@ -9,12 +9,14 @@ void register_elementwise_gradients(GradientRegistry& r);  // arithmetic, activa
 void register_matmul_gradients(GradientRegistry& r);       // MatMul, Gemm
 void register_reduction_gradients(GradientRegistry& r);    // Reduce*, Softmax, LayerNorm, losses
 void register_tensor_gradients(GradientRegistry& r);       // movement ops, Gather, Dropout, shape ops
+void register_attention_gradients(GradientRegistry& r);    // ScaledDotProductAttention
 
 inline void register_all_gradients(GradientRegistry& r) {
   register_elementwise_gradients(r);
   register_matmul_gradients(r);
   register_reduction_gradients(r);
   register_tensor_gradients(r);
+  register_attention_gradients(r);
 }
 
 }  // namespace trainrt

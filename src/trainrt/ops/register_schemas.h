@@ -13,6 +13,7 @@ void register_tensor_schemas(OpRegistry& r);       // shape and data movement, C
 void register_elementwise_grad_schemas(OpRegistry& r);
 void register_reduction_grad_schemas(OpRegistry& r);
 void register_tensor_grad_schemas(OpRegistry& r);
+void register_attention_schemas(OpRegistry& r);  // ScaledDotProductAttention and its Grad
 
 inline void register_all_schemas(OpRegistry& r) {
   register_elementwise_schemas(r);
@@ -22,6 +23,7 @@ inline void register_all_schemas(OpRegistry& r) {
   register_elementwise_grad_schemas(r);
   register_reduction_grad_schemas(r);
   register_tensor_grad_schemas(r);
+  register_attention_schemas(r);
 }
 
 }  // namespace trainrt

@@ -16,6 +16,7 @@ void register_tensor_kernels(KernelTable& t);
 void register_elementwise_grad_kernels(KernelTable& t);
 void register_reduction_grad_kernels(KernelTable& t);
 void register_tensor_grad_kernels(KernelTable& t);
+void register_attention_kernels(KernelTable& t);  // ScaledDotProductAttention and its Grad
 
 inline void register_cpu_kernels(KernelTable& t) {
   register_elementwise_kernels(t);
@@ -25,6 +26,7 @@ inline void register_cpu_kernels(KernelTable& t) {
   register_elementwise_grad_kernels(t);
   register_reduction_grad_kernels(t);
   register_tensor_grad_kernels(t);
+  register_attention_kernels(t);
 }
 
 // The process-wide table with every CPU kernel, built on first use.
