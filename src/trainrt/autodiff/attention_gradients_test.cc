@@ -5,6 +5,7 @@
 
 #include "trainrt/autodiff/gradient_builder.h"
 #include "trainrt/core/error.h"
+#include "trainrt/kernels/cpu/attention_blocks.h"
 #include "trainrt/testing/gradient_check.h"
 
 namespace trainrt {
@@ -35,11 +36,12 @@ TEST(AttentionGradients, QKVMatchFiniteDifferences) {
   worst.check(attention(), {random_f64({2, 4, 3, 3}, 7), random_f64({2, 2, 5, 3}, 8), random_f64({2, 2, 5, 2}, 9)});
 }
 
-// 70 rows and 130 columns cross the kernels' 64-row and 128-column blocks.
+// Lengths just past the kernels' row and column blocks.
 TEST(AttentionGradients, CausalAcrossBlocksMatchesFiniteDifferences) {
   WorstErrors worst;
   const auto causal = attention({{"is_causal", Attribute::of_int(1)}});
-  worst.check(causal, {random_f64({1, 1, 70, 2}, 10), random_f64({1, 1, 130, 2}, 11), random_f64({1, 1, 130, 1}, 12)});
+  const int64_t l = kRowBlock + 6, s = kColBlock + 2;
+  worst.check(causal, {random_f64({1, 1, l, 2}, 10), random_f64({1, 1, s, 2}, 11), random_f64({1, 1, s, 1}, 12)});
   worst.check(causal, {random_f64({1, 2, 6, 3}, 13), random_f64({1, 1, 4, 3}, 14), random_f64({1, 1, 4, 2}, 15)});
 }
 

@@ -22,8 +22,8 @@
 
 namespace trainrt {
 
-inline constexpr int64_t kRowBlock = 64;
-inline constexpr int64_t kColBlock = 128;
+inline constexpr int64_t kRowBlock = 128;
+inline constexpr int64_t kColBlock = 256;
 
 // The node's attributes, read once when the kernel is made.
 struct AttentionAttrs {

@@ -7,6 +7,7 @@
 
 #include "trainrt/core/error.h"
 #include "trainrt/core/testing.h"
+#include "trainrt/kernels/cpu/attention_blocks.h"
 #include "trainrt/kernels/cpu/counter_rng.h"
 #include "trainrt/kernels/cpu/cpu_kernels.h"
 #include "trainrt/kernels/cpu/node_runner.h"
@@ -18,6 +19,9 @@ using testing::expect_values;
 using testing::random_tensor;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+// Sizes just past the kernels' blocks, so every test has full and partial blocks.
+constexpr int64_t kRows = kRowBlock + 6;
+constexpr int64_t kCols = kColBlock + 22;
 
 struct Case {
   std::string name;
@@ -141,46 +145,46 @@ Tensor bool_mask(std::vector<int64_t> dims, uint32_t seed) {
 }
 
 TEST(AttentionKernels, MatchNaiveAttentionOverShapes) {
-  // Sizes around the 64-row and 128-column blocks, L != S, odd head sizes, Ev != E.
+  // Sizes around the row and column blocks, L != S, odd head sizes, Ev != E.
   check_case({"small", 2, 2, 2, 5, 7, 8, 8});
   check_case({"one element", 1, 1, 1, 1, 1, 3, 2});
-  check_case({"several blocks", 1, 2, 2, 130, 257, 16, 24});
-  check_case({"L > S", 2, 1, 1, 150, 40, 32, 5});
+  check_case({"several blocks", 1, 2, 2, kRowBlock + 2, 2 * kColBlock + 1, 16, 24});
+  check_case({"L > S", 2, 1, 1, kRows, 40, 32, 5});
   check_case({"head dim 64, explicit scale", 1, 2, 2, 64, 128, 64, 64, false, {}, 0.3});
 }
 
 TEST(AttentionKernels, CausalIsTopLeftAlignedForAnyLAndS) {
-  check_case({"causal square", 1, 2, 2, 131, 131, 16, 16, true});
-  check_case({"causal L < S", 2, 1, 1, 70, 200, 8, 8, true});
-  check_case({"causal L > S", 1, 1, 1, 200, 70, 8, 12, true});
+  check_case({"causal square", 1, 2, 2, kRowBlock + 3, kRowBlock + 3, 16, 16, true});
+  check_case({"causal L < S", 2, 1, 1, 70, kCols, 8, 8, true});
+  check_case({"causal L > S", 1, 1, 1, kRows, 70, 8, 12, true});
 }
 
 TEST(AttentionKernels, GroupedQueryHeadsShareKeysAndValues) {
   check_case({"gqa 4 over 2", 2, 4, 2, 33, 65, 16, 16});
-  check_case({"gqa 6 over 1, causal", 1, 6, 1, 70, 70, 8, 8, true});
+  check_case({"gqa 6 over 1, causal", 1, 6, 1, kRows, kRows, 8, 8, true});
 }
 
 TEST(AttentionKernels, MasksBroadcastToEveryHeadAndRow) {
-  check_case({"bool (B, 1, 1, S)", 2, 2, 2, 9, 140, 8, 8, false, bool_mask({2, 1, 1, 140}, 5)});
-  check_case({"bool (L, S)", 1, 2, 2, 70, 33, 8, 8, false, bool_mask({70, 33}, 6)});
-  check_case({"float (1, 1, L, S)", 2, 2, 2, 66, 130, 8, 8, false, random_tensor({1, 1, 66, 130}, 7, -3.f, 3.f)});
+  check_case({"bool (B, 1, 1, S)", 2, 2, 2, 9, kCols, 8, 8, false, bool_mask({2, 1, 1, kCols}, 5)});
+  check_case({"bool (L, S)", 1, 2, 2, kRows, 33, 8, 8, false, bool_mask({kRows, 33}, 6)});
+  check_case({"float (1, 1, L, S)", 2, 2, 2, 66, kCols, 8, 8, false, random_tensor({1, 1, 66, kCols}, 7, -3.f, 3.f)});
   check_case({"float (B, H, L, 1)", 2, 3, 3, 10, 12, 8, 8, false, random_tensor({2, 3, 10, 1}, 8)});
   check_case({"float (B, H, L, S), causal", 1, 2, 1, 20, 20, 8, 8, true, random_tensor({1, 2, 20, 20}, 9)});
 }
 
 TEST(AttentionKernels, FullyMaskedRowsGiveZeroOutputAndGradients) {
-  Tensor keep = bool_mask({1, 1, 70, 150}, 10);
-  for (int64_t j = 0; j < 150; ++j) {
-    keep.data<bool>()[3 * 150 + j] = false;   // row 3 and row 66 (second row block) see nothing
-    keep.data<bool>()[66 * 150 + j] = false;
+  Tensor keep = bool_mask({1, 1, kRows, kCols}, 10);
+  for (int64_t j = 0; j < kCols; ++j) {
+    keep.data<bool>()[3 * kCols + j] = false;  // row 3 and a row of the second row block see nothing
+    keep.data<bool>()[(kRowBlock + 2) * kCols + j] = false;
   }
-  check_case({"bool, rows 3 and 66 masked", 2, 2, 2, 70, 150, 8, 8, false, keep});
-  Tensor add = random_tensor({70, 150}, 11);
-  for (int64_t j = 0; j < 150; ++j) add.data<float>()[5 * 150 + j] = -std::numeric_limits<float>::infinity();
-  check_case({"float, row 5 all -inf", 1, 2, 2, 70, 150, 8, 8, false, add});
+  check_case({"bool, two rows masked", 2, 2, 2, kRows, kCols, 8, 8, false, keep});
+  Tensor add = random_tensor({kRows, kCols}, 11);
+  for (int64_t j = 0; j < kCols; ++j) add.data<float>()[5 * kCols + j] = -std::numeric_limits<float>::infinity();
+  check_case({"float, row 5 all -inf", 1, 2, 2, kRows, kCols, 8, 8, false, add});
   const std::vector<Tensor> fwd =
-      run("ScaledDotProductAttention", {random_tensor({1, 1, 70, 8}, 1), random_tensor({1, 1, 150, 8}, 2),
-                                        random_tensor({1, 1, 150, 8}, 3), keep}, {}, 2);
+      run("ScaledDotProductAttention", {random_tensor({1, 1, kRows, 8}, 1), random_tensor({1, 1, kCols, 8}, 2),
+                                        random_tensor({1, 1, kCols, 8}, 3), keep}, {}, 2);
   for (int64_t c = 0; c < 8; ++c) EXPECT_EQ(fwd[0].data<float>()[3 * 8 + c], 0.f);
   EXPECT_EQ(fwd[1].data<float>()[3], std::numeric_limits<float>::infinity());
 }
@@ -203,7 +207,7 @@ TEST(AttentionKernels, BadShapesAreShapeErrorsNamingTheInputs) {
 
 // With V = I (S = Ev), O[i][j] = P[i][j] * keep[i][j] / (1 - p): the drawn mask is visible.
 TEST(AttentionKernels, DropoutIsReproducibleAndDropsAboutP) {
-  const int64_t b = 2, h = 2, l = 130, s = 64;
+  const int64_t b = 2, h = 2, l = kRows, s = 64;
   const double p = 0.3;
   const Tensor q = random_tensor({b, h, l, 16}, 1), k = random_tensor({b, h, s, 16}, 2);
   Tensor v = Tensor::empty(DType::kF32, {b, h, s, s});
