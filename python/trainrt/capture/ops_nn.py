@@ -1,8 +1,10 @@
 """Neural-network ATen ops: linear and matmul family, softmax, dropout, attention.
 
 These map to ONNX ops with TrainRT gradients (Gemm, MatMul, Softmax, LogSoftmax, Dropout), so the engine's autodiff differentiates the captured graph without decompositions of its
-own. scaled_dot_product_attention is spelled out as PyTorch documents its math
-(torch.nn.functional.scaled_dot_product_attention, "efficient implementation equivalent").
+own. scaled_dot_product_attention becomes TrainRT's fused ScaledDotProductAttention (com.trainrt; its
+forward and backward hold one block of the attention matrix at a time); inputs it does not take are
+spelled out as PyTorch documents the math (torch.nn.functional.scaled_dot_product_attention,
+"efficient implementation equivalent").
 """
 
 from __future__ import annotations
@@ -108,35 +110,95 @@ def native_dropout(ctx: OpContext) -> list[str]:
     return dropout_with_mask(ctx, x, ctx["p"])
 
 
-@translates("aten.scaled_dot_product_attention.default")
-def scaled_dot_product_attention(ctx: OpContext) -> str:
-    """softmax(q @ k^T * scale + mask) @ v, with dropout on the attention weights when dropout_p > 0.
+def _math_attention(ctx: OpContext, q: TensorValue, k: TensorValue, v: TensorValue, mask, dropout_p: float,
+                    is_causal: bool, scale) -> str:
+    """softmax(q @ k^T * scale + mask) @ v spelled out in ONNX ops, materializing the (L, S) weights:
+    the form for what the fused op does not take (ranks above 4, dtypes other than f32 and f64).
 
     q: (..., L, E), k: (..., S, E), v: (..., S, Ev). A causal mask keeps j <= i (torch's
     top-left-aligned tril); a bool attn_mask keeps True entries, a float one is added.
     """
-    q, k, v = ctx.tensor("query"), ctx.tensor("key"), ctx.tensor("value")
-    if ctx["enable_gqa"]:
-        raise ctx.unsupported("with enable_gqa=True has no TrainRT translation")
     head_dim = q.shape[-1]
-    if ctx["scale"] is None and not is_static(head_dim):
+    if scale is None and not is_static(head_dim):
         raise ctx.unsupported("with a symbolic head dim and no scale has no TrainRT translation")
-    scale = ctx["scale"] if ctx["scale"] is not None else 1.0 / math.sqrt(int(head_dim))
+    scale = scale if scale is not None else 1.0 / math.sqrt(int(head_dim))
     t = q.dtype
     scores = ctx.emit("MatMul", [q, _transpose_last2(ctx, k)])  # (..., L, S)
     scores = ctx.emit("Mul", [scores, ctx.const(scale, t)])
-    if ctx["is_causal"]:
+    if is_causal:
         # -inf strictly above the diagonal, 0 on and below it: Trilu(upper, k=1) of a -inf fill.
         fill = ctx.emit("ConstantOfShape", [ctx.ints([q.shape[-2], k.shape[-2]])],
                         value=fill_value(float("-inf"), t))
-        mask = ctx.emit("Trilu", [fill, ctx.const(1, torch.int64)], upper=1)
-        scores = ctx.emit("Add", [scores, mask])
-    mask = ctx["attn_mask"]
+        causal = ctx.emit("Trilu", [fill, ctx.const(1, torch.int64)], upper=1)
+        scores = ctx.emit("Add", [scores, causal])
     if mask is not None and mask.dtype == torch.bool:
         scores = ctx.emit("Where", [mask, scores, ctx.const(float("-inf"), t)])
     elif mask is not None:
         scores = ctx.emit("Add", [scores, ctx.cast(mask, t)])
     weights = ctx.emit("Softmax", [scores], axis=-1)
-    if ctx["dropout_p"] > 0:
-        weights = dropout_with_mask(ctx, TensorValue(weights, t, ()), ctx["dropout_p"])[0]
+    if dropout_p > 0:
+        weights = dropout_with_mask(ctx, TensorValue(weights, t, ()), dropout_p)[0]
     return ctx.emit("MatMul", [weights, v])
+
+
+def _fuses(q: TensorValue) -> bool:
+    """Whether the fused op takes these inputs: f32 or f64, at most 4 dims."""
+    return q.dtype in (torch.float32, torch.float64) and 2 <= q.rank <= 4
+
+
+def _fused_attention(ctx: OpContext, q: TensorValue, k: TensorValue, v: TensorValue, mask, dropout_p: float,
+                     is_causal: bool, scale) -> list[str]:
+    """[output, logsumexp] of TrainRT's ScaledDotProductAttention, which never holds the (L, S)
+    matrix and takes grouped K/V heads (enable_gqa) as they are. Inputs of rank 2 or 3 get leading
+    axes of 1 to (B, H, L, E) and lose them again; the mask broadcasts right-aligned either way.
+    A float mask gets no gradient: the engine refuses one that needs it (UnsupportedOp)."""
+    extra = list(range(4 - q.rank))
+    if extra:
+        q, k, v = (TensorValue(ctx.emit("Unsqueeze", [x, ctx.ints(extra)]), x.dtype, (1,) * len(extra) + x.shape)
+                   for x in (q, k, v))
+    mask_name = None if mask is None else mask.name if mask.dtype == torch.bool else ctx.cast(mask, q.dtype)
+    outputs = ctx.emit("ScaledDotProductAttention", [q, k, v, mask_name], 3 if dropout_p > 0 else 2,
+                       domain="com.trainrt", is_causal=int(bool(is_causal)),
+                       scale=None if scale is None else float(scale),
+                       dropout_p=float(dropout_p) if dropout_p > 0 else None)
+    out, lse = outputs[0], outputs[1]
+    if extra:
+        out = ctx.emit("Squeeze", [out, ctx.ints(extra)])
+        lse = ctx.emit("Squeeze", [lse, ctx.ints(extra)])
+    return [out, lse]
+
+
+@translates("aten.scaled_dot_product_attention.default")
+def scaled_dot_product_attention(ctx: OpContext) -> str:
+    """torch.nn.functional.scaled_dot_product_attention: the fused op where it applies, else the math."""
+    q, k, v = ctx.tensor("query"), ctx.tensor("key"), ctx.tensor("value")
+    args = (ctx["attn_mask"], ctx["dropout_p"], ctx["is_causal"], ctx["scale"])
+    if _fuses(q):
+        return _fused_attention(ctx, q, k, v, *args)[0]
+    if ctx["enable_gqa"]:
+        raise ctx.unsupported(f"with enable_gqa=True has no TrainRT translation for {q.dtype} inputs of rank {q.rank}")
+    return _math_attention(ctx, q, k, v, *args)
+
+
+@translates("aten._scaled_dot_product_flash_attention_for_cpu.default")
+def scaled_dot_product_flash_attention_for_cpu(ctx: OpContext) -> list[str]:
+    """(output, logsumexp): torch's CPU flash kernel, which the fused op computes alike."""
+    q, k, v = ctx.tensor("query"), ctx.tensor("key"), ctx.tensor("value")
+    if not _fuses(q):
+        raise ctx.unsupported(f"has no TrainRT translation for {q.dtype} inputs of rank {q.rank}")
+    return _fused_attention(ctx, q, k, v, ctx["attn_mask"], ctx["dropout_p"], ctx["is_causal"], ctx["scale"])
+
+
+@translates("aten._scaled_dot_product_attention_math.default")
+def scaled_dot_product_attention_math(ctx: OpContext) -> list[str]:
+    """(output, attention weights) of torch's math path. The fused op has no weights to give, so
+    graphs that read them (or pass their own dropout_mask) are not translated."""
+    q, k, v = ctx.tensor("query"), ctx.tensor("key"), ctx.tensor("value")
+    if 1 in ctx.used_outputs() or ctx["dropout_mask"] is not None:
+        raise ctx.unsupported("with its attention weights used or a dropout_mask given has no TrainRT translation")
+    args = (ctx["attn_mask"], ctx["dropout_p"], ctx["is_causal"], ctx["scale"])
+    if _fuses(q):
+        return [_fused_attention(ctx, q, k, v, *args)[0], None]
+    if ctx["enable_gqa"]:
+        raise ctx.unsupported(f"with enable_gqa=True has no TrainRT translation for {q.dtype} inputs of rank {q.rank}")
+    return [_math_attention(ctx, q, k, v, *args), None]

@@ -11,6 +11,7 @@ void register_reduction_gradients(GradientRegistry& r);    // Reduce*, Softmax, 
 void register_tensor_gradients(GradientRegistry& r);       // movement ops, Gather, Dropout, shape ops
 void register_conv_gradients(GradientRegistry& r);         // Conv
 void register_pool_gradients(GradientRegistry& r);         // MaxPool, AveragePool, Global*Pool
+void register_attention_gradients(GradientRegistry& r);    // ScaledDotProductAttention
 
 inline void register_all_gradients(GradientRegistry& r) {
   register_elementwise_gradients(r);
@@ -19,6 +20,7 @@ inline void register_all_gradients(GradientRegistry& r) {
   register_tensor_gradients(r);
   register_conv_gradients(r);
   register_pool_gradients(r);
+  register_attention_gradients(r);
 }
 
 }  // namespace trainrt

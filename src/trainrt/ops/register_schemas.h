@@ -16,6 +16,7 @@ void register_reduction_grad_schemas(OpRegistry& r);
 void register_tensor_grad_schemas(OpRegistry& r);
 void register_batch_norm_schemas(OpRegistry& r);  // BatchNormalization and its gradient op
 void register_pool_schemas(OpRegistry& r);        // MaxPool, AveragePool, Global*Pool and their gradient ops
+void register_attention_schemas(OpRegistry& r);  // ScaledDotProductAttention and its Grad
 
 inline void register_all_schemas(OpRegistry& r) {
   register_elementwise_schemas(r);
@@ -28,6 +29,7 @@ inline void register_all_schemas(OpRegistry& r) {
   register_tensor_grad_schemas(r);
   register_batch_norm_schemas(r);
   register_pool_schemas(r);
+  register_attention_schemas(r);
 }
 
 }  // namespace trainrt

@@ -20,6 +20,7 @@ void register_tensor_grad_kernels(KernelTable& t);
 void register_conv_grad_kernels(KernelTable& t);
 void register_batch_norm_kernels(KernelTable& t);  // BatchNormalization and BatchNormalizationGrad
 void register_pool_kernels(KernelTable& t);        // MaxPool, AveragePool, Global*Pool and their gradients
+void register_attention_kernels(KernelTable& t);  // ScaledDotProductAttention and its Grad
 
 inline void register_cpu_kernels(KernelTable& t) {
   register_elementwise_kernels(t);
@@ -33,6 +34,7 @@ inline void register_cpu_kernels(KernelTable& t) {
   register_conv_grad_kernels(t);
   register_batch_norm_kernels(t);
   register_pool_kernels(t);
+  register_attention_kernels(t);
 }
 
 // The process-wide table with every CPU kernel, built on first use.

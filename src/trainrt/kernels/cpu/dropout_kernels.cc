@@ -2,15 +2,14 @@
 // mask[i] = uniform(i) >= ratio; otherwise (inference, ratio 0, or opsets 7 to 11, which have no
 // training mode) output = x and mask = all true.
 //
-// The uniforms are counter based: element i's bits are splitmix64's output for index i of the
-// stream keyed by the seed (the node's `seed` attribute when it has one, else the per-run
-// KernelContext::random_seed). Any element can be drawn alone, so the parallel chunks draw exactly
-// what a serial loop would, whatever the thread count, and one seed always gives one mask.
+// The uniforms are counter based (counter_rng.h), keyed by the node's `seed` attribute when it has
+// one, else the per-run KernelContext::random_seed: the parallel chunks draw exactly what a serial
+// loop would, whatever the thread count, and one seed always gives one mask.
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 
 #include "trainrt/core/simd.h"
+#include "trainrt/kernels/cpu/counter_rng.h"
 #include "trainrt/kernels/cpu/strided_copy.h"
 #include "trainrt/kernels/cpu/tensor_kernels.h"
 #include "trainrt/kernels/kernel.h"
@@ -19,31 +18,7 @@
 namespace trainrt {
 namespace {
 
-constexpr uint64_t kGoldenGamma = 0x9e3779b97f4a7c15ULL;
 constexpr int64_t kBlock = 1024;  // elements whose keep flags live on the stack at once
-
-// splitmix64's finalizer (Steele, Lea, Flood: "Fast splittable pseudorandom number generators").
-inline uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-// The hash needs 64-bit vector multiplies (vpmullq, AVX-512 DQ), which TRAINRT_SIMD_CLONES'
-// "avx512f" clone may not use; the x86-64-v4 clone can, and draws about 5x faster on Zen 5.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define TRAINRT_HASH_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
-#else
-#define TRAINRT_HASH_CLONES
-#endif
-
-// keep[i - begin] = (53-bit uniform of element i) >= ratio, as an integer compare against
-// threshold = ceil(ratio * 2^53).
-TRAINRT_HASH_CLONES void draw_keep(uint64_t key, int64_t begin, int64_t end, uint64_t threshold,
-                                   bool* keep) {
-  for (int64_t i = begin; i < end; ++i)
-    keep[i - begin] = (mix64(key + static_cast<uint64_t>(i + 1) * kGoldenGamma) >> 11) >= threshold;
-}
 
 TRAINRT_SIMD_CLONES void apply_f32(const float* x, float* y, const bool* keep, int64_t n, float scale) {
   for (int64_t i = 0; i < n; ++i) y[i] = keep[i] ? x[i] * scale : 0.f;
@@ -79,9 +54,8 @@ void fill_mask_ones(Tensor& mask) {
 template <typename T>
 void dropout_train(const Tensor& x, Tensor& y, Tensor* mask, double ratio, uint64_t seed,
                    ThreadPool& pool) {
-  const uint64_t key = mix64(seed);
-  const double two_pow_53 = 9007199254740992.0;
-  const uint64_t threshold = static_cast<uint64_t>(std::ceil(ratio * two_pow_53));
+  const uint64_t key = stream_key(seed);
+  const uint64_t threshold = keep_threshold(ratio);
   const double scale = ratio < 1 ? 1.0 / (1.0 - ratio) : 0.0;
   const T* px = x.data<T>();
   T* py = y.data<T>();
