@@ -9,7 +9,8 @@ emitted as explicit pads too so the engine never re-derives torch's rule. An unb
 
 Not translated, with the reason in the UnsupportedATenOp: transposed convolutions (no ConvTranspose
 in the engine yet) and nn.Conv*d's padding modes other than 'zeros' ('reflect', 'replicate' and
-'circular' reach the graph as aten.pad.default before the convolution; the engine has no Pad op).
+'circular' reach the graph as aten.pad.default before the convolution, which translates in constant
+mode only: see ops_shape.constant_pad).
 """
 
 from __future__ import annotations
@@ -76,10 +77,3 @@ def convolution(ctx: OpContext) -> str:
 def conv_transpose(ctx: OpContext) -> str:
     raise ctx.unsupported("is a transposed convolution (nn.ConvTranspose*d), which TrainRT does not support yet "
                           "(no ConvTranspose op)")
-
-
-@translates("aten.pad.default")
-def pad(ctx: OpContext) -> str:
-    raise ctx.unsupported(f"(mode '{ctx['mode']}') has no TrainRT translation: the engine has no Pad op yet. "
-                          "nn.Conv*d pads this way for padding_mode 'reflect', 'replicate' or 'circular'; "
-                          "only padding_mode='zeros' is supported")
