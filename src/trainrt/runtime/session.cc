@@ -25,6 +25,12 @@ void signature_of(const std::vector<Tensor>& inputs, std::vector<int64_t>& key) 
   }
 }
 
+// The tensor whose storage the view in slot `s` shows (the end of its chain of views).
+const Tensor& viewed_tensor(const ExecutionPlan& plan, int s) {
+  while (plan.slots[static_cast<size_t>(s)].kind == SlotKind::kView) s = plan.slots[static_cast<size_t>(s)].view_of;
+  return plan.slots[static_cast<size_t>(s)].tensor;
+}
+
 }  // namespace
 
 Session::Session(std::shared_ptr<Graph> graph, SessionOptions options)
@@ -173,15 +179,20 @@ std::vector<Tensor> Session::run(const std::vector<Tensor>& inputs) {
   std::vector<Tensor> outputs;
   outputs.reserve(plan.output_slots.size());
   for (int s : plan.output_slots) {
-    Slot& slot = plan.slots[static_cast<size_t>(s)];
-    // Outputs produced this run are handed over; inputs or constants are copied so the
-    // caller never aliases engine-owned or its own input memory unexpectedly.
-    outputs.push_back(slot.kind == SlotKind::kOutput ? std::move(slot.tensor) : slot.tensor.clone());
-    if (slot.kind == SlotKind::kOutput) slot.tensor = Tensor::view(outputs.back().dtype(), outputs.back().dims(), nullptr);
+    const Slot& slot = plan.slots[static_cast<size_t>(s)];
+    // Storage produced this run is handed over (a view shares it with the value it views);
+    // inputs and constants are copied so the caller never aliases engine-owned or its own input
+    // memory unexpectedly.
+    if (slot.kind == SlotKind::kOutput) outputs.push_back(slot.tensor);
+    else if (slot.kind == SlotKind::kView) outputs.push_back(viewed_tensor(plan, s).reshaped(slot.tensor.dims()));
+    else outputs.push_back(slot.tensor.clone());
   }
-  // Dynamic intermediates are released now rather than held until the next run.
-  for (Slot& slot : plan.slots)
+  // The caller holds what it was handed; dynamic intermediates are released now rather than held
+  // until the next run.
+  for (Slot& slot : plan.slots) {
+    if (slot.kind == SlotKind::kOutput) slot.tensor = Tensor::view(slot.tensor.dtype(), slot.tensor.dims(), nullptr);
     if (slot.kind == SlotKind::kDynamic) slot.tensor = Tensor();
+  }
   return outputs;
 }
 
