@@ -75,7 +75,12 @@ class PlanBuilder {
       int s = add_slot(v, SlotKind::kInput);
       plan_->slots[static_cast<size_t>(s)].tensor = t;
       plan_->input_slots.push_back(s);
-      known_[v] = {t.dtype(), Shape::of(t.dims()), nullptr};
+      const Tensor* value = nullptr;
+      if (options_.value_inputs.count(v->name)) {
+        plan_->folded.push_back(t.clone());  // the values this plan is built for
+        value = &plan_->folded.back();
+      }
+      known_[v] = {t.dtype(), Shape::of(t.dims()), value};
     }
   }
 

@@ -87,6 +87,9 @@ struct PlanOptions {
   // Initializers whose data the caller may change between runs: never folded into constants.
   std::set<std::string> mutable_initializers;
   size_t fold_max_elements = 1 << 16;  // larger constant subgraphs are left to run time
+  // Graph inputs whose values (not only dims) the plan is built for, read like constants:
+  // shapes handed over from another program (a Session keys its plans on their values).
+  std::set<std::string> value_inputs;
 };
 
 // Builds a plan for the given concrete inputs (one per graph input, in order). Throws ShapeError
