@@ -168,7 +168,8 @@ void add_variadic(OpRegistry& r, const char* name, InferFn infer) {
 }  // namespace
 
 void register_elementwise_schemas(OpRegistry& r) {
-  add_unary(r, "Identity", infer_unary<Types::kAll>);
+  r.add({.domain = "", .name = "Identity", .min_inputs = 1, .max_inputs = 1, .infer = infer_unary<Types::kAll>,
+         .inplace = {{0, 0}}, .is_view = true});
   add_unary(r, "Neg", infer_unary<Types::kSigned>);
   add_unary(r, "Abs", infer_unary<Types::kNumeric>);
   add_unary(r, "Sign", infer_unary<Types::kNumeric>);

@@ -80,6 +80,9 @@ struct OpSchema {
   // (input, output) pairs whose buffers may alias: the kernel is correct when output o is written
   // over input i, element by element.
   std::vector<std::pair<int, int>> inplace;
+  // Output 0 holds input 0's bytes unchanged, in another shape (Reshape, Flatten, Squeeze,
+  // Unsqueeze, Identity): the plan may make it a view of input 0's memory instead of a copy.
+  bool is_view = false;
   // False for ops with random outputs (Dropout): never constant-folded or deduplicated.
   bool deterministic = true;
 

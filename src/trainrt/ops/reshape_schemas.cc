@@ -224,12 +224,17 @@ void infer_tile(InferenceContext& ctx) {
 }  // namespace
 
 void register_reshape_schemas(OpRegistry& r) {
-  // The reshape-like views: the output is the input's bytes, so it may take the input's buffer.
-  const std::vector<std::pair<int, int>> view = {{0, 0}};
-  r.add({.name = "Reshape", .min_inputs = 1, .max_inputs = 2, .infer = infer_reshape, .inplace = view});
-  r.add({.name = "Flatten", .min_inputs = 1, .max_inputs = 1, .infer = infer_flatten, .inplace = view});
-  r.add({.name = "Squeeze", .min_inputs = 1, .max_inputs = 2, .infer = infer_squeeze, .inplace = view});
-  r.add({.name = "Unsqueeze", .min_inputs = 1, .max_inputs = 2, .infer = infer_unsqueeze, .inplace = view});
+  // The reshape-like views: the output is the input's bytes, so the plan makes it a view of the
+  // input (or, where it cannot, writes it over the input's buffer when that input dies there).
+  const std::vector<std::pair<int, int>> same_bytes = {{0, 0}};
+  r.add({.name = "Reshape", .min_inputs = 1, .max_inputs = 2, .infer = infer_reshape, .inplace = same_bytes,
+         .is_view = true});
+  r.add({.name = "Flatten", .min_inputs = 1, .max_inputs = 1, .infer = infer_flatten, .inplace = same_bytes,
+         .is_view = true});
+  r.add({.name = "Squeeze", .min_inputs = 1, .max_inputs = 2, .infer = infer_squeeze, .inplace = same_bytes,
+         .is_view = true});
+  r.add({.name = "Unsqueeze", .min_inputs = 1, .max_inputs = 2, .infer = infer_unsqueeze, .inplace = same_bytes,
+         .is_view = true});
   r.add({.name = "Transpose", .min_inputs = 1, .max_inputs = 1, .infer = infer_transpose});
   r.add({.name = "Expand", .min_inputs = 2, .max_inputs = 2, .infer = infer_expand});
   r.add({.name = "Tile", .min_inputs = 2, .max_inputs = 2, .infer = infer_tile});

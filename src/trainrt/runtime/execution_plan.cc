@@ -10,6 +10,12 @@
 namespace trainrt {
 namespace {
 
+// The step of a view (SlotKind::kView) runs no kernel: it points its output at input 0's bytes as
+// they are bound in this run, in the output's dims (fixed at plan time).
+KernelFn point_view_at_input(std::vector<int64_t> dims) {
+  return [dims = std::move(dims)](KernelContext& ctx) { ctx.out(0).rebind(const_cast<void*>(ctx.in(0).raw()), dims); };
+}
+
 // What plan-time inference knows about a value.
 struct Known {
   DType dtype = DType::kUndefined;
@@ -69,7 +75,12 @@ class PlanBuilder {
       int s = add_slot(v, SlotKind::kInput);
       plan_->slots[static_cast<size_t>(s)].tensor = t;
       plan_->input_slots.push_back(s);
-      known_[v] = {t.dtype(), Shape::of(t.dims()), nullptr};
+      const Tensor* value = nullptr;
+      if (options_.value_inputs.count(v->name)) {
+        plan_->folded.push_back(t.clone());  // the values this plan is built for
+        value = &plan_->folded.back();
+      }
+      known_[v] = {t.dtype(), Shape::of(t.dims()), value};
     }
   }
 
@@ -154,9 +165,10 @@ class PlanBuilder {
     PlanStep step;
     step.node = &node;
     step.schema = &schema;
-    step.kernel = table_.create(node);
     for (int i = 0; i < node.num_inputs(); ++i)
       step.inputs.push_back(node.input(i) ? slot_of_.at(node.input(i)) : -1);
+    const bool view = make_view(node, schema, ctx, step.inputs.empty() ? -1 : step.inputs[0]);
+    step.kernel = view ? point_view_at_input(ctx.output(0).shape.concrete()) : table_.create(node);
     for (int o = 0; o < node.num_outputs(); ++o) {
       const Value* v = node.output(o);
       if (!v) {
@@ -165,9 +177,16 @@ class PlanBuilder {
       }
       const Shape& shape = ctx.output(o).shape;
       bool is_output = is_graph_output(v);
-      SlotKind kind = is_output ? SlotKind::kOutput : shape.is_static() ? SlotKind::kArena : SlotKind::kDynamic;
+      SlotKind kind = view            ? SlotKind::kView
+                      : is_output          ? SlotKind::kOutput
+                      : shape.is_static() ? SlotKind::kArena
+                                          : SlotKind::kDynamic;
       if (!shape.is_static()) step.needs_runtime_inference = true;
       int s = add_slot(v, kind);
+      if (view) {
+        plan_->slots[static_cast<size_t>(s)].view_of = step.inputs[0];
+        plan_->stats.num_views++;
+      }
       if (shape.is_static()) plan_->slots[static_cast<size_t>(s)].tensor =
           Tensor::view(ctx.output(o).dtype, shape.concrete(), nullptr);
       else plan_->stats.num_dynamic++;
@@ -177,6 +196,20 @@ class PlanBuilder {
     step.input_ptrs.resize(step.inputs.size());
     step.output_ptrs.resize(step.outputs.size());
     plan_->steps.push_back(std::move(step));
+  }
+
+  // A view op's output becomes a view of input 0 when its dims are static. A view that is a graph
+  // output is handed to the caller, so the bytes it shows must be fresh storage of this run: an
+  // arena intermediate it views becomes such storage (kOutput) too, and the caller gets both
+  // sharing it; a view of the caller's or the plan's memory (inputs, parameters, constants) or of a
+  // value sized at run time stays a copy.
+  bool make_view(const Node& node, const OpSchema& schema, const InferenceContext& ctx, int input_slot) {
+    if (!schema.is_view || node.num_outputs() != 1 || !node.output(0) || input_slot < 0) return false;
+    if (!ctx.output(0).shape.is_static() || ctx.output(0).dtype != ctx.input_dtype(0)) return false;
+    if (!is_graph_output(node.output(0))) return true;
+    Slot& viewed = plan_->slots[static_cast<size_t>(viewed_slot(input_slot))];
+    if (viewed.kind == SlotKind::kArena) viewed.kind = SlotKind::kOutput;
+    return viewed.kind == SlotKind::kOutput;
   }
 
   void fold(const Node& node, const InferenceContext& ctx) {
@@ -223,7 +256,9 @@ class PlanBuilder {
     const int num_steps = static_cast<int>(plan_->steps.size());
     std::unordered_map<int, int> buffer_of_slot;  // arena slots only
     std::vector<StepUses> uses(static_cast<size_t>(num_steps));
+    // A view stands for the slot it views, so reading it keeps that slot's buffer alive.
     auto buffer_id = [&](int slot) {
+      slot = viewed_slot(slot);
       if (slot < 0 || slots[static_cast<size_t>(slot)].kind != SlotKind::kArena) return -1;
       auto [it, added] = buffer_of_slot.emplace(slot, static_cast<int>(buffer_of_slot.size()));
       return it->second;
@@ -256,20 +291,36 @@ class PlanBuilder {
     plan_->stats.num_steps = num_steps;
   }
 
+  // The slot whose memory `slot` shows: itself, or the end of its chain of views.
+  int viewed_slot(int slot) const {
+    while (slot >= 0 && plan_->slots[static_cast<size_t>(slot)].kind == SlotKind::kView)
+      slot = plan_->slots[static_cast<size_t>(slot)].view_of;
+    return slot;
+  }
+
+  // Whether another input of `step` shows the same buffer as input `in` (a view of it): an
+  // in-place kernel assumes the input it overwrites is the only one in that memory.
+  bool read_twice(const PlanStep& step, int in) const {
+    const int root = viewed_slot(step.inputs[static_cast<size_t>(in)]);
+    for (size_t i = 0; i < step.inputs.size(); ++i)
+      if (static_cast<int>(i) != in && step.inputs[i] >= 0 && viewed_slot(step.inputs[i]) == root) return true;
+    return false;
+  }
+
   void add_inplace_aliases(int s, std::vector<BufferSpec>& buffers,
                            const std::unordered_map<int, int>& buffer_of_slot) {
     const PlanStep& step = plan_->steps[static_cast<size_t>(s)];
     std::vector<int> taken;
     for (auto [in, out] : step.schema->inplace) {
       if (in >= static_cast<int>(step.inputs.size()) || out >= static_cast<int>(step.outputs.size())) continue;
-      auto bi = buffer_of_slot.find(step.inputs[static_cast<size_t>(in)]);
+      auto bi = buffer_of_slot.find(viewed_slot(step.inputs[static_cast<size_t>(in)]));
       auto bo = buffer_of_slot.find(step.outputs[static_cast<size_t>(out)]);
       if (bi == buffer_of_slot.end() || bo == buffer_of_slot.end()) continue;
       BufferSpec& src = buffers[static_cast<size_t>(bi->second)];
       BufferSpec& dst = buffers[static_cast<size_t>(bo->second)];
       bool dies_here = src.last_step == s && src.size_bytes == dst.size_bytes && dst.alias_of < 0;
       bool free = std::find(taken.begin(), taken.end(), bi->second) == taken.end();
-      if (!dies_here || !free) continue;
+      if (!dies_here || !free || read_twice(step, in)) continue;
       dst.alias_of = bi->second;
       taken.push_back(bi->second);
       plan_->stats.num_inplace++;

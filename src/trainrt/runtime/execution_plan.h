@@ -7,8 +7,13 @@
 //   3. each remaining value becomes an arena buffer when its dims are static, a "dynamic" value
 //      (sized at run time by re-running inference on real inputs) otherwise, or a graph output
 //      (fresh storage handed to the caller every run);
-//   4. lifetimes from the schedule, in-place aliases where the op's schema allows and the input
-//      dies at that node, then offsets from the memory planner (plan/memory_plan.h).
+//   4. outputs of view ops (Reshape, Flatten, Squeeze, Unsqueeze, Identity) become views of their
+//      input's memory: no buffer, no copy; the step only points the view at the input's bytes (a
+//      view handed to the caller shares the fresh storage of the value it views);
+//   5. lifetimes from the schedule (a read of a view is a read of the buffer it views, so that
+//      buffer lives as long as any view of it), in-place aliases where the op's schema allows and
+//      the input's buffer dies at that node, then offsets from the memory planner
+//      (plan/memory_plan.h).
 // Executing the plan (executor.h) then allocates nothing for planned intermediates.
 #pragma once
 
@@ -33,6 +38,8 @@ enum class SlotKind : uint8_t {
   kArena,        // planned intermediate at a fixed arena offset
   kDynamic,      // dims known only at run time: inference + heap allocation per run
   kOutput,       // graph output: fresh storage every run, returned to the caller
+  kView,         // the bytes of slot view_of, in this slot's dims: pointed there when its step runs;
+                 // a graph output only when the slot it views is a kOutput (both handed over)
 };
 
 // Run-time home of one value.
@@ -40,6 +47,7 @@ struct Slot {
   SlotKind kind = SlotKind::kArena;
   Tensor tensor;            // current binding (view into the arena, input, constant, ...)
   size_t arena_offset = 0;  // for kArena
+  int view_of = -1;         // for kView: the slot whose bytes it shows
   const Value* value = nullptr;
 };
 
@@ -61,6 +69,7 @@ struct PlanStats {
   int num_steps = 0;
   int num_folded = 0;               // nodes evaluated at plan time
   int num_inplace = 0;              // outputs sharing their input's buffer
+  int num_views = 0;                // outputs that view their input's bytes (no buffer, no copy)
   int num_reused = 0;               // buffers placed over dead ones
   int num_dynamic = 0;              // values sized at run time
 };
@@ -78,6 +87,9 @@ struct PlanOptions {
   // Initializers whose data the caller may change between runs: never folded into constants.
   std::set<std::string> mutable_initializers;
   size_t fold_max_elements = 1 << 16;  // larger constant subgraphs are left to run time
+  // Graph inputs whose values (not only dims) the plan is built for, read like constants:
+  // shapes handed over from another program (a Session keys its plans on their values).
+  std::set<std::string> value_inputs;
 };
 
 // Builds a plan for the given concrete inputs (one per graph input, in order). Throws ShapeError

@@ -1,5 +1,7 @@
 #include "trainrt/runtime/session.h"
 
+#include <algorithm>
+
 #include "trainrt/core/error.h"
 #include "trainrt/core/logging.h"
 #include "trainrt/kernels/cpu/cpu_kernels.h"
@@ -16,13 +18,24 @@ uint64_t mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-void signature_of(const std::vector<Tensor>& inputs, std::vector<int64_t>& key) {
+void signature_of(const std::vector<Tensor>& inputs, const std::vector<size_t>& value_positions,
+                  std::vector<int64_t>& key) {
   key.clear();
   for (const Tensor& t : inputs) {
     key.push_back(static_cast<int64_t>(t.dtype()));
     key.push_back(t.rank());
     key.insert(key.end(), t.dims().begin(), t.dims().end());
   }
+  for (size_t i : value_positions) {
+    if (i >= inputs.size() || inputs[i].dtype() != DType::kI64) continue;  // run() reports the mismatch
+    key.insert(key.end(), inputs[i].data<int64_t>(), inputs[i].data<int64_t>() + inputs[i].numel());
+  }
+}
+
+// The tensor whose storage the view in slot `s` shows (the end of its chain of views).
+const Tensor& viewed_tensor(const ExecutionPlan& plan, int s) {
+  while (plan.slots[static_cast<size_t>(s)].kind == SlotKind::kView) s = plan.slots[static_cast<size_t>(s)].view_of;
+  return plan.slots[static_cast<size_t>(s)].tensor;
 }
 
 }  // namespace
@@ -36,6 +49,14 @@ Session::Session(std::shared_ptr<Graph> graph, SessionOptions options)
     if (!v || !v->is_initializer())
       throw InvalidModel(fmt("mutable initializer '", name, "' is not an initializer of the graph"));
     mutable_data_[name] = v->data;
+  }
+  for (const std::string& name : options_.value_inputs) {
+    const auto& inputs = graph_->inputs();
+    auto it = std::find_if(inputs.begin(), inputs.end(), [&](const Value* v) { return v->name == name; });
+    if (it == inputs.end()) throw InvalidModel(fmt("value input '", name, "' is not an input of the graph"));
+    if ((*it)->dtype != DType::kI64)
+      throw InvalidModel(fmt("value input '", name, "' is ", dtype_name((*it)->dtype), ", expected i64 (a shape)"));
+    value_input_positions_.push_back(static_cast<size_t>(it - inputs.begin()));
   }
   profiler_.enable(options_.profile);
 }
@@ -62,12 +83,13 @@ void Session::set_initializer(const std::string& name, const Tensor& data) {
 }
 
 ExecutionPlan& Session::plan_for(const std::vector<Tensor>& inputs) {
-  signature_of(inputs, key_scratch_);
+  signature_of(inputs, value_input_positions_, key_scratch_);
   if (last_plan_ && key_scratch_ == last_key_) return *last_plan_;
   auto it = plans_.find(key_scratch_);
   if (it == plans_.end()) {
     PlanOptions po;
     po.mutable_initializers = options_.mutable_initializers;
+    po.value_inputs = options_.value_inputs;
     auto plan = build_execution_plan(*graph_, inputs, *kernels_, po);
     TRAINRT_LOG(kVerbose) << "planned graph '" << graph_->name << "': " << plan->steps.size()
                           << " steps, " << plan->stats.arena_bytes << " arena bytes";
@@ -173,15 +195,20 @@ std::vector<Tensor> Session::run(const std::vector<Tensor>& inputs) {
   std::vector<Tensor> outputs;
   outputs.reserve(plan.output_slots.size());
   for (int s : plan.output_slots) {
-    Slot& slot = plan.slots[static_cast<size_t>(s)];
-    // Outputs produced this run are handed over; inputs or constants are copied so the
-    // caller never aliases engine-owned or its own input memory unexpectedly.
-    outputs.push_back(slot.kind == SlotKind::kOutput ? std::move(slot.tensor) : slot.tensor.clone());
-    if (slot.kind == SlotKind::kOutput) slot.tensor = Tensor::view(outputs.back().dtype(), outputs.back().dims(), nullptr);
+    const Slot& slot = plan.slots[static_cast<size_t>(s)];
+    // Storage produced this run is handed over (a view shares it with the value it views);
+    // inputs and constants are copied so the caller never aliases engine-owned or its own input
+    // memory unexpectedly.
+    if (slot.kind == SlotKind::kOutput) outputs.push_back(slot.tensor);
+    else if (slot.kind == SlotKind::kView) outputs.push_back(viewed_tensor(plan, s).reshaped(slot.tensor.dims()));
+    else outputs.push_back(slot.tensor.clone());
   }
-  // Dynamic intermediates are released now rather than held until the next run.
-  for (Slot& slot : plan.slots)
+  // The caller holds what it was handed; dynamic intermediates are released now rather than held
+  // until the next run.
+  for (Slot& slot : plan.slots) {
+    if (slot.kind == SlotKind::kOutput) slot.tensor = Tensor::view(slot.tensor.dtype(), slot.tensor.dims(), nullptr);
     if (slot.kind == SlotKind::kDynamic) slot.tensor = Tensor();
+  }
   return outputs;
 }
 

@@ -30,6 +30,9 @@ namespace trainrt {
 
 struct SessionOptions {
   std::set<std::string> mutable_initializers;
+  // Inputs holding shapes (small i64 tensors): a plan is built per value, which shape inference
+  // and constant folding then see (PlanOptions::value_inputs).
+  std::set<std::string> value_inputs;
   uint64_t seed = 0;           // seeds random ops (Dropout); same seed, same results
   bool profile = false;        // record per-node timings in profiler()
   const KernelTable* kernels = nullptr;  // defaults to the CPU kernel table
@@ -72,8 +75,9 @@ class Session {
   std::shared_ptr<Graph> graph_;
   SessionOptions options_;
   const KernelTable* kernels_;
-  // Plans keyed by the input signature: dtype and dims of every input.
+  // Plans keyed by the input signature: dtype and dims of every input, values of value_inputs.
   std::map<std::vector<int64_t>, std::unique_ptr<ExecutionPlan>> plans_;
+  std::vector<size_t> value_input_positions_;
   ExecutionPlan* last_plan_ = nullptr;
   std::vector<int64_t> last_key_;
   std::vector<int64_t> key_scratch_;

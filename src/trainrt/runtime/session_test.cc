@@ -129,6 +129,36 @@ TEST(Session, ShapesKnownOnlyAtRunTimeAreInferredThen) {
   EXPECT_EQ(out.dims(), (std::vector<int64_t>{2, 3}));
 }
 
+// y = Relu(Reshape(Neg(x), s)): with s a value input, each value of s gets its own plan in which
+// the Reshape has static dims (a view); otherwise its output is sized at run time.
+TEST(Session, ValueInputsArePlannedForLikeConstants) {
+  auto g = std::make_shared<Graph>();
+  g->set_opset("", 18);
+  Value* x = g->add_input("x", DType::kF32, Shape({4, 6}));
+  Value* s = g->add_input("s", DType::kI64, Shape({2}));
+  Value* n = g->add_node("Neg", {x}, {"n"})->output(0);
+  Value* r = g->add_node("Reshape", {n, s}, {"r"})->output(0);
+  g->add_output(g->add_node("Relu", {r}, {"y"})->output(0));
+  Tensor in = random_tensor({4, 6}, 9);
+  SessionOptions options;
+  options.value_inputs = {"s"};
+  Session planned(g, options);
+  for (auto dims : {std::vector<int64_t>{6, 4}, {3, 8}, {6, 4}}) {
+    Tensor out = planned.run({in, Tensor::from_i64(dims)})[0];
+    EXPECT_EQ(out.dims(), dims);
+    for (int64_t i = 0; i < 24; ++i) EXPECT_EQ(out.data<float>()[i], std::max(-in.data<float>()[i], 0.f));
+    EXPECT_EQ(planned.last_stats().num_views, 1);
+    EXPECT_EQ(planned.last_stats().num_dynamic, 0);
+  }
+  EXPECT_EQ(planned.num_cached_plans(), 2);
+  Session sized_at_run_time(g);
+  sized_at_run_time.run({in, Tensor::from_i64({6, 4})});
+  EXPECT_EQ(sized_at_run_time.last_stats().num_views, 0);
+  EXPECT_EQ(sized_at_run_time.last_stats().num_dynamic, 2);  // Reshape and Relu
+  options.value_inputs = {"x"};
+  EXPECT_THROW(Session(g, options), InvalidModel);  // not i64
+}
+
 TEST(Session, BadInputsGiveTypedErrorsNamingTheInput) {
   Session session(linear_relu_graph());
   EXPECT_THROW(session.run({}), ShapeError);

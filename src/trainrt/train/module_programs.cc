@@ -4,6 +4,7 @@
 
 #include "trainrt/autodiff/gradient_builder.h"
 #include "trainrt/core/error.h"
+#include "trainrt/plan/saved_values.h"
 
 namespace trainrt {
 namespace {
@@ -23,6 +24,7 @@ ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::st
   GradientResult result = build_gradients(*joint_, {.outputs_with_grad = grad_outputs_, .wrt = wrt_});
   output_grad_inputs_ = result.output_grad_inputs;
   unreached_ = result.unreached;
+  choose_saved_values(*joint_, result);
   programs_ = partition_joint_graph(*joint_, result);
   // Backward outputs come in grad_of order (sorted by name); map each wrt entry to its position.
   std::vector<std::string> order;
@@ -32,6 +34,12 @@ ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::st
   SessionOptions options;
   options.profile = profile;
   forward_ = std::make_unique<Session>(programs_.forward, options);
+  // Shapes the forward hands over (choose_saved_values) are planned for like constants, so the
+  // backward's Reshapes keep static dims (views, no run-time sizing).
+  for (const std::string& name : programs_.backward_inputs)
+    if (const Node* producer = joint_->find_value(name)->producer;
+        producer && (producer->op_type() == "Shape" || producer->op_type() == "Size"))
+      options.value_inputs.insert(name);
   backward_ = std::make_unique<Session>(programs_.backward, options);
   inference_ = std::make_unique<Session>(graph_);
 }

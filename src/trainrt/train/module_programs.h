@@ -2,7 +2,7 @@
 // run as two calls (autograd's forward and backward). This is what RTModule drives.
 //
 // The joint graph (build_gradients with the outputs' gradients fed in) is partitioned
-// (partition_joint_graph): forward() runs the forward program and keeps, in a ForwardState, the
+// (choose_saved_values, then partition_joint_graph): forward() runs the forward program and keeps, in a ForwardState, the
 // saved values and the input tensors the backward reads; backward() feeds those plus the output
 // gradients to the backward program and returns the gradients of `wrt`, in `wrt` order.
 // infer() runs the plain graph for eval / no-grad calls and keeps nothing.

@@ -1,0 +1,153 @@
+// choose_saved_values: which nodes move or change (before/after the rewrite), what the forward then
+// saves, and forward + backward programs giving the same loss and gradients as without the choices.
+#include "trainrt/plan/saved_values.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <map>
+
+#include "trainrt/core/testing.h"
+#include "trainrt/plan/partition.h"
+#include "trainrt/runtime/session.h"
+
+namespace trainrt {
+namespace {
+
+using testing::expect_close;
+using testing::make_tensor;
+using testing::random_tensor;
+
+struct TrainingStep {
+  TrainingPrograms programs;
+  SavedValueChoices made;
+  std::vector<Tensor> forward_outputs;  // the graph's outputs, then the saved values
+  std::vector<Tensor> grads;            // in grad_of order (by name)
+};
+
+// Builds the joint graph of `make()`'s graph for d loss / d wrt, makes the choices when `choose`,
+// partitions, and runs forward then backward (dLoss = 1) on `inputs` (by forward input name).
+TrainingStep train_step(const std::function<std::shared_ptr<Graph>()>& make, const std::vector<std::string>& wrt,
+                        const std::map<std::string, Tensor>& inputs, bool choose) {
+  std::shared_ptr<Graph> joint = make();
+  GradientResult grads = build_gradients(*joint, {.outputs_with_grad = {"loss"}, .wrt = wrt});
+  TrainingStep step;
+  if (choose) step.made = choose_saved_values(*joint, grads);
+  step.programs = partition_joint_graph(*joint, grads);
+  std::map<std::string, Tensor> by_name = inputs;
+  std::vector<Tensor> forward_inputs;
+  for (const Value* v : step.programs.forward->inputs()) forward_inputs.push_back(by_name.at(v->name));
+  step.forward_outputs = Session(step.programs.forward).run(forward_inputs);
+  const auto& outputs = step.programs.forward->outputs();
+  for (size_t i = 0; i < outputs.size(); ++i) by_name[outputs[i]->name] = step.forward_outputs[i];
+  by_name[grads.output_grad_inputs.at(0)] = Tensor::scalar<float>(1.f);
+  std::vector<Tensor> backward_inputs;
+  for (const std::string& name : step.programs.backward_inputs) backward_inputs.push_back(by_name.at(name));
+  step.grads = Session(step.programs.backward).run(backward_inputs);
+  return step;
+}
+
+int count_ops(const Graph& g, const std::string& op) {
+  int n = 0;
+  for (const Node* node : g.nodes()) n += node->op_type() == op;
+  return n;
+}
+
+bool saves(const TrainingPrograms& p, const std::string& name) {
+  return std::find(p.saved.begin(), p.saved.end(), name) != p.saved.end();
+}
+
+void expect_same_results(const TrainingStep& chosen, const TrainingStep& plain) {
+  expect_close(chosen.forward_outputs[0], plain.forward_outputs[0], 0, 0);  // the loss
+  ASSERT_EQ(chosen.grads.size(), plain.grads.size());
+  for (size_t i = 0; i < plain.grads.size(); ++i) expect_close(chosen.grads[i], plain.grads[i], 1e-6, 1e-7);
+}
+
+// loss = ReduceSum(Reshape(x @ w, (-1, 10))^2) with a symbolic batch dim, so the gradients of
+// Reshape and ReduceSum read Shape(x @ w) and Shape(sq) at run time.
+std::shared_ptr<Graph> reshape_graph() {
+  auto g = std::make_shared<Graph>();
+  g->set_opset("", 18);
+  Value* x = g->add_input("x", DType::kF32, Shape({Dim::symbolic("batch"), 6}));
+  Value* w = g->add_initializer("w", random_tensor({6, 5}, 1));
+  Value* h = g->add_node("MatMul", {x, w}, {"h"})->output(0);                             // (batch, 5)
+  Value* shape = g->add_initializer("shape", Tensor::from_i64({-1, 10}));
+  Value* r = g->add_node("Reshape", {h, shape}, {"r"})->output(0);                        // (batch / 2, 10)
+  Value* sq = g->add_node("Mul", {r, r}, {"sq"})->output(0);
+  Node* loss = g->add_node("ReduceSum", {sq}, {"loss"});
+  loss->set_attr("keepdims", Attribute::of_int(0));
+  g->add_output(loss->output(0));
+  return g;
+}
+
+TEST(SavedValues, TheBackwardKeepsTheShapeOfAValueInsteadOfTheValue) {
+  const std::map<std::string, Tensor> inputs = {{"x", random_tensor({4, 6}, 2)}};
+  TrainingStep plain = train_step(reshape_graph, {"w"}, inputs, false);
+  TrainingStep chosen = train_step(reshape_graph, {"w"}, inputs, true);
+  // Saved only for their shapes: h (Reshape's gradient) and sq (ReduceSum's).
+  EXPECT_TRUE(saves(plain.programs, "h"));
+  EXPECT_TRUE(saves(plain.programs, "sq"));
+  EXPECT_FALSE(saves(chosen.programs, "h"));
+  EXPECT_FALSE(saves(chosen.programs, "sq"));
+  EXPECT_TRUE(saves(chosen.programs, "r"));  // the Mul gradient reads r itself
+  const int shapes = count_ops(*plain.programs.backward, "Shape");
+  EXPECT_GE(shapes, 2);
+  EXPECT_EQ(chosen.made.shapes_moved_to_forward, shapes);
+  EXPECT_EQ(count_ops(*chosen.programs.backward, "Shape"), 0);
+  EXPECT_EQ(count_ops(*chosen.programs.forward, "Shape"), shapes);
+  expect_same_results(chosen, plain);
+}
+
+// loss = SoftmaxCrossEntropyLoss(x @ w, labels) [+ ReduceSum((x @ w)^2) when `scores_read_again`]:
+// scores (8, 5), mean reduction.
+std::shared_ptr<Graph> cross_entropy_graph(bool scores_read_again) {
+  auto g = std::make_shared<Graph>();
+  g->set_opset("", 18);
+  Value* x = g->add_input("x", DType::kF32, Shape({8, 3}));
+  Value* labels = g->add_input("labels", DType::kI64, Shape({8}));
+  Value* w = g->add_initializer("w", random_tensor({3, 5}, 3));
+  Value* scores = g->add_node("MatMul", {x, w}, {"scores"})->output(0);
+  Value* loss = g->add_node("SoftmaxCrossEntropyLoss", {scores, labels}, {"ce"})->output(0);
+  if (scores_read_again) {
+    Value* sq = g->add_node("Mul", {scores, scores}, {"sq"})->output(0);
+    Node* sum = g->add_node("ReduceSum", {sq}, {"penalty"});
+    sum->set_attr("keepdims", Attribute::of_int(0));
+    loss = g->add_node("Add", {loss, sum->output(0)}, {"total"})->output(0);
+  }
+  g->add_output(g->add_node("Identity", {loss}, {"loss"})->output(0));
+  return g;
+}
+
+std::map<std::string, Tensor> cross_entropy_inputs() {
+  return {{"x", random_tensor({8, 3}, 4, -3.f, 3.f)}, {"labels", make_tensor<int64_t>({8}, {0, 4, 2, 1, 3, 3, 0, 2})}};
+}
+
+TEST(SavedValues, TheLossWritesLogProbInsteadOfTheBackwardRecomputingIt) {
+  auto make = [] { return cross_entropy_graph(false); };
+  TrainingStep plain = train_step(make, {"w", "x"}, cross_entropy_inputs(), false);
+  TrainingStep chosen = train_step(make, {"w", "x"}, cross_entropy_inputs(), true);
+  EXPECT_EQ(chosen.made.log_probs_kept, 1);
+  EXPECT_EQ(count_ops(*plain.programs.backward, "LogSoftmax"), 1);
+  EXPECT_EQ(count_ops(*chosen.programs.backward, "LogSoftmax"), 0);
+  EXPECT_TRUE(saves(plain.programs, "scores"));
+  EXPECT_FALSE(saves(chosen.programs, "scores"));
+  ASSERT_EQ(chosen.programs.saved.size(), 1u);  // log_prob only
+  const Node* loss = chosen.programs.forward->find_value(chosen.programs.saved[0])->producer;
+  ASSERT_NE(loss, nullptr);
+  EXPECT_EQ(loss->op_type(), "SoftmaxCrossEntropyLoss");
+  EXPECT_EQ(loss->output(0)->name, "ce");
+  expect_same_results(chosen, plain);
+}
+
+TEST(SavedValues, TheRecomputeStaysWhenTheBackwardReadsTheScoresAnyway) {
+  auto make = [] { return cross_entropy_graph(true); };
+  TrainingStep plain = train_step(make, {"w"}, cross_entropy_inputs(), false);
+  TrainingStep chosen = train_step(make, {"w"}, cross_entropy_inputs(), true);
+  EXPECT_EQ(chosen.made.log_probs_kept, 0);
+  EXPECT_EQ(count_ops(*chosen.programs.backward, "LogSoftmax"), 1);
+  EXPECT_TRUE(saves(chosen.programs, "scores"));
+  expect_same_results(chosen, plain);
+}
+
+}  // namespace
+}  // namespace trainrt
