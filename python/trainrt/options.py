@@ -101,6 +101,7 @@ class RuntimeOptions:
     # After a fallback, try the engine again on the next call instead of staying on PyTorch (a failed
     # capture is otherwise remembered per input schema, so a failing schema is not re-captured each step).
     fallback_retry: bool = False
+    print_input_density: bool = False  # log each step's share of non-padding tokens and labels
 
     def __post_init__(self):
         if (v := env("FALLBACK_POLICY", "FALLBACK_POLICY")) is not None:
@@ -111,6 +112,8 @@ class RuntimeOptions:
             self.profile = _parse_flag(v)
         if (v := env("PRINT_MEMORY_STATS", "PRINT_MEMORY_STATS")) is not None:
             self.print_memory_stats = _parse_flag(v)
+        if (v := env("PRINT_INPUT_DENSITY", "PRINT_INPUT_DENSITY")) is not None:
+            self.print_input_density = _parse_flag(v)
         if (v := env("FALLBACK_RETRY", "FALLBACK_RETRY")) is not None:
             self.fallback_retry = _parse_flag(v)
         if (v := env("ONNX_OPSET_VERSION", "ONNX_OPSET_VERSION")) is not None and v.strip() != str(ONNX_OPSET):

@@ -22,6 +22,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from trainrt import _C
+from trainrt.input_density import InputDensityObserver
 
 _log = logging.getLogger("trainrt")
 if not _log.handlers:  # messages reach the user without logging configuration; levels set by DebugOptions
@@ -59,6 +60,7 @@ class _Engine:
         self.wrt_index = [index[name] for name in self.wrt]
         self.programs = _C.ModulePrograms(captured.model.SerializeToString(), self.grad_outputs, self.wrt, profile)
         self.num_mutations = len(captured.buffer_mutations)
+        self.input_density = InputDensityObserver(captured.model, captured.user_inputs)
 
 
 class _RTFunction(torch.autograd.Function):
@@ -304,4 +306,6 @@ class RTModule(torch.nn.Module):
                 named_buffers[fqn].copy_(value)
         if self._runtime.print_memory_stats:
             _log.warning("trainrt memory: %s", engine.programs.memory_stats())
+        if self._runtime.print_input_density and (report := engine.input_density.describe(tensors)):
+            _log.warning("%s", report)
         return pytree.tree_unflatten(list(user), engine.captured.out_spec)
