@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include "trainrt/core/dtype.h"
+#include "trainrt/core/dtype_convert.h"
 #include "trainrt/core/simd.h"
 #include "trainrt/core/tensor.h"
 #include "trainrt/core/thread_pool.h"
@@ -59,12 +60,6 @@ template <typename T>
 using arith_t = typename ArithTypeOf<T>::type;
 template <typename T>
 inline constexpr bool kIsHalfLike = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
-
-// Vectorized 16-bit float conversions (round to nearest even; NaN stays NaN).
-void convert_to_f32(const Half* x, float* y, int64_t n);
-void convert_to_f32(const BFloat16* x, float* y, int64_t n);
-void convert_from_f32(const float* x, Half* y, int64_t n);
-void convert_from_f32(const float* x, BFloat16* y, int64_t n);
 
 // One stored value as its arithmetic type, and back.
 template <typename T>
