@@ -68,7 +68,7 @@ def parse_mixed_precision(value: str | None) -> str | None:
         return None
     if value.strip().lower() in ("bf16", "bfloat16"):
         return "bf16"
-    raise ValueError(f"mixed precision {value!r}: choose 'bf16' (matmuls and convolutions in bf16) or 'off'")
+    raise ValueError(f"mixed precision {value!r}: choose 'bf16' (matmuls in bf16) or 'off'")
 
 
 def _parse_fallback(value: str) -> FallbackPolicy:
@@ -111,7 +111,7 @@ class RuntimeOptions:
     # After a fallback, try the engine again on the next call instead of staying on PyTorch (a failed
     # capture is otherwise remembered per input schema, so a failing schema is not re-captured each step).
     fallback_retry: bool = False
-    # "bf16": matmuls and convolutions in bf16 with f32 sums, the rest in f32, as under
+    # "bf16": matmuls in bf16 with f32 sums, the rest in f32, as under
     # torch.autocast("cpu", dtype=torch.bfloat16) (which turns it on per call too); None: f32.
     mixed_precision: str | None = None
 

@@ -6,9 +6,10 @@
     optimizer.step()            # any torch optimizer: parameters are read from torch every step
 
 Mixed precision: under `torch.autocast("cpu", dtype=torch.bfloat16)`, or with
-`RTModule(model, mixed_precision="bf16")` (env TRAINRT_MIXED_PRECISION=bf16), the matmul and
-convolution family runs in bf16 with f32 sums while parameters, gradients, normalizations, softmax,
-reductions and losses stay f32 (capture/autocast.py says how this follows autocast, and where not).
+`RTModule(model, mixed_precision="bf16")` (env TRAINRT_MIXED_PRECISION=bf16), the matmul family
+(linear, matmul, bmm, addmm, baddbmm) runs in bf16 with f32 sums while parameters, gradients,
+convolutions, normalizations, softmax, reductions and losses stay f32 (capture/autocast.py says how
+this follows autocast, and where not).
 
 The captured programs are cached per input schema (train/eval mode, autocast dtype, tree structure,
 dtypes, ranks, non-tensor values, which inputs require grad). Input dims are symbolic where torch.export allows
@@ -269,7 +270,7 @@ class RTModule(torch.nn.Module):
                 ("mode", "training" if self._module.training else "eval"),
                 ("parameters / inputs / outputs", f"{len(captured.param_inputs)} / {len(captured.user_inputs)} / {len(captured.outputs)}"),
                 ("input dims", _describe_dims(captured)),
-                ("mixed precision", f"matmuls and convolutions in {autocast}" if autocast else "off (f32)"),
+                ("mixed precision", f"matmuls in {autocast}" if autocast else "off (f32)"),
                 ("memory planning, in-place reuse, constant folding", "on"),
                 ("fallback policy", self._runtime.fallback_policy.name or str(self._runtime.fallback_policy)),
                 ("save ONNX", self._debug.save_path if self._debug.save_onnx else "off"),

@@ -85,7 +85,7 @@ def capture(module: torch.nn.Module, args: tuple, kwargs: dict | None = None,
             symbolic_dims: bool = True, autocast: torch.dtype | None = None) -> CapturedGraph:
     """Exports module(*args, **kwargs) in its current train/eval mode and translates it to ONNX,
     with symbolic input dims where the model allows them (`symbolic_dims`; else static shapes).
-    `autocast` (torch.bfloat16) computes the matmul and convolution family in that dtype, the way
+    `autocast` (torch.bfloat16) computes the matmul family in that dtype, the way
     torch.autocast decides (autocast.py); the export itself always runs with autocast off.
 
     Every input dim is tried symbolic first; when the translation cannot compute a size that is

@@ -1,4 +1,4 @@
-"""Mixed precision at capture: the matmul and convolution family computes in bf16, the rest in f32.
+"""Mixed precision at capture: the matmul family computes in bf16, the rest in f32.
 
 torch.export records no autocast casts: a module exported under `torch.autocast("cpu")` gives the
 plain f32 graph (torch 2.13; autocast in the exported forward itself becomes a wrap_with_autocast
@@ -16,8 +16,9 @@ captured graph's outputs keep their f32 dtypes. The casts back cost one pass ove
 output; a bf16 value widened to f32 and cast to bf16 again for the next product is taken from the
 first cast (bf16 -> f32 -> bf16 is exact), so a product feeding a product casts nothing twice.
 
-Not on the list although torch's is: scaled_dot_product_attention (TrainRT's fused attention op is
-f32; it stays f32 here), prelu, and transposed convolutions (not translated at all).
+Not on the list although torch's is: convolutions (the engine's Conv and ConvGrad kernels are f32
+only so far; they stay f32 here), scaled_dot_product_attention (TrainRT's fused attention op is
+f32), prelu, and transposed convolutions (not translated at all).
 
     policy = Autocast(builder, torch.bfloat16)
     if policy.applies(name):
@@ -37,8 +38,6 @@ from trainrt.capture.onnx_builder import GraphBuilder, onnx_type
 LOWER_PRECISION_OPS = frozenset({
     "aten.linear.default", "aten.addmm.default", "aten.mm.default", "aten.bmm.default", "aten.matmul.default",
     "aten.baddbmm.default",
-    "aten.conv1d.default", "aten.conv2d.default", "aten.conv3d.default",
-    "aten.conv1d.padding", "aten.conv2d.padding", "aten.conv3d.padding", "aten.convolution.default",
 })
 
 # Autocast dtypes the engine runs (bf16 products on oneDNN with f32 sums).

@@ -7,7 +7,7 @@ Stage invariants:
   graph outputs = buffer mutations, then user outputs; lifted constants are initializers;
 - every FX value maps to a translated value (context.TensorValue, a SymInt, or a Python constant);
   every ATen op without a translation raises UnsupportedATenOp naming the node and source line;
-- under mixed precision (autocast.py) only the matmul / convolution family computes in the low
+- under mixed precision (autocast.py) only the matmul family computes in the low
   dtype, between casts; every FX value keeps the dtype torch.export gave it.
 """
 
@@ -58,7 +58,7 @@ def translate(ep: ExportedProgram, user_input_order: list[str], batch_name: str 
               autocast: torch.dtype | None = None) -> Translation:
     """ep's graph as ONNX; user_input_order lists the user tensor placeholders in graph-input order,
     batch_name names the first symbolic dim 0 of the user inputs in the ONNX types. `autocast`
-    (torch.bfloat16) runs the matmul and convolution family in that dtype (autocast.py)."""
+    (torch.bfloat16) runs the matmul family in that dtype (autocast.py)."""
     return _Translator(ep, graph_name, autocast).run(user_input_order, batch_name)
 
 
