@@ -62,6 +62,15 @@ def _parse_flag(value: str) -> bool:
     return value.strip() not in ("0", "false", "False", "")
 
 
+def parse_mixed_precision(value: str | None) -> str | None:
+    """'bf16' (also 'bfloat16') or None (None, '', '0', 'off', 'f32', 'fp32'): the mixed precision option."""
+    if value is None or value.strip().lower() in ("", "0", "off", "none", "f32", "fp32", "float32"):
+        return None
+    if value.strip().lower() in ("bf16", "bfloat16"):
+        return "bf16"
+    raise ValueError(f"mixed precision {value!r}: choose 'bf16' (matmuls in bf16) or 'off'")
+
+
 def _parse_fallback(value: str) -> FallbackPolicy:
     policy = FallbackPolicy.FALLBACK_DISABLE
     for part in value.replace("|", ",").split(","):
@@ -92,7 +101,8 @@ class DebugOptions:
 
 @dataclass
 class RuntimeOptions:
-    """Engine behaviour: fallback policy, export cache, what to print. Read from the environment."""
+    """Engine behaviour: fallback policy, export cache, mixed precision, what to print. Read from the
+    environment."""
 
     fallback_policy: FallbackPolicy = DEFAULT_FALLBACK
     cache_dir: str | None = None
@@ -102,8 +112,14 @@ class RuntimeOptions:
     # capture is otherwise remembered per input schema, so a failing schema is not re-captured each step).
     fallback_retry: bool = False
     print_input_density: bool = False  # log each step's share of non-padding tokens and labels
+    # "bf16": matmuls in bf16 with f32 sums, the rest in f32, as under
+    # torch.autocast("cpu", dtype=torch.bfloat16) (which turns it on per call too); None: f32.
+    mixed_precision: str | None = None
 
     def __post_init__(self):
+        self.mixed_precision = parse_mixed_precision(self.mixed_precision)
+        if (v := env("MIXED_PRECISION")) is not None:
+            self.mixed_precision = parse_mixed_precision(v)
         if (v := env("FALLBACK_POLICY", "FALLBACK_POLICY")) is not None:
             self.fallback_policy = _parse_fallback(v)
         if (v := env("CACHE_DIR", "CACHE_DIR")) is not None:

@@ -5,8 +5,14 @@
     loss.backward()             # the engine's backward program; gradients land in param.grad
     optimizer.step()            # any torch optimizer: parameters are read from torch every step
 
-The captured programs are cached per input schema (train/eval mode, tree structure, dtypes, ranks,
-non-tensor values, which inputs require grad). Input dims are symbolic where torch.export allows
+Mixed precision: under `torch.autocast("cpu", dtype=torch.bfloat16)`, or with
+`RTModule(model, mixed_precision="bf16")` (env TRAINRT_MIXED_PRECISION=bf16), the matmul family
+(linear, matmul, bmm, addmm, baddbmm) runs in bf16 with f32 sums while parameters, gradients,
+convolutions, normalizations, softmax, reductions and losses stay f32 (capture/autocast.py says how
+this follows autocast, and where not).
+
+The captured programs are cached per input schema (train/eval mode, autocast dtype, tree structure,
+dtypes, ranks, non-tensor values, which inputs require grad). Input dims are symbolic where torch.export allows
 (capture/export.py), so a new batch size or sequence length reuses the programs: a schema holds a
 list of captures, and a call runs the first whose static dims and symbol ranges accept its shapes
 (a model that specializes a dim gets one capture per value there). The engine plans memory per
@@ -105,13 +111,13 @@ def _describe_dims(captured) -> str:
 class RTModule(torch.nn.Module):
     """Runs `module`'s forward and backward in the TrainRT engine; behaves as `module` otherwise."""
 
-    def __init__(self, module: torch.nn.Module, debug_options=None):
+    def __init__(self, module: torch.nn.Module, debug_options=None, mixed_precision: str | None = None):
         super().__init__()
         from trainrt.options import DebugOptions, RuntimeOptions
 
         self._module = module
         self._debug = debug_options or DebugOptions()
-        self._runtime = RuntimeOptions()
+        self._runtime = RuntimeOptions(mixed_precision=mixed_precision)
         self._engines: dict[tuple, list[_Engine]] = {}  # schema key -> captures, tried in order
         self._fallback_reason: str | None = None  # why the last call ran in PyTorch, if one did
         self._failed_builds: dict = {}  # schema key -> (reason, policy name) of a failed capture or build
@@ -177,6 +183,10 @@ class RTModule(torch.nn.Module):
         if reason:  # decided per call: other inputs may run in the engine
             kind = "FALLBACK_UNSUPPORTED_DEVICE" if "device" in reason else "FALLBACK_UNSUPPORTED_DATA"
             return self._fall_back(reason, kind, args, kwargs)
+        autocast = self._autocast_dtype()
+        if autocast not in (None, torch.bfloat16):
+            return self._fall_back(f"torch.autocast with dtype {autocast} (the engine's mixed precision is bf16)",
+                                   "FALLBACK_UNSUPPORTED_DATA", args, kwargs)
         shapes = [tuple(t.shape) for t in tensors]
         key = self._schema_key(args, kwargs)
         engine = next((e for e in self._engines.get(key, []) if e.captured.accepts(shapes)), None)
@@ -185,12 +195,19 @@ class RTModule(torch.nn.Module):
             if failure and not self._runtime.fallback_retry:  # announced when it failed; not re-captured each step
                 return self._fall_back(*failure, args, kwargs)
             try:
-                engine = self._build(args, kwargs, [t.requires_grad for t in tensors])
+                engine = self._build(args, kwargs, [t.requires_grad for t in tensors], autocast)
             except _BuildFailed as failed:
                 self._failed_builds[key] = failed.args
                 return self._fall_back(*failed.args, args, kwargs)
             self._failed_builds.pop(key, None)
         return self._run(engine, tensors)
+
+    def _autocast_dtype(self) -> torch.dtype | None:
+        """The low dtype of this call's matmuls: the CPU autocast dtype where autocast is on, else
+        the mixed_precision option's; None for f32."""
+        if torch.is_autocast_enabled("cpu"):
+            return torch.get_autocast_dtype("cpu")
+        return torch.bfloat16 if self._runtime.mixed_precision == "bf16" else None
 
     def _unsupported_input(self, tensors) -> str | None:
         for t in list(tensors) + [p for p in self._module.parameters()]:
@@ -211,9 +228,10 @@ class RTModule(torch.nn.Module):
                 return ("const", repr(x))
             return (x.dtype, tuple(x.shape) if shapes else x.dim(), x.requires_grad)
 
-        return (self._module.training, torch.is_grad_enabled(), str(spec), tuple(leaf(x) for x in flat))
+        return (self._module.training, torch.is_grad_enabled(), self._autocast_dtype(), str(spec),
+                tuple(leaf(x) for x in flat))
 
-    def _build(self, args, kwargs, input_requires_grad):
+    def _build(self, args, kwargs, input_requires_grad, autocast: torch.dtype | None):
         from trainrt.capture import CaptureError, UnsupportedATenOp, capture
 
         import time
@@ -227,7 +245,7 @@ class RTModule(torch.nn.Module):
         try:
             captured = cache.load(key) if cache else None
             if captured is None:
-                captured = capture(self._module, args, kwargs)
+                captured = capture(self._module, args, kwargs, autocast=autocast)
                 if cache:
                     cache.store(key, captured)
         except UnsupportedATenOp as err:
@@ -243,10 +261,10 @@ class RTModule(torch.nn.Module):
         if self._debug.save_onnx:
             self._save_graphs(engine)
         self._engines.setdefault(self._schema_key(args, kwargs), []).append(engine)
-        self._log_startup(captured, captured_at - start, time.perf_counter() - captured_at)
+        self._log_startup(captured, autocast, captured_at - start, time.perf_counter() - captured_at)
         return engine
 
-    def _log_startup(self, captured, capture_s: float, build_s: float) -> None:
+    def _log_startup(self, captured, autocast: torch.dtype | None, capture_s: float, build_s: float) -> None:
         """At INFO: what was captured, what is on, and what it cost. Quiet on ranks other than 0."""
         if torch.distributed.is_available() and torch.distributed.is_initialized() and torch.distributed.get_rank() != 0:
             return
@@ -254,6 +272,7 @@ class RTModule(torch.nn.Module):
                 ("mode", "training" if self._module.training else "eval"),
                 ("parameters / inputs / outputs", f"{len(captured.param_inputs)} / {len(captured.user_inputs)} / {len(captured.outputs)}"),
                 ("input dims", _describe_dims(captured)),
+                ("mixed precision", f"matmuls in {autocast}" if autocast else "off (f32)"),
                 ("memory planning, in-place reuse, constant folding", "on"),
                 ("fallback policy", self._runtime.fallback_policy.name or str(self._runtime.fallback_policy)),
                 ("save ONNX", self._debug.save_path if self._debug.save_onnx else "off"),

@@ -16,7 +16,7 @@ import torch
 
 from trainrt.bench.measure import run_model
 from trainrt.bench.models import MODELS, SUITES
-from trainrt.bench.modes import MODES
+from trainrt.bench.modes import DEFAULT_MODES, MODES
 from trainrt.bench.report import markdown_table, text_table, write_json
 
 # Steps per suite: (warm-up, timed). The quick suite stays under 10 minutes on the 2-core dev machine.
@@ -39,7 +39,8 @@ def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(prog="python -m trainrt.bench", description=__doc__)
     parser.add_argument("--suite", choices=sorted(SUITES), default="quick")
     parser.add_argument("--models", help="comma-separated; default: the suite's models")
-    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated; default: %(default)s")
+    parser.add_argument("--modes", default=",".join(DEFAULT_MODES),
+                        help=f"comma-separated, of {', '.join(MODES)}; default: %(default)s")
     parser.add_argument("--steps", type=int, help="timed steps per mode (default: 20 quick, 30 full)")
     parser.add_argument("--warmup", type=int, help="untimed steps after the first (default: 3 quick, 5 full)")
     parser.add_argument("--peak-gflops", type=float, help="the machine's peak for %% of peak (default: measured)")

@@ -3,6 +3,9 @@
     eager     PyTorch eager, torch.optim.AdamW(fused=True)
     compile   torch.compile(model) (inductor, default mode), torch.optim.AdamW(fused=True)
     rtmodule  trainrt.RTModule(model), trainrt.optim.FusedAdam (AdamW as torch computes it)
+  and, on request (--modes), bf16 mixed precision:
+    eager-bf16     eager with the forward under torch.autocast("cpu", dtype=torch.bfloat16)
+    rtmodule-bf16  trainrt.RTModule(model, mixed_precision="bf16"), trainrt.optim.FusedAdam
 
 A step is zero_grad (to None), forward (the model returns the loss), backward and the optimizer step.
 """
@@ -85,4 +88,26 @@ class RT(Mode):
         return total
 
 
-MODES: dict[str, type[Mode]] = {m.name: m for m in (Eager, Compile, RT)}
+class EagerBF16(Mode):
+    name = "eager-bf16"
+
+    def step(self, args: tuple) -> torch.Tensor:
+        self.optimizer.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = self.model(*args)
+        loss.backward()
+        self.optimizer.step()
+        return loss
+
+
+class RTBF16(RT):
+    name = "rtmodule-bf16"
+
+    def wrap(self, model):
+        import trainrt
+
+        return trainrt.RTModule(model, mixed_precision="bf16")
+
+
+MODES: dict[str, type[Mode]] = {m.name: m for m in (Eager, Compile, RT, EagerBF16, RTBF16)}
+DEFAULT_MODES = [Eager.name, Compile.name, RT.name]

@@ -82,9 +82,11 @@ class CapturedGraph:
 
 
 def capture(module: torch.nn.Module, args: tuple, kwargs: dict | None = None,
-            symbolic_dims: bool = True) -> CapturedGraph:
+            symbolic_dims: bool = True, autocast: torch.dtype | None = None) -> CapturedGraph:
     """Exports module(*args, **kwargs) in its current train/eval mode and translates it to ONNX,
     with symbolic input dims where the model allows them (`symbolic_dims`; else static shapes).
+    `autocast` (torch.bfloat16) computes the matmul family in that dtype, the way
+    torch.autocast decides (autocast.py); the export itself always runs with autocast off.
 
     Every input dim is tried symbolic first; when the translation cannot compute a size that is
     then symbolic (a translation that needs it static), the capture is retried with a symbolic
@@ -97,11 +99,12 @@ def capture(module: torch.nn.Module, args: tuple, kwargs: dict | None = None,
     args = tuple(args)
     levels = ["all", "batch"] if symbolic_dims else ["none"]
     for level in levels:
-        ep = export_program(module, args, kwargs, level)
+        with torch.autocast("cpu", enabled=False):
+            ep = export_program(module, args, kwargs, level)
         user_inputs = _user_input_order(ep, (args, kwargs))
         input_dims = _input_dims(ep, user_inputs)
         try:
-            translation = translate(ep, user_inputs, "batch", type(module).__name__)
+            translation = translate(ep, user_inputs, "batch", type(module).__name__, autocast)
             break
         except CaptureError:
             beyond_batch = any(isinstance(d, str) for dims in input_dims for d in dims[1:])

@@ -81,19 +81,22 @@ def bind_args(node: torch.fx.Node, args: tuple, kwargs: dict) -> dict[str, Any]:
 class OpContext:
     """One ATen node being translated: bound arguments, output metadata, emit helpers."""
 
-    def __init__(self, node: torch.fx.Node, builder: GraphBuilder, symbols: SymbolTable, args: dict[str, Any]):
+    def __init__(self, node: torch.fx.Node, builder: GraphBuilder, symbols: SymbolTable, args: dict[str, Any],
+                 compute_dtype: torch.dtype | None = None):
         self.node = node
         self.b = builder
         self.symbols = symbols
         self.args = args
         self.out = node.meta.get("val")  # FakeTensor, or a tuple of them for multi-output ops
+        # The dtype the translation computes in when it differs from the FX output's (autocast.py).
+        self.compute_dtype = compute_dtype
 
     def __getitem__(self, name: str) -> Any:
         return self.args[name]
 
     @property
     def out_dtype(self) -> torch.dtype:
-        return self.out.dtype
+        return self.compute_dtype or self.out.dtype
 
     def unsupported(self, reason: str) -> UnsupportedATenOp:
         """The error to raise for a form of this op the engine cannot run (the caller raises it)."""

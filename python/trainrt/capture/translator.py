@@ -6,7 +6,9 @@ Stage invariants:
 - out: graph inputs = parameters, buffers, user tensor inputs (in the order the caller gives);
   graph outputs = buffer mutations, then user outputs; lifted constants are initializers;
 - every FX value maps to a translated value (context.TensorValue, a SymInt, or a Python constant);
-  every ATen op without a translation raises UnsupportedATenOp naming the node and source line.
+  every ATen op without a translation raises UnsupportedATenOp naming the node and source line;
+- under mixed precision (autocast.py) only the matmul family computes in the low
+  dtype, between casts; every FX value keeps the dtype torch.export gave it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import ConstantArgument, InputKind, OutputKind, TensorArgument
 
 from trainrt.capture.aten_ops import ATEN_OPS
+from trainrt.capture.autocast import Autocast
 from trainrt.capture.context import OpContext, TensorValue, bind_args, op_name, source_line
 from trainrt.capture.errors import CaptureError, UnsupportedATenOp
 from trainrt.capture.onnx_builder import GraphBuilder
@@ -51,19 +54,22 @@ class Translation:
     buffer_mutations: list[tuple[str, str]]
 
 
-def translate(ep: ExportedProgram, user_input_order: list[str], batch_name: str | None, graph_name: str) -> Translation:
+def translate(ep: ExportedProgram, user_input_order: list[str], batch_name: str | None, graph_name: str,
+              autocast: torch.dtype | None = None) -> Translation:
     """ep's graph as ONNX; user_input_order lists the user tensor placeholders in graph-input order,
-    batch_name names the first symbolic dim 0 of the user inputs in the ONNX types."""
-    return _Translator(ep, graph_name).run(user_input_order, batch_name)
+    batch_name names the first symbolic dim 0 of the user inputs in the ONNX types. `autocast`
+    (torch.bfloat16) runs the matmul family in that dtype (autocast.py)."""
+    return _Translator(ep, graph_name, autocast).run(user_input_order, batch_name)
 
 
 class _Translator:
-    def __init__(self, ep: ExportedProgram, graph_name: str) -> None:
+    def __init__(self, ep: ExportedProgram, graph_name: str, autocast: torch.dtype | None) -> None:
         self.ep = ep
         self.graph_name = graph_name
         self.b = GraphBuilder()
         self.symbols = SymbolTable(self.b)
         self.env: dict[torch.fx.Node, object] = {}
+        self.autocast = Autocast(self.b, autocast) if autocast is not None else None
 
     def run(self, user_input_order: list[str], batch_name: str | None) -> Translation:
         params, buffers = self._inputs(user_input_order, batch_name)
@@ -139,8 +145,11 @@ class _Translator:
         if fn is None:
             raise UnsupportedATenOp(name, node.name, source_line(node))
         args = bind_args(node, self._resolve(node.args), self._resolve(node.kwargs))
-        result = fn(OpContext(node, self.b, self.symbols, args))
-        return _wrap(result, node.meta["val"])
+        val = node.meta["val"]
+        if self.autocast and self.autocast.applies(name) and val.dtype == torch.float32:
+            low = fn(OpContext(node, self.b, self.symbols, self.autocast.lower_inputs(args), self.autocast.dtype))
+            return _wrap(self.autocast.widen_output(low), val)
+        return _wrap(fn(OpContext(node, self.b, self.symbols, args)), val)
 
     def _resolve(self, arg):
         """Replaces FX nodes inside an argument (lists, tuples, dicts) by their translated values."""

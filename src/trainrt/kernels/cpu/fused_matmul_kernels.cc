@@ -59,20 +59,22 @@ ProductPlan plan_product(const Attrs& at, const std::vector<int64_t>& a, const s
   return p;
 }
 
-void run_f32(const Attrs& at, const ProductPlan& p, const float* a, const float* b, float* y) {
+// T = float or BFloat16 (gemm_batched).
+template <typename T>
+void run_onednn(const Attrs& at, const ProductPlan& p, const T* a, const T* b, T* y) {
   const int64_t ldc = std::max<int64_t>(1, p.n);
   if (p.batch.size() == 1 && p.batch[0].stride_b == 0 && !at.trans_a && p.batch[0].stride_a == p.m * p.k) {
-    gemm_f32(false, at.trans_b, p.batch[0].size * p.m, p.n, p.k, at.alpha, a, p.lda, b, p.ldb, 0.f, y, ldc);
+    gemm_batched<T>(1, false, at.trans_b, p.batch[0].size * p.m, p.n, p.k, at.alpha, a, p.lda, 0, b, p.ldb, 0, 0.f,
+                    y, ldc, 0);
     return;
   }
   for_each_batch_run(p.batch, [&](int64_t oa, int64_t ob, int64_t oc, const BatchDim& inner) {
-    gemm_f32_batched(inner.size, at.trans_a, at.trans_b, p.m, p.n, p.k, at.alpha, a + oa, p.lda, inner.stride_a,
-                     b + ob, p.ldb, inner.stride_b, 0.f, y + oc, ldc, inner.stride_c);
+    gemm_batched<T>(inner.size, at.trans_a, at.trans_b, p.m, p.n, p.k, at.alpha, a + oa, p.lda, inner.stride_a,
+                    b + ob, p.ldb, inner.stride_b, 0.f, y + oc, ldc, inner.stride_c);
   });
 }
 
-// The row loop: every (matrix, row) pair is a task; sums in arith_t<T> (f64 for f64, f32 for the
-// 16-bit floats).
+// The row loop: every (matrix, row) pair is a task; sums in arith_t<T> (f64 for f64, f32 for f16).
 template <typename T>
 void run_loop(const Attrs& at, const ProductPlan& p, const T* a, const T* b, T* y, ThreadPool& pool) {
   using Acc = arith_t<T>;
@@ -113,9 +115,9 @@ KernelFn make_fused_matmul(const Node& node) {
     Tensor& y = ctx.out(0);
     const ProductPlan p = plan_product(at, a.dims(), b.dims(), y.dims());
     if (y.numel() == 0) return;
-    if constexpr (std::is_same_v<T, float>) {
-      if (p.k == 0) std::fill(y.data<float>(), y.data<float>() + y.numel(), 0.f);
-      else run_f32(at, p, a.data<float>(), b.data<float>(), y.data<float>());
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, BFloat16>) {
+      if (p.k == 0) std::fill(y.data<T>(), y.data<T>() + y.numel(), T{});
+      else run_onednn<T>(at, p, a.data<T>(), b.data<T>(), y.data<T>());
     } else {
       run_loop<T>(at, p, a.data<T>(), b.data<T>(), y.data<T>(), ctx.threads());
     }

@@ -1,5 +1,7 @@
-// gemm_f32 on oneDNN 2.x (Debian 12's libdnnl-dev): one matmul primitive per problem, cached, run
-// one thread per piece on our ThreadPool.
+// gemm_f32 and gemm_bf16 on oneDNN 2.x (Debian 12's libdnnl-dev): one matmul primitive per problem,
+// cached, run one thread per piece on our ThreadPool. Both element types share every line but the
+// oneDNN data type of the operands (a bf16 primitive accumulates in f32: oneDNN's
+// avx512_core_bf16 brgemm kernels on this CPU).
 //
 // A primitive bakes in dims, strides, alpha (output scale) and beta (sum post-op), so the cache key
 // is all of them. Primitives run with a user scratchpad taken from a per-thread buffer, so one
@@ -19,6 +21,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <type_traits>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <unordered_map>
 
@@ -36,6 +39,7 @@ struct GemmKey {
   int64_t batch, m, n, k, lda, ldb, ldc, stride_a, stride_b, stride_c;
   bool trans_a, trans_b;
   uint32_t alpha_bits, beta_bits;
+  memory::data_type type;  // of A, B and C
   bool operator==(const GemmKey&) const = default;
 };
 
@@ -50,6 +54,7 @@ struct GemmKeyHash {
       mix(static_cast<uint64_t>(v));
     mix((uint64_t{key.alpha_bits} << 32) | key.beta_bits);
     mix(uint64_t{key.trans_a} * 2 + key.trans_b);
+    mix(static_cast<uint64_t>(key.type));
     return h;
   }
 };
@@ -60,7 +65,7 @@ struct GemmPrimitive {
 };
 
 std::string describe_problem(const GemmKey& key) {
-  return fmt("gemm ", key.trans_a ? "T" : "N", key.trans_b ? "T" : "N", " batch=", key.batch,
+  return fmt("gemm ", key.type == memory::data_type::bf16 ? "bf16 " : "f32 ", key.trans_a ? "T" : "N", key.trans_b ? "T" : "N", " batch=", key.batch,
              " m=", key.m, " n=", key.n, " k=", key.k, " lda=", key.lda, " ldb=", key.ldb,
              " ldc=", key.ldc, " strides=(", key.stride_a, ", ", key.stride_b, ", ", key.stride_c,
              ")");
@@ -82,21 +87,21 @@ GemmState& state() {
 
 // A (rows, cols) operand, stored transposed or not, with leading dim `ld`; batched when
 // batch > 1 (a batch stride of 0 becomes a batch dim of 1, which oneDNN broadcasts).
-memory::desc operand_desc(int64_t batch, int64_t rows, int64_t cols, bool trans, int64_t ld,
-                          int64_t batch_stride) {
+memory::desc operand_desc(memory::data_type type, int64_t batch, int64_t rows, int64_t cols, bool trans,
+                          int64_t ld, int64_t batch_stride) {
   memory::dims strides = trans ? memory::dims{1, ld} : memory::dims{ld, 1};
-  if (batch == 1) return memory::desc({rows, cols}, memory::data_type::f32, strides);
+  if (batch == 1) return memory::desc({rows, cols}, type, strides);
   int64_t span = trans ? cols * ld : rows * ld;
-  return memory::desc({batch_stride == 0 ? 1 : batch, rows, cols}, memory::data_type::f32,
+  return memory::desc({batch_stride == 0 ? 1 : batch, rows, cols}, type,
                       {batch_stride == 0 ? span : batch_stride, strides[0], strides[1]});
 }
 
 std::shared_ptr<const GemmPrimitive> create_primitive(const GemmKey& key,
                                                       const dnnl::engine& engine) {
   auto p = std::make_shared<GemmPrimitive>();
-  p->a_md = operand_desc(key.batch, key.m, key.k, key.trans_a, key.lda, key.stride_a);
-  p->b_md = operand_desc(key.batch, key.k, key.n, key.trans_b, key.ldb, key.stride_b);
-  p->c_md = operand_desc(key.batch, key.m, key.n, false, key.ldc, key.stride_c);
+  p->a_md = operand_desc(key.type, key.batch, key.m, key.k, key.trans_a, key.lda, key.stride_a);
+  p->b_md = operand_desc(key.type, key.batch, key.k, key.n, key.trans_b, key.ldb, key.stride_b);
+  p->c_md = operand_desc(key.type, key.batch, key.m, key.n, false, key.ldc, key.stride_c);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   float alpha = std::bit_cast<float>(key.alpha_bits), beta = std::bit_cast<float>(key.beta_bits);
@@ -121,29 +126,36 @@ std::shared_ptr<const GemmPrimitive> find_primitive(const GemmKey& key) {
   return s.cache.emplace(key, create_primitive(key, onednn_engine())).first->second;
 }
 
+template <typename T>
+constexpr memory::data_type onednn_type() {
+  return std::is_same_v<T, float> ? memory::data_type::f32 : memory::data_type::bf16;
+}
+
 // C_i = beta * C_i for the products with nothing to add (k == 0 or alpha == 0).
-void scale_c(int64_t batch, int64_t m, int64_t n, float beta, float* c, int64_t ldc,
-             int64_t stride_c) {
+template <typename T>
+void scale_c(int64_t batch, int64_t m, int64_t n, float beta, T* c, int64_t ldc, int64_t stride_c) {
   for (int64_t p = 0; p < batch; ++p)
     for (int64_t i = 0; i < m; ++i) {
-      float* row = c + p * stride_c + i * ldc;
+      T* row = c + p * stride_c + i * ldc;
       if (beta == 0.f) {
-        std::memset(row, 0, static_cast<size_t>(n) * sizeof(float));
-      } else {
+        std::memset(row, 0, static_cast<size_t>(n) * sizeof(T));
+      } else if constexpr (std::is_same_v<T, float>) {
         for (int64_t j = 0; j < n; ++j) row[j] *= beta;
+      } else {
+        for (int64_t j = 0; j < n; ++j) row[j].bits = f32_to_bf16(bf16_to_f32(row[j].bits) * beta);
       }
     }
 }
 
 // Runs one product on the calling thread.
-void run(const GemmKey& key, const float* a, const float* b, float* c) {
+void run(const GemmKey& key, const void* a, const void* b, void* c) {
   SingleThreadedOpenMp one_thread;
   try {
     auto p = find_primitive(key);
     const dnnl::engine& engine = onednn_engine();
     dnnl::stream& stream = onednn_stream();
-    memory a_mem(p->a_md, engine, const_cast<float*>(a));
-    memory b_mem(p->b_md, engine, const_cast<float*>(b));
+    memory a_mem(p->a_md, engine, const_cast<void*>(a));
+    memory b_mem(p->b_md, engine, const_cast<void*>(b));
     memory c_mem(p->c_md, engine, c);
     memory s_mem(p->scratch_md, engine, onednn_buffer(kScratchpadSlot, p->scratch_md.get_size()));
     p->matmul.execute(stream, {{DNNL_ARG_SRC, a_mem},
@@ -164,18 +176,10 @@ void check_args(int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b, int
   TRAINRT_CHECK(ldc >= std::max<int64_t>(1, n), "gemm ldc=", ldc, " too small");
 }
 
-}  // namespace
-
-void gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-              const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-              int64_t ldc) {
-  gemm_f32_batched(1, trans_a, trans_b, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc, 0);
-}
-
-void gemm_f32_batched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-                      float alpha, const float* a, int64_t lda, int64_t stride_a, const float* b,
-                      int64_t ldb, int64_t stride_b, float beta, float* c, int64_t ldc,
-                      int64_t stride_c) {
+template <typename T>
+void product_batched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                  const T* a, int64_t lda, int64_t stride_a, const T* b, int64_t ldb, int64_t stride_b,
+                  float beta, T* c, int64_t ldc, int64_t stride_c) {
   check_args(m, n, k, trans_a, trans_b, lda, ldb, ldc);
   TRAINRT_CHECK(batch >= 0 && stride_a >= 0 && stride_b >= 0 && (batch <= 1 || stride_c > 0),
                 "gemm batch=", batch, " strides ", stride_a, ", ", stride_b, ", ", stride_c);
@@ -184,16 +188,15 @@ void gemm_f32_batched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int6
   if (batch > 1 && stride_a == 0 && stride_b == 0) {
     // oneDNN wants the batch from A or B; with neither batched every product is the same one.
     for (int64_t p = 0; p < batch; ++p)
-      gemm_f32(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c + p * stride_c, ldc);
+      product_batched<T>(1, trans_a, trans_b, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c + p * stride_c, ldc, 0);
     return;
   }
   // One piece: `count` products of (rows, cols) starting at a, b, c.
-  auto piece = [&](int64_t count, int64_t rows, int64_t cols, const float* pa, const float* pb,
-                   float* pc) {
+  auto piece = [&](int64_t count, int64_t rows, int64_t cols, const T* pa, const T* pb, T* pc) {
     bool batched = count > 1;
     GemmKey key{count, rows, cols, k, lda, ldb, ldc, batched ? stride_a : 0,
                 batched ? stride_b : 0, batched ? stride_c : 0, trans_a, trans_b,
-                std::bit_cast<uint32_t>(alpha), std::bit_cast<uint32_t>(beta)};
+                std::bit_cast<uint32_t>(alpha), std::bit_cast<uint32_t>(beta), onednn_type<T>()};
     run(key, pa, pb, pc);
   };
   // Pieces of at least kMinPieceMacs multiply-adds (about 10 us on one core): smaller ones cost
@@ -221,6 +224,36 @@ void gemm_f32_batched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int6
   } else {
     piece(1, m, n, a, b, c);
   }
+}
+
+}  // namespace
+
+void gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+              const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+              int64_t ldc) {
+  product_batched<float>(1, trans_a, trans_b, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc, 0);
+}
+
+void gemm_f32_batched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                      float alpha, const float* a, int64_t lda, int64_t stride_a, const float* b,
+                      int64_t ldb, int64_t stride_b, float beta, float* c, int64_t ldc,
+                      int64_t stride_c) {
+  product_batched<float>(batch, trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc,
+                      stride_c);
+}
+
+void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+               const BFloat16* a, int64_t lda, const BFloat16* b, int64_t ldb, float beta, BFloat16* c,
+               int64_t ldc) {
+  product_batched<BFloat16>(1, trans_a, trans_b, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc, 0);
+}
+
+void gemm_bf16_batched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                       float alpha, const BFloat16* a, int64_t lda, int64_t stride_a, const BFloat16* b,
+                       int64_t ldb, int64_t stride_b, float beta, BFloat16* c, int64_t ldc,
+                       int64_t stride_c) {
+  product_batched<BFloat16>(batch, trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c,
+                         ldc, stride_c);
 }
 
 }  // namespace trainrt

@@ -1,4 +1,5 @@
-// TrainRT's one entry point for f32 matrix products: every kernel that multiplies matrices uses it.
+// TrainRT's one entry point for f32 and bf16 matrix products: every kernel that multiplies matrices
+// uses it.
 //
 // C = alpha * op(A) * op(B) + beta * C on row-major matrices, op(X) = X or X^T, BLAS conventions:
 // A is stored (m, k) with leading dimension lda, or (k, m) when trans_a; B is stored (k, n), or
@@ -14,9 +15,15 @@
 //   // Attention scores for 32 heads: S_i(128, 128) = Q_i(128, 64) K_i(128, 64)^T
 //   gemm_f32_batched(32, false, true, 128, 128, 64, 1.f, q, 64, 128 * 64, k, 64, 128 * 64,
 //                    0.f, s, 128, 128 * 128);
+//
+// gemm_bf16 is the same product on bf16 A, B and C (mixed precision training: torch.autocast's
+// matmuls), summed in f32 and rounded to bf16 once per element of C; beta * C reads C's bf16 values.
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
+
+#include "trainrt/core/dtype.h"
 
 namespace trainrt {
 
@@ -30,5 +37,29 @@ void gemm_f32_batched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int6
                       float alpha, const float* a, int64_t lda, int64_t stride_a, const float* b,
                       int64_t ldb, int64_t stride_b, float beta, float* c, int64_t ldc,
                       int64_t stride_c);
+
+void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+               const BFloat16* a, int64_t lda, const BFloat16* b, int64_t ldb, float beta, BFloat16* c,
+               int64_t ldc);
+
+void gemm_bf16_batched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                       float alpha, const BFloat16* a, int64_t lda, int64_t stride_a, const BFloat16* b,
+                       int64_t ldb, int64_t stride_b, float beta, BFloat16* c, int64_t ldc,
+                       int64_t stride_c);
+
+// gemm_f32_batched or gemm_bf16_batched by element type T (float or BFloat16), for kernels written
+// once for both.
+template <typename T>
+void gemm_batched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                  const T* a, int64_t lda, int64_t stride_a, const T* b, int64_t ldb, int64_t stride_b, float beta,
+                  T* c, int64_t ldc, int64_t stride_c) {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, BFloat16>);
+  if constexpr (std::is_same_v<T, float>)
+    gemm_f32_batched(batch, trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc,
+                     stride_c);
+  else
+    gemm_bf16_batched(batch, trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc,
+                      stride_c);
+}
 
 }  // namespace trainrt

@@ -1,8 +1,9 @@
 // CPU kernels of MatMul and Gemm.
 //
-// f32 runs on gemm_f32 (oneDNN). The other dtypes ONNX allows here (f64, f16, bf16, i32, i64) run
-// a plain row loop that accumulates in a wider type: f32 for the 16-bit floats, f64 for f64, and
-// wrapping 64-bit integer arithmetic for the integers (numpy's results, modulo 2^bits).
+// f32 and bf16 run on oneDNN (gemm.h; bf16 sums in f32, for mixed precision training). The other
+// dtypes ONNX allows here (f64, f16, i32, i64) run a plain row loop that accumulates in a wider
+// type: f32 for f16, f64 for f64, and wrapping 64-bit integer arithmetic for the integers (numpy's
+// results, modulo 2^bits).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -134,7 +135,9 @@ MatMulPlan plan_matmul(const std::string& where, const std::vector<int64_t>& a,
   return p;
 }
 
-KernelFn make_matmul_f32(const Node& node) {
+// T = float or BFloat16 (gemm_batched).
+template <typename T>
+KernelFn make_matmul_onednn(const Node& node) {
   return [where = node.describe()](KernelContext& ctx) {
     const Tensor& a = ctx.in(0);
     const Tensor& b = ctx.in(1);
@@ -145,14 +148,14 @@ KernelFn make_matmul_f32(const Node& node) {
     int64_t lda = std::max<int64_t>(1, p.k), ldb = std::max<int64_t>(1, p.n), ldc = ldb;
     if (p.batch.size() == 1 && p.batch[0].stride_b == 0 && p.batch[0].stride_a == p.m * p.k) {
       // B shared by every matrix of a contiguous A: one product with the batch folded into M.
-      gemm_f32(false, false, p.batch[0].size * p.m, p.n, p.k, 1.f, a.data<float>(), lda,
-               b.data<float>(), ldb, 0.f, y.data<float>(), ldc);
+      gemm_batched<T>(1, false, false, p.batch[0].size * p.m, p.n, p.k, 1.f, a.data<T>(), lda, 0,
+                      b.data<T>(), ldb, 0, 0.f, y.data<T>(), ldc, 0);
       return;
     }
     for_each_batch_run(p.batch, [&](int64_t oa, int64_t ob, int64_t oc, const BatchDim& inner) {
-      gemm_f32_batched(inner.size, false, false, p.m, p.n, p.k, 1.f, a.data<float>() + oa, lda,
-                       inner.stride_a, b.data<float>() + ob, ldb, inner.stride_b, 0.f,
-                       y.data<float>() + oc, ldc, inner.stride_c);
+      gemm_batched<T>(inner.size, false, false, p.m, p.n, p.k, 1.f, a.data<T>() + oa, lda,
+                      inner.stride_a, b.data<T>() + ob, ldb, inner.stride_b, 0.f, y.data<T>() + oc,
+                      ldc, inner.stride_c);
     });
   };
 }
@@ -228,21 +231,23 @@ T c_at(const Tensor& c, int64_t i, int64_t j) {
   return c.data<T>()[(rows == 1 ? 0 : i) * cols + (cols == 1 ? 0 : j)];
 }
 
-KernelFn make_gemm_f32(const Node& node) {
+// T = float or BFloat16 (gemm_batched). In bf16, beta * C adds C's bf16 values to the f32 sums.
+template <typename T>
+KernelFn make_gemm_onednn(const Node& node) {
   return [g = gemm_attrs(node)](KernelContext& ctx) {
     GemmDims d = gemm_dims(g, ctx);
     const Tensor& a = ctx.in(0);
     const Tensor& b = ctx.in(1);
-    float* y = ctx.out(0).data<float>();
+    T* y = ctx.out(0).data<T>();
     bool add_c = ctx.has_in(2) && g.beta != 0.f;
     if (add_c) {
       const Tensor& c = ctx.in(2);
       for (int64_t i = 0; i < d.m; ++i)
-        for (int64_t j = 0; j < d.n; ++j) y[i * d.n + j] = c_at<float>(c, i, j);
+        for (int64_t j = 0; j < d.n; ++j) y[i * d.n + j] = c_at<T>(c, i, j);
     }
-    gemm_f32(g.trans_a, g.trans_b, d.m, d.n, d.k, g.alpha, a.data<float>(),
-             std::max<int64_t>(1, a.dim(1)), b.data<float>(), std::max<int64_t>(1, b.dim(1)),
-             add_c ? g.beta : 0.f, y, std::max<int64_t>(1, d.n));
+    gemm_batched<T>(1, g.trans_a, g.trans_b, d.m, d.n, d.k, g.alpha, a.data<T>(),
+                    std::max<int64_t>(1, a.dim(1)), 0, b.data<T>(), std::max<int64_t>(1, b.dim(1)), 0,
+                    add_c ? g.beta : 0.f, y, std::max<int64_t>(1, d.n), 0);
   };
 }
 
@@ -276,11 +281,12 @@ void add_loop_kernels(KernelTable& t) {
 }  // namespace
 
 void register_matmul_kernels(KernelTable& t) {
-  t.add("", "MatMul", DType::kF32, make_matmul_f32);
-  t.add("", "Gemm", DType::kF32, make_gemm_f32);
+  t.add("", "MatMul", DType::kF32, make_matmul_onednn<float>);
+  t.add("", "Gemm", DType::kF32, make_gemm_onednn<float>);
+  t.add("", "MatMul", DType::kBF16, make_matmul_onednn<BFloat16>);
+  t.add("", "Gemm", DType::kBF16, make_gemm_onednn<BFloat16>);
   add_loop_kernels<double>(t);
   add_loop_kernels<Half>(t);
-  add_loop_kernels<BFloat16>(t);
   add_loop_kernels<int32_t>(t);
   add_loop_kernels<int64_t>(t);
 }

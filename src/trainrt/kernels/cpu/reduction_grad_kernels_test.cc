@@ -8,6 +8,7 @@
 #include "trainrt/core/error.h"
 #include "trainrt/core/testing.h"
 #include "trainrt/kernels/cpu/cpu_kernels.h"
+#include "trainrt/kernels/cpu/elementwise_test_util.h"
 #include "trainrt/kernels/cpu/node_runner.h"
 
 namespace trainrt {
@@ -225,6 +226,51 @@ TEST(LossGradKernels, LabelOutsideTheClassesThrowsNamingIt) {
   } catch (const ShapeError& e) {
     EXPECT_NE(std::string(e.what()).find("label 3"), std::string::npos) << e.what();
   }
+}
+
+// ---- ReduceSumToShape ----
+
+// X (dims) summed to `target` in double, the sum rounded to X's dtype.
+Tensor reduce_sum_to_shape_reference(const Tensor& x, const std::vector<int64_t>& target) {
+  const size_t rank = x.dims().size();
+  std::vector<int64_t> yd(rank, 1);
+  std::copy(target.begin(), target.end(), yd.end() - static_cast<std::ptrdiff_t>(target.size()));
+  std::vector<double> sums(static_cast<size_t>(numel_of(target)), 0.0);
+  for (int64_t e = 0; e < x.numel(); ++e) {
+    int64_t rest = e, offset = 0, stride = 1;
+    for (size_t i = rank; i-- > 0;) {
+      const int64_t coord = rest % x.dims()[i];
+      rest /= x.dims()[i];
+      if (yd[i] != 1) offset += coord * stride;
+      stride *= yd[i];
+    }
+    sums[static_cast<size_t>(offset)] += x.to_double(e);
+  }
+  return testing::from_doubles(x.dtype(), target, sums);
+}
+
+// The bias gradient (leading axes summed) and a middle axis summed, in every float dtype: the
+// 16-bit ones within one step of the double sum, which they reach by summing in f32.
+TEST(ReduceSumToShape, EveryFloatDtypeAgainstDouble) {
+  const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> cases = {
+      {{4, 6, 5}, {5}}, {{3, 7, 2}, {3, 1, 2}}, {{2, 3}, {1, 1}}, {{0, 3}, {3}}};
+  for (DType t : testing::kFloatDTypes)
+    for (const auto& [xd, yd] : cases) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(t) << " " << to_string(xd) << " -> " << to_string(yd));
+      const Tensor x = testing::random_of(t, xd, 7, -1, 1);
+      const Tensor y = run_grad("ReduceSumToShape", {x, make_tensor<int64_t>({static_cast<int64_t>(yd.size())}, yd)}, {})[0];
+      ASSERT_EQ(y.dtype(), t);
+      const double tol = t == DType::kF64 ? 1e-12 : t == DType::kF32 ? 1e-5 : 2 * testing::dtype_rtol(t);
+      testing::expect_close(y, reduce_sum_to_shape_reference(x, yd), tol, tol);
+    }
+}
+
+// 1024 rows of ones: a bf16 running sum would stop at 256 (256 + 1 rounds to 256); bf16 holds
+// 1024 exactly.
+TEST(ReduceSumToShape, Bf16SumsInF32) {
+  const Tensor x = testing::from_doubles(DType::kBF16, {1024, 3}, std::vector<double>(3072, 1.0));
+  const Tensor y = run_grad("ReduceSumToShape", {x, make_tensor<int64_t>({1}, {3})}, {})[0];
+  for (int64_t i = 0; i < 3; ++i) EXPECT_EQ(y.to_double(i), 1024.0) << "element " << i;
 }
 
 }  // namespace

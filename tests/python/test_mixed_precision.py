@@ -1,0 +1,147 @@
+"""bf16 mixed precision: torch.autocast("cpu", dtype=torch.bfloat16) around an RTModule call, or the
+mixed_precision option, runs the matmul family in bf16 (f32 sums) and everything else in f32.
+
+Compared with eager PyTorch under the same autocast; bf16 keeps 8 significant bits, so values agree
+to about 1e-2 relative (eager also runs softmax, LayerNorm and GELU on bf16 values, we in f32).
+"""
+
+import copy
+
+import onnx
+import pytest
+import torch
+from torch import nn
+
+import trainrt
+from trainrt.capture import capture
+from test_rtmodule import TinyGPT
+
+def gpt_batch(seed=0, batch=4, seq=12, vocab=40):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab, (batch, seq), generator=g), torch.randint(0, vocab, (batch, seq), generator=g)
+
+
+def bf16_consumers(model: onnx.ModelProto) -> set[str]:
+    """Op types that read a bf16 value: Cast(to=bf16) outputs and what is computed from them,
+    until a Cast back to another dtype."""
+    bf16, ops = set(), set()
+    for node in model.graph.node:
+        reads = any(i in bf16 for i in node.input)
+        if reads:
+            ops.add(node.op_type)
+        to = next((a.i for a in node.attribute if a.name == "to"), None) if node.op_type == "Cast" else None
+        if to == onnx.TensorProto.BFLOAT16 or (reads and node.op_type != "Cast"):
+            bf16.update(node.output)
+    return ops
+
+
+def casts_to(model: onnx.ModelProto, dtype: int) -> int:
+    return sum(1 for n in model.graph.node if n.op_type == "Cast" and n.attribute[0].i == dtype)
+
+
+def test_capture_runs_only_the_matmul_family_in_bf16():
+    torch.manual_seed(0)
+    model = capture(TinyGPT(), gpt_batch(), autocast=torch.bfloat16).model
+    # The products (Linear layers of 3-D inputs are FusedMatMul) and the bias adds of Linear layers
+    # see bf16; LayerNorm, softmax, GELU, residual adds and the loss do not.
+    assert bf16_consumers(model) == {"MatMul", "FusedMatMul", "Add", "Cast"}
+    plain = capture(TinyGPT(), gpt_batch()).model
+    assert casts_to(plain, onnx.TensorProto.BFLOAT16) == 0
+    assert {o.type.tensor_type.elem_type for o in model.graph.output} == {onnx.TensorProto.FLOAT}
+
+
+def test_a_product_feeding_a_product_is_cast_once():
+    # x -> Linear -> Linear: the second layer takes the first one's bf16 result, not a new Cast of
+    # its f32 copy: casts to bf16 are x, two weights and two biases.
+    model = capture(nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 4)), (torch.randn(3, 8),), autocast=torch.bfloat16).model
+    assert casts_to(model, onnx.TensorProto.BFLOAT16) == 5
+    assert casts_to(model, onnx.TensorProto.FLOAT) == 2
+
+
+def test_autocast_matches_eager_autocast_with_f32_parameters_and_gradients():
+    torch.manual_seed(0)
+    eager = TinyGPT()
+    ours = trainrt.RTModule(copy.deepcopy(eager))
+    idx, targets = gpt_batch()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss_e, loss_o = eager(idx, targets), ours(idx, targets)
+    assert loss_o.dtype == torch.float32
+    torch.testing.assert_close(loss_o, loss_e, rtol=1e-2, atol=0)
+    loss_e.backward()
+    loss_o.backward()
+    for (name, pe), po in zip(eager.named_parameters(), ours.parameters()):
+        assert po.dtype == torch.float32 and po.grad.dtype == torch.float32, name
+        scale = pe.grad.abs().max()
+        assert (po.grad - pe.grad).abs().max() <= 2e-2 * scale, name
+    # bf16 differs from f32: the engine did not run the f32 graph.
+    with torch.no_grad():
+        assert (ours(idx, targets) - loss_o).abs() > 1e-6
+
+
+def test_autocast_on_and_off_are_separate_captures():
+    torch.manual_seed(0)
+    eager = TinyGPT()
+    ours = trainrt.RTModule(copy.deepcopy(eager))
+    idx, targets = gpt_batch()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low = ours(idx, targets)
+    full = ours(idx, targets)
+    assert ours.num_captures == 2
+    torch.testing.assert_close(full, eager(idx, targets), rtol=1e-5, atol=1e-5)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert ours(idx, targets).item() == low.item()  # the bf16 capture again, deterministic
+    assert ours.num_captures == 2
+
+
+def test_mixed_precision_option_and_environment_variable(monkeypatch):
+    torch.manual_seed(0)
+    eager = TinyGPT()
+    idx, targets = gpt_batch()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        under_autocast = trainrt.RTModule(copy.deepcopy(eager))(idx, targets)
+    assert trainrt.RTModule(copy.deepcopy(eager), mixed_precision="bf16")(idx, targets).item() == under_autocast.item()
+    monkeypatch.setenv("TRAINRT_MIXED_PRECISION", "bfloat16")
+    assert trainrt.RTModule(copy.deepcopy(eager))(idx, targets).item() == under_autocast.item()
+    monkeypatch.setenv("TRAINRT_MIXED_PRECISION", "off")  # the variable wins over code
+    off = trainrt.RTModule(copy.deepcopy(eager), mixed_precision="bf16")(idx, targets)
+    torch.testing.assert_close(off, eager(idx, targets), rtol=1e-5, atol=1e-5)
+    monkeypatch.delenv("TRAINRT_MIXED_PRECISION")
+    with pytest.raises(ValueError, match="mixed precision 'fp8'"):
+        trainrt.RTModule(eager, mixed_precision="fp8")
+
+
+def test_autocast_float16_falls_back_to_torch():
+    model = nn.Linear(8, 4)
+    ours = trainrt.RTModule(copy.deepcopy(model))
+    x = torch.randn(3, 8)
+    with torch.autocast("cpu", dtype=torch.float16):
+        y = ours(x)
+        expected = model(x)
+    assert "autocast with dtype torch.float16" in ours._fallback_reason
+    assert y.dtype == torch.float16
+    torch.testing.assert_close(y, expected)
+
+
+def train_losses(model: nn.Module, batch, steps: int, autocast: bool) -> list[float]:
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(steps):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = model(*batch)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
+@pytest.mark.slow
+def test_bf16_training_converges_like_f32():
+    """200 AdamW steps on one repeating batch: the bf16 loss ends within 2% of the f32 loss."""
+    torch.manual_seed(0)
+    model = TinyGPT(vocab=64, dim=32, heads=4, seq=16, layers=2)
+    batch = gpt_batch(seed=1, batch=8, seq=16, vocab=64)
+    f32 = train_losses(trainrt.RTModule(copy.deepcopy(model)), batch, 200, autocast=False)
+    bf16 = train_losses(trainrt.RTModule(copy.deepcopy(model)), batch, 200, autocast=True)
+    assert f32[-1] < 0.5 * f32[0]  # it learned something to compare
+    assert abs(bf16[-1] - f32[-1]) <= 0.02 * f32[-1], (bf16[-1], f32[-1])
