@@ -1,6 +1,7 @@
 """bert-mini: transformers' BertForMaskedLM from a small config (random initialization, nothing is
 downloaded), with a masked-LM batch: 15% of the tokens masked and predicted, the rest labelled -100;
-the second half of the batch is padded (attention mask 0) over its last eighth."""
+the second half of the batch is padded (attention mask 0) over its last eighth. Dropout is off, as in
+the other suite models, so every mode computes the same losses."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ def make_bert(layers: int, dim: int, heads: int, vocab: int, seq: int) -> nn.Mod
     from transformers import BertConfig, BertForMaskedLM
 
     config = BertConfig(vocab_size=vocab, hidden_size=dim, num_hidden_layers=layers, num_attention_heads=heads,
-                        intermediate_size=4 * dim, max_position_embeddings=seq, pad_token_id=0)
+                        intermediate_size=4 * dim, max_position_embeddings=seq, pad_token_id=0,
+                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)  # modes compute the same
     return MaskedLMLoss(BertForMaskedLM(config))
 
 
