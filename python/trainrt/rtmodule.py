@@ -7,8 +7,8 @@
 
 Mixed precision: under `torch.autocast("cpu", dtype=torch.bfloat16)`, or with
 `RTModule(model, mixed_precision="bf16")` (env TRAINRT_MIXED_PRECISION=bf16), the matmul family
-(linear, matmul, bmm, addmm, baddbmm) runs in bf16 with f32 sums while parameters, gradients,
-convolutions, normalizations, softmax, reductions and losses stay f32 (capture/autocast.py says how
+(linear, matmul, bmm, addmm, baddbmm) and convolutions run in bf16 with f32 sums while parameters,
+gradients, normalizations, softmax, reductions and losses stay f32 (capture/autocast.py says how
 this follows autocast, and where not).
 
 The captured programs are cached per input schema (train/eval mode, autocast dtype, tree structure,

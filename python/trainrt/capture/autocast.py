@@ -1,23 +1,23 @@
-"""Mixed precision at capture: the matmul family computes in bf16, the rest in f32.
+"""Mixed precision at capture: the matmul family and convolutions compute in bf16, the rest in f32.
 
 torch.export records no autocast casts: a module exported under `torch.autocast("cpu")` gives the
 plain f32 graph (torch 2.13; autocast in the exported forward itself becomes a wrap_with_autocast
 higher-order op instead, which the translator does not take). So the translator applies autocast's
 policy itself, op by op, from torch's CPU list of ops that run in the lower precision
 (aten/src/ATen/autocast_mode.cpp, `lower_precision_fp` for the CPU): their f32 tensor inputs are cast
-to bf16, the op is translated in bf16 (the engine's bf16 products sum in f32, as oneDNN does for
-torch), and its f32 outputs are cast back to f32 right away. f64 inputs are left alone, as autocast
+to bf16, the op is translated in bf16 (the engine's bf16 products and convolutions sum in f32, as
+oneDNN does for torch; a convolution's bias is cast to bf16 too, as autocast casts it), and its f32 outputs are cast back to f32 right away. f64 inputs are left alone, as autocast
 leaves them.
 
 One difference from eager autocast, on purpose: eager hands the bf16 result on, so the softmax,
 LayerNorm, GELU and residual adds after a matmul also run in bf16; here they run in f32 on the
-widened result (what the issue asks: normalizations, softmax, reductions and losses in f32), and the
+widened result (what the issue asks: normalizations, softmax, reductions and losses in f32; so the
+BatchNorm after a convolution stays f32), and the
 captured graph's outputs keep their f32 dtypes. The casts back cost one pass over each product's
 output; a bf16 value widened to f32 and cast to bf16 again for the next product is taken from the
 first cast (bf16 -> f32 -> bf16 is exact), so a product feeding a product casts nothing twice.
 
-Not on the list although torch's is: convolutions (the engine's Conv and ConvGrad kernels are f32
-only so far; they stay f32 here), scaled_dot_product_attention (TrainRT's fused attention op is
+Not on the list although torch's is: scaled_dot_product_attention (TrainRT's fused attention op is
 f32), prelu, and transposed convolutions (not translated at all).
 
     policy = Autocast(builder, torch.bfloat16)
@@ -38,9 +38,11 @@ from trainrt.capture.onnx_builder import GraphBuilder, onnx_type
 LOWER_PRECISION_OPS = frozenset({
     "aten.linear.default", "aten.addmm.default", "aten.mm.default", "aten.bmm.default", "aten.matmul.default",
     "aten.baddbmm.default",
+    "aten.conv1d.default", "aten.conv2d.default", "aten.conv3d.default",
+    "aten.conv1d.padding", "aten.conv2d.padding", "aten.conv3d.padding", "aten.convolution.default",
 })
 
-# Autocast dtypes the engine runs (bf16 products on oneDNN with f32 sums).
+# Autocast dtypes the engine runs (bf16 products and convolutions on oneDNN with f32 sums).
 SUPPORTED_DTYPES = (torch.bfloat16,)
 
 

@@ -1,5 +1,6 @@
 // What the Conv and ConvGrad kernels share: the node's problem, worked out once per input shape,
-// and their handling of degenerate shapes and unsupported dtypes.
+// and their handling of degenerate shapes and unsupported dtypes. Both run in f32 and in bf16
+// (mixed precision: bf16 operands, f32 sums; conv_primitives.h).
 //
 //   auto state = std::make_shared<ConvKernelState>(node);   // in the factory
 //   const ConvProblem& p = state->problem(x, w, has_bias);   // in the kernel, every run
@@ -20,7 +21,8 @@ class ConvKernelState {
  public:
   explicit ConvKernelState(const Node& node);
   const std::string& node() const { return node_; }
-  // The whole-batch problem for X and W (ShapeError naming the node when they do not fit).
+  // The whole-batch problem for X and W in X's dtype (ShapeError naming the node when they do not
+  // fit).
   const ConvProblem& problem(const Tensor& x, const Tensor& w, bool bias);
 
  private:
@@ -32,12 +34,12 @@ class ConvKernelState {
   bool valid_ = false;
 };
 
-// Y (p.y) = B broadcast over the batch and spatial dims (0 without B): a convolution over no input
-// channels or an empty kernel.
-void fill_with_bias(const ConvProblem& p, const float* b, float* y);
+// Y (p.y) = B broadcast over the batch and spatial dims (0 without B, a null b): a convolution over
+// no input channels or an empty kernel. B and Y in p.dtype.
+void fill_with_bias(const ConvProblem& p, const Tensor* b, Tensor& y);
 
-// The factory registered for the float dtypes oneDNN's convolutions do not take here: throws
-// UnsupportedOp naming the node and the dtype.
-KernelFn reject_non_f32_conv(const Node& node);
+// The factory registered for the float dtypes oneDNN's convolutions do not take here (f16, f64):
+// throws UnsupportedOp naming the node and the dtype.
+KernelFn reject_unsupported_conv(const Node& node);
 
 }  // namespace trainrt

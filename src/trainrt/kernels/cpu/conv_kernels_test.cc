@@ -1,10 +1,14 @@
 // Conv and ConvGrad kernels (oneDNN) against a naive double-precision loop convolution, over 1-D,
 // 2-D and 3-D problems with strides, explicit and automatic padding, dilations, groups (depthwise
-// included), odd sizes, batch 1 and batches that split into uneven chunks; and their errors.
+// included), odd sizes, batch 1 and batches that split into uneven chunks, in f32 and in bf16 (sums
+// in f32); and their errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 
+#include "trainrt/core/dtype_convert.h"
 #include "trainrt/core/error.h"
 #include "trainrt/core/testing.h"
 #include "trainrt/kernels/cpu/cpu_kernels.h"
@@ -14,6 +18,7 @@ namespace trainrt {
 namespace {
 
 using testing::expect_values;
+using testing::make_tensor;
 using testing::random_tensor;
 
 Attribute ints(std::vector<int64_t> v) { return Attribute::of_ints(std::move(v)); }
@@ -193,7 +198,91 @@ TEST(ConvKernels, BadInputsAreTypedErrorsNamingTheProblem) {
   EXPECT_NE(error_of({x, random_tensor({3, 4, 3, 3}, 2), random_tensor({4}, 3)}).find("input 2 (B)"), std::string::npos);
   Tensor x64 = Tensor::zeros(DType::kF64, {1, 1, 3, 3}), w64 = Tensor::zeros(DType::kF64, {1, 1, 1, 1});
   EXPECT_THROW(run_node("Conv", {x64, w64}), UnsupportedOp);
-  EXPECT_NE(error_of({x64, w64}).find("f32 only, got dtype f64"), std::string::npos) << error_of({x64, w64});
+  EXPECT_NE(error_of({x64, w64}).find("f32 and bf16 only, got dtype f64"), std::string::npos) << error_of({x64, w64});
+}
+
+// bf16: the reference runs on the bf16 inputs' exact values in double, so the only errors left are
+// the single rounding of each output to bf16 (2^-9 relative) and the f32 sums (tiny next to it).
+// Allowed: 2^-8 relative, and 1e-4 of the tensor's largest value where a sum cancels to near 0.
+
+Tensor rounded_to_bf16(const Tensor& f32) {
+  Tensor t = Tensor::zeros(DType::kBF16, f32.dims());
+  convert_from_f32(f32.data<float>(), t.data<BFloat16>(), f32.numel());
+  return t;
+}
+
+Tensor bf16_full(std::vector<int64_t> dims, float value) {
+  Tensor t = Tensor::zeros(DType::kBF16, std::move(dims));
+  std::fill_n(t.data<BFloat16>(), t.numel(), BFloat16{f32_to_bf16(value)});
+  return t;
+}
+
+void expect_bf16_values(const Tensor& actual, const std::vector<double>& expected, const std::string& what) {
+  ASSERT_EQ(actual.dtype(), DType::kBF16) << what;
+  double scale = 0;
+  for (double v : expected) scale = std::max(scale, std::abs(v));
+  expect_values(actual, expected, 1.0 / 256, 1e-4 * scale, what);
+}
+
+TEST(ConvKernels, Bf16ForwardMatchesLoopReference) {
+  uint32_t seed = 200;
+  for (const ConvCase& c : cases()) {
+    const Tensor x = rounded_to_bf16(random_tensor(c.x, seed++)), w = rounded_to_bf16(random_tensor(c.w, seed++));
+    const Tensor b = c.bias ? rounded_to_bf16(random_tensor({c.w[0]}, seed++)) : Tensor();
+    const std::vector<Tensor> y = run_node("Conv", {x, w, b}, c.attrs);
+    ASSERT_EQ(y[0].dims(), c.y) << c.name;
+    expect_bf16_values(y[0], reference(c, x, w, b, Tensor::zeros(DType::kF32, c.y)).y, c.name);
+  }
+}
+
+TEST(ConvKernels, Bf16GradientsMatchLoopReference) {
+  uint32_t seed = 300;
+  for (const ConvCase& c : cases()) {
+    const Tensor x = rounded_to_bf16(random_tensor(c.x, seed++)), w = rounded_to_bf16(random_tensor(c.w, seed++));
+    const Tensor dy = rounded_to_bf16(random_tensor(c.y, seed++));
+    const Reference r = reference(c, x, w, Tensor(), dy);
+    NodeSpec spec{.op = "ConvGrad", .attrs = c.attrs, .num_outputs = 3, .domain = std::string(kTrainrtDomain)};
+    const std::vector<Tensor> g = run_node(spec, {dy, x, w}, cpu_kernel_table());
+    expect_bf16_values(g[0], r.dx, c.name + " dX");
+    expect_bf16_values(g[1], r.dw, c.name + " dW");
+    expect_bf16_values(g[2], r.db, c.name + " dB");
+  }
+}
+
+// Sums that bf16 accumulation would get wrong (with 8 significant bits, 256 + 1 rounds back to 256).
+TEST(ConvKernels, Bf16SumsInF32) {
+  // Forward: 1x1 conv over 1024 input channels of ones. Backward-data: 1024 output channels.
+  const Tensor ones_x = bf16_full({1, 1024, 2, 2}, 1.f);
+  const Tensor ones_w = bf16_full({1, 1024, 1, 1}, 1.f);
+  const Tensor y = run_node("Conv", {ones_x, ones_w})[0];
+  for (int64_t i = 0; i < y.numel(); ++i) ASSERT_EQ(y.to_double(i), 1024.0) << "Y element " << i;
+  const Tensor dy = bf16_full({1, 1024, 2, 2}, 1.f);
+  const Tensor w_out = bf16_full({1024, 1, 1, 1}, 1.f);
+  NodeSpec dx_only{.op = "ConvGrad", .num_outputs = 1, .domain = std::string(kTrainrtDomain)};
+  const Tensor dx = run_node(dx_only, {dy, bf16_full({1, 1, 2, 2}, 1.f), w_out},
+                             cpu_kernel_table())[0];
+  for (int64_t i = 0; i < dx.numel(); ++i) ASSERT_EQ(dx.to_double(i), 1024.0) << "dX element " << i;
+  // Backward-weights over a batch of 2, one chunk per image (batch_chunks): X all ones (2, 1, 257);
+  // dY ones over image 0 (partial sum 257, not a bf16 value) and a single -1 in image 1. dW = dB =
+  // 257 - 1 = 256; rounding each chunk's partial sum to bf16 first would give 256 - 1 = 255.
+  std::vector<float> g(2 * 257, 0.f);
+  std::fill_n(g.begin(), 257, 1.f);
+  g[257] = -1.f;
+  const Tensor dy2 = rounded_to_bf16(make_tensor<float>({2, 1, 257}, g));
+  const Tensor x2 = bf16_full({2, 1, 257}, 1.f);
+  const Tensor w2 = bf16_full({1, 1, 1}, 1.f);
+  NodeSpec all{.op = "ConvGrad", .num_outputs = 3, .domain = std::string(kTrainrtDomain)};
+  const std::vector<Tensor> grads = run_node(all, {dy2, x2, w2}, cpu_kernel_table());
+  EXPECT_EQ(grads[1].to_double(0), 256.0) << "dW";
+  EXPECT_EQ(grads[2].to_double(0), 256.0) << "dB";
+}
+
+TEST(ConvKernels, Bf16MixedWithF32IsATypedError) {
+  const Tensor x = rounded_to_bf16(random_tensor({1, 2, 4, 4}, 1)), w = random_tensor({3, 2, 3, 3}, 2);
+  EXPECT_THROW(run_node("Conv", {x, w}), ShapeError);
+  EXPECT_NE(error_of({x, w}).find("input 1 (W)"), std::string::npos) << error_of({x, w});
+  const Tensor b = random_tensor({3}, 3);
+  EXPECT_NE(error_of({x, rounded_to_bf16(w), b}).find("input 2 (B)"), std::string::npos);
 }
 
 }  // namespace

@@ -66,8 +66,11 @@ Dims dense_strides(const Dims& dims) {
   return s;
 }
 
-memory::desc dense_desc(const Dims& dims) { return memory::desc(dims, memory::data_type::f32, dense_strides(dims)); }
-memory::desc any_desc(const Dims& dims) { return memory::desc(dims, memory::data_type::f32, memory::format_tag::any); }
+using Type = memory::data_type;
+
+Type onednn_type(DType t) { return t == DType::kBF16 ? Type::bf16 : Type::f32; }
+memory::desc dense_desc(const Dims& dims, Type t) { return memory::desc(dims, t, dense_strides(dims)); }
+memory::desc any_desc(const Dims& dims, Type t) { return memory::desc(dims, t, memory::format_tag::any); }
 
 // W's dims as oneDNN wants them: (group, M / group, C / group, K...) when grouped.
 Dims weight_dims(const ConvProblem& p) {
@@ -91,9 +94,10 @@ dnnl::convolution_forward::primitive_desc forward_pd(const ConvProblem& p, const
   const Geometry g = geometry(p);
   const auto algo = dnnl::algorithm::convolution_direct;
   const auto prop = dnnl::prop_kind::forward_training;
-  const memory::desc x = any_desc(p.x), w = any_desc(weight_dims(p)), y = any_desc(p.y);
+  const Type t = onednn_type(p.dtype);
+  const memory::desc x = any_desc(p.x, t), w = any_desc(weight_dims(p), t), y = any_desc(p.y, t);
   using Desc = dnnl::convolution_forward::desc;
-  const Desc d = p.bias ? Desc(prop, algo, x, w, dense_desc({p.w[0]}), y, g.strides, g.dilates, g.pad_l, g.pad_r)
+  const Desc d = p.bias ? Desc(prop, algo, x, w, dense_desc({p.w[0]}, t), y, g.strides, g.dilates, g.pad_l, g.pad_r)
                         : Desc(prop, algo, x, w, y, g.strides, g.dilates, g.pad_l, g.pad_r);
   return dnnl::convolution_forward::primitive_desc(d, attr, onednn_engine());
 }
@@ -101,7 +105,8 @@ dnnl::convolution_forward::primitive_desc forward_pd(const ConvProblem& p, const
 std::shared_ptr<const ConvPrimitive> create(ConvKind kind, const ConvProblem& p) {
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  const memory::desc x = dense_desc(p.x), w = dense_desc(weight_dims(p)), y = dense_desc(p.y);
+  const Type t = onednn_type(p.dtype);
+  const memory::desc x = dense_desc(p.x, t), w = dense_desc(weight_dims(p), t), y = dense_desc(p.y, t);
   auto c = std::make_shared<ConvPrimitive>();
   const auto fwd = forward_pd(p, attr);
   const Geometry g = geometry(p);
@@ -115,7 +120,7 @@ std::shared_ptr<const ConvPrimitive> create(ConvKind kind, const ConvProblem& p)
     c->bias = fwd.bias_desc();
     c->scratchpad = fwd.scratchpad_desc();
   } else if (kind == ConvKind::kBackwardData) {
-    const dnnl::convolution_backward_data::desc d(algo, any_desc(p.x), any_desc(weight_dims(p)), any_desc(p.y),
+    const dnnl::convolution_backward_data::desc d(algo, any_desc(p.x, t), any_desc(weight_dims(p), t), any_desc(p.y, t),
                                                   g.strides, g.dilates, g.pad_l, g.pad_r);
     const dnnl::convolution_backward_data::primitive_desc pd(d, attr, onednn_engine(), fwd);
     c->primitive = dnnl::convolution_backward_data(pd);
@@ -125,16 +130,17 @@ std::shared_ptr<const ConvPrimitive> create(ConvKind kind, const ConvProblem& p)
     c->operands[2] = make_operand(x, pd.diff_src_desc(), false, 3);
     c->scratchpad = pd.scratchpad_desc();
   } else {
+    // dW and dB in f32 whatever t (the header says why).
     using Desc = dnnl::convolution_backward_weights::desc;
-    const memory::desc xa = any_desc(p.x), wa = any_desc(weight_dims(p)), ya = any_desc(p.y);
-    const Desc d = p.bias ? Desc(algo, xa, wa, dense_desc({p.w[0]}), ya, g.strides, g.dilates, g.pad_l, g.pad_r)
+    const memory::desc xa = any_desc(p.x, t), wa = any_desc(weight_dims(p), Type::f32), ya = any_desc(p.y, t);
+    const Desc d = p.bias ? Desc(algo, xa, wa, dense_desc({p.w[0]}, Type::f32), ya, g.strides, g.dilates, g.pad_l, g.pad_r)
                           : Desc(algo, xa, wa, ya, g.strides, g.dilates, g.pad_l, g.pad_r);
     const dnnl::convolution_backward_weights::primitive_desc pd(d, attr, onednn_engine(), fwd);
     c->primitive = dnnl::convolution_backward_weights(pd);
     c->args[0] = DNNL_ARG_DIFF_DST, c->args[1] = DNNL_ARG_SRC, c->args[2] = DNNL_ARG_DIFF_WEIGHTS;
     c->operands[0] = make_operand(y, pd.diff_dst_desc(), true, 1);
     c->operands[1] = make_operand(x, pd.src_desc(), true, 2);
-    c->operands[2] = make_operand(w, pd.diff_weights_desc(), false, 3);
+    c->operands[2] = make_operand(dense_desc(weight_dims(p), Type::f32), pd.diff_weights_desc(), false, 3);
     c->bias = pd.diff_bias_desc();
     c->scratchpad = pd.scratchpad_desc();
   }
@@ -143,7 +149,7 @@ std::shared_ptr<const ConvPrimitive> create(ConvKind kind, const ConvProblem& p)
 
 std::string describe(ConvKind kind, const ConvProblem& p) {
   const char* names[] = {"forward", "backward-data", "backward-weights"};
-  return fmt("convolution ", names[static_cast<int>(kind)], " X", to_string(p.x), " W", to_string(p.w), " Y",
+  return fmt(dtype_name(p.dtype), " convolution ", names[static_cast<int>(kind)], " X", to_string(p.x), " W", to_string(p.w), " Y",
              to_string(p.y), " strides ", to_string(p.strides), " dilations ", to_string(p.dilations), " pads ",
              to_string(p.pad_begin), " ", to_string(p.pad_end), " group ", p.group, p.bias ? " with bias" : "");
 }
@@ -151,8 +157,8 @@ std::string describe(ConvKind kind, const ConvProblem& p) {
 struct ConvKeyLess {
   bool operator()(const std::pair<ConvKind, ConvProblem>& a, const std::pair<ConvKind, ConvProblem>& b) const {
     const ConvProblem &p = a.second, &q = b.second;
-    return std::tie(a.first, p.x, p.w, p.y, p.strides, p.dilations, p.pad_begin, p.pad_end, p.group, p.bias) <
-           std::tie(b.first, q.x, q.w, q.y, q.strides, q.dilations, q.pad_begin, q.pad_end, q.group, q.bias);
+    return std::tie(a.first, p.x, p.w, p.y, p.strides, p.dilations, p.pad_begin, p.pad_end, p.group, p.bias, p.dtype) <
+           std::tie(b.first, q.x, q.w, q.y, q.strides, q.dilations, q.pad_begin, q.pad_end, q.group, q.bias, q.dtype);
   }
 };
 
@@ -175,8 +181,8 @@ std::shared_ptr<const ConvPrimitive> find(ConvKind kind, const ConvProblem& p) {
 }
 
 // Runs one primitive: inputs in0 and in1 and output out in our dense layouts, bias (may be null)
-// as a dense (M) vector.
-void run(ConvKind kind, const ConvProblem& p, const float* in0, const float* in1, float* out, float* bias) {
+// as a dense (M) vector; element types as the primitive's operands say (conv_primitives.h).
+void run(ConvKind kind, const ConvProblem& p, const void* in0, const void* in1, void* out, void* bias) {
   SingleThreadedOpenMp one_thread;
   try {
     const auto c = find(kind, p);
@@ -211,7 +217,7 @@ void run(ConvKind kind, const ConvProblem& p, const float* in0, const float* in1
 }  // namespace
 
 ConvProblem conv_problem(const std::string& where, const ConvParams& params, const std::vector<int64_t>& x,
-                         const std::vector<int64_t>& w, bool bias) {
+                         const std::vector<int64_t>& w, bool bias, DType dtype) {
   ConvProblem p{.x = x, .w = w, .y = conv_output_dims(where, params, x, w)};
   p.strides = params.strides;
   p.dilations = params.dilations;
@@ -222,6 +228,7 @@ ConvProblem conv_problem(const std::string& where, const ConvParams& params, con
   }
   p.group = params.group;
   p.bias = bias;
+  p.dtype = dtype;
   return p;
 }
 
@@ -237,15 +244,15 @@ ConvProblem with_batch(ConvProblem p, int64_t n) {
   return p;
 }
 
-void conv_forward(const ConvProblem& p, const float* x, const float* w, const float* b, float* y) {
-  run(ConvKind::kForward, p, x, w, y, p.bias ? const_cast<float*>(b) : nullptr);
+void conv_forward(const ConvProblem& p, const void* x, const void* w, const void* b, void* y) {
+  run(ConvKind::kForward, p, x, w, y, p.bias ? const_cast<void*>(b) : nullptr);
 }
 
-void conv_backward_data(const ConvProblem& p, const float* dy, const float* w, float* dx) {
+void conv_backward_data(const ConvProblem& p, const void* dy, const void* w, void* dx) {
   run(ConvKind::kBackwardData, p, dy, w, dx, nullptr);
 }
 
-void conv_backward_weights(const ConvProblem& p, const float* dy, const float* x, float* dw, float* db) {
+void conv_backward_weights(const ConvProblem& p, const void* dy, const void* x, float* dw, float* db) {
   run(ConvKind::kBackwardWeights, p, dy, x, dw, p.bias ? db : nullptr);
 }
 

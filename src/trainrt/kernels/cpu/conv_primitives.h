@@ -9,7 +9,12 @@
 // kernels split the batch into chunks run in parallel, conv_kernels.cc), so a node has at most two
 // problems per kind.
 //
-//   ConvProblem p = conv_problem(spec, x.dims(), w.dims(), /*bias=*/true);
+// Element types: X, W, B, Y, dY and dX are all p.dtype, f32 or bf16. In bf16 oneDNN multiplies
+// bf16 operands and sums in f32, rounding Y and dX once (as torch's bf16 convolutions on oneDNN).
+// Backward-weights always writes f32 dW and dB, whatever p.dtype: the kernel sums the batch chunks'
+// partial gradients in f32 and rounds once at the end (conv_grad_kernels.cc).
+//
+//   ConvProblem p = conv_problem(spec, x.dims(), w.dims(), /*bias=*/true, DType::kBF16);
 //   conv_forward(p, x_ptr, w_ptr, b_ptr, y_ptr);   // on the calling thread, single-threaded
 #pragma once
 
@@ -17,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "trainrt/core/dtype.h"
 #include "trainrt/ops/conv_args.h"
 
 namespace trainrt {
@@ -27,12 +33,13 @@ struct ConvProblem {
   std::vector<int64_t> strides, dilations, pad_begin, pad_end;  // (k) each; ONNX dilations (1 = dense)
   int64_t group = 1;
   bool bias = false;  // forward adds B, backward-weights computes dB
+  DType dtype = DType::kF32;  // of X, W, B, Y, dY, dX: kF32 or kBF16
   bool operator==(const ConvProblem&) const = default;
 };
 
 // The problem of a whole node run; `where` names the node in errors (bad shapes: ShapeError).
 ConvProblem conv_problem(const std::string& where, const ConvParams& params, const std::vector<int64_t>& x,
-                         const std::vector<int64_t>& w, bool bias);
+                         const std::vector<int64_t>& w, bool bias, DType dtype);
 // The same problem for images [0, n) of the batch only.
 ConvProblem with_batch(ConvProblem p, int64_t n);
 
@@ -45,11 +52,13 @@ struct BatchChunks {
 };
 BatchChunks batch_chunks(int64_t n, int threads);
 
-// Y = conv(X, W) + B on the calling thread. b is read only when p.bias.
-void conv_forward(const ConvProblem& p, const float* x, const float* w, const float* b, float* y);
-// dX = the gradient of sum(Y * dY) with respect to X.
-void conv_backward_data(const ConvProblem& p, const float* dy, const float* w, float* dx);
-// dW (and dB when p.bias) = the gradients of sum(Y * dY) with respect to W (and B), overwritten.
-void conv_backward_weights(const ConvProblem& p, const float* dy, const float* x, float* dw, float* db);
+// Y = conv(X, W) + B on the calling thread, every pointer to p.dtype elements. b is read only when
+// p.bias.
+void conv_forward(const ConvProblem& p, const void* x, const void* w, const void* b, void* y);
+// dX = the gradient of sum(Y * dY) with respect to X; p.dtype elements.
+void conv_backward_data(const ConvProblem& p, const void* dy, const void* w, void* dx);
+// dW (and dB when p.bias) = the gradients of sum(Y * dY) with respect to W (and B), overwritten, in
+// f32 from dY and X in p.dtype.
+void conv_backward_weights(const ConvProblem& p, const void* dy, const void* x, float* dw, float* db);
 
 }  // namespace trainrt
