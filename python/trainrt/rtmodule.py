@@ -67,6 +67,36 @@ class _Engine:
         self.programs = _C.ModulePrograms(captured.model.SerializeToString(), self.grad_outputs, self.wrt, profile)
         self.num_mutations = len(captured.buffer_mutations)
         self.input_density = InputDensityObserver(captured.model, captured.user_inputs)
+        self._homes = None  # per parameter / buffer input: (the dict holding it, its key, tensor, data_ptr)
+
+    def module_tensors(self, module: torch.nn.Module) -> tuple[list[torch.Tensor], str | None]:
+        """The parameters and buffers the graph reads, in graph input order, and why the engine cannot
+        take them (None when it can). Looked up by name only when one was replaced since the last call
+        (assignment, load_state_dict(assign=True)) or given new storage (module.to(), .cuda(),
+        .double(): checked again then); otherwise a few identity checks per tensor."""
+        homes = self._homes
+        if homes is not None and all(d.get(k) is t and t.data_ptr() == ptr for d, k, t, ptr in homes):
+            return [t for _, _, t, _ in homes], None
+        homes = []
+        for names, kind in ((self.param_names, "_parameters"), (self.buffer_names, "_buffers")):
+            for fqn in names:
+                owner, _, key = fqn.rpartition(".")
+                d = getattr(module.get_submodule(owner), kind)
+                homes.append((d, key, d[key], d[key].data_ptr()))
+        tensors = [t for _, _, t, _ in homes]
+        reason = _unsupported(tensors)
+        self._homes = None if reason else homes
+        return tensors, reason
+
+
+def _unsupported(tensors) -> str | None:
+    """Why the engine cannot take one of `tensors` (device, dtype), or None."""
+    for t in tensors:
+        if t.device.type != "cpu":
+            return f"a tensor on device {t.device} (the engine runs on the CPU)"
+        if t.dtype not in (torch.float32, torch.float64, torch.int64, torch.int32, torch.bool, torch.int8, torch.uint8):
+            return f"a tensor of dtype {t.dtype}"
+    return None
 
 
 class _RTFunction(torch.autograd.Function):
@@ -177,20 +207,22 @@ class RTModule(torch.nn.Module):
 
         if self._runtime.fallback_policy & FallbackPolicy.FALLBACK_FORCE_TORCH_FORWARD:
             return self._fall_back("forced by the fallback policy", "FALLBACK_FORCE_TORCH_FORWARD", args, kwargs)
-        flat, _ = pytree.tree_flatten((args, kwargs))
+        flat, spec = pytree.tree_flatten((args, kwargs))
         tensors = [x for x in flat if isinstance(x, torch.Tensor)]
-        reason = self._unsupported_input(tensors)
+        reason = _unsupported(tensors)
         if reason:  # decided per call: other inputs may run in the engine
-            kind = "FALLBACK_UNSUPPORTED_DEVICE" if "device" in reason else "FALLBACK_UNSUPPORTED_DATA"
-            return self._fall_back(reason, kind, args, kwargs)
+            return self._fall_back_unsupported(reason, args, kwargs)
         autocast = self._autocast_dtype()
         if autocast not in (None, torch.bfloat16):
             return self._fall_back(f"torch.autocast with dtype {autocast} (the engine's mixed precision is bf16)",
                                    "FALLBACK_UNSUPPORTED_DATA", args, kwargs)
         shapes = [tuple(t.shape) for t in tensors]
-        key = self._schema_key(args, kwargs)
+        key = self._schema_key_of(flat, spec)
         engine = next((e for e in self._engines.get(key, []) if e.captured.accepts(shapes)), None)
         if engine is None:
+            reason = _unsupported(self._module.parameters())
+            if reason:
+                return self._fall_back_unsupported(reason, args, kwargs)
             failure = self._failed_builds.get(key)
             if failure and not self._runtime.fallback_retry:  # announced when it failed; not re-captured each step
                 return self._fall_back(*failure, args, kwargs)
@@ -200,7 +232,10 @@ class RTModule(torch.nn.Module):
                 self._failed_builds[key] = failed.args
                 return self._fall_back(*failed.args, args, kwargs)
             self._failed_builds.pop(key, None)
-        return self._run(engine, tensors)
+        module_tensors, reason = engine.module_tensors(self._module)
+        if reason:
+            return self._fall_back_unsupported(reason, args, kwargs)
+        return self._run(engine, module_tensors, tensors)
 
     def _autocast_dtype(self) -> torch.dtype | None:
         """The low dtype of this call's matmuls: the CPU autocast dtype where autocast is on, else
@@ -209,20 +244,17 @@ class RTModule(torch.nn.Module):
             return torch.get_autocast_dtype("cpu")
         return torch.bfloat16 if self._runtime.mixed_precision == "bf16" else None
 
-    def _unsupported_input(self, tensors) -> str | None:
-        for t in list(tensors) + [p for p in self._module.parameters()]:
-            if t.device.type != "cpu":
-                return f"a tensor on device {t.device} (the engine runs on the CPU)"
-            if t.dtype not in (torch.float32, torch.float64, torch.int64, torch.int32, torch.bool, torch.int8, torch.uint8):
-                return f"a tensor of dtype {t.dtype}"
-        return None
+    def _fall_back_unsupported(self, reason: str, args, kwargs):
+        kind = "FALLBACK_UNSUPPORTED_DEVICE" if "device" in reason else "FALLBACK_UNSUPPORTED_DATA"
+        return self._fall_back(reason, kind, args, kwargs)
 
     def _schema_key(self, args, kwargs, shapes: bool = False):
         """Everything that changes the captured graph but the sizes: mode, structure, dtypes, ranks,
         non-tensor values, which inputs require grad. With `shapes` the sizes too (the export
         cache's key: a capture on disk serves exactly the shapes it was made for)."""
-        flat, spec = pytree.tree_flatten((args, kwargs))
+        return self._schema_key_of(*pytree.tree_flatten((args, kwargs)), shapes)
 
+    def _schema_key_of(self, flat, spec, shapes: bool = False):
         def leaf(x):
             if not isinstance(x, torch.Tensor):
                 return ("const", repr(x))
@@ -311,18 +343,18 @@ class RTModule(torch.nn.Module):
         with open(f"{base}_optimized_backward.onnx", "wb") as f:
             f.write(engine.programs.backward_graph_onnx())
 
-    def _run(self, engine: _Engine, tensors):
-        named_params = dict(self._module.named_parameters(remove_duplicate=False))
-        named_buffers = dict(self._module.named_buffers(remove_duplicate=False))
-        inputs = [named_params[n] for n in engine.param_names] + [named_buffers[n] for n in engine.buffer_names] + tensors
+    def _run(self, engine: _Engine, module_tensors, tensors):
+        inputs = module_tensors + tensors
         if torch.is_grad_enabled() and engine.wrt:
             results = _RTFunction.apply(engine, *inputs)
         else:
             results = tuple(torch.from_numpy(o) for o in engine.programs.infer([_as_array(t) for t in inputs], _draw_seed()))
         mutations, user = results[:engine.num_mutations], results[engine.num_mutations:]
-        with torch.no_grad():
-            for (_, fqn), value in zip(engine.captured.buffer_mutations, mutations):
-                named_buffers[fqn].copy_(value)
+        if mutations:
+            named_buffers = dict(self._module.named_buffers(remove_duplicate=False))
+            with torch.no_grad():
+                for (_, fqn), value in zip(engine.captured.buffer_mutations, mutations):
+                    named_buffers[fqn].copy_(value)
         if self._runtime.print_memory_stats:
             _log.warning("trainrt memory: %s", engine.programs.memory_stats())
         if self._runtime.print_input_density and (report := engine.input_density.describe(tensors)):

@@ -252,3 +252,40 @@ def test_detach_stops_gradients_like_torch():
     assert ours._fallback_reason is None
     for (name, pe), (_, po) in zip(eager.named_parameters(), ours._module.named_parameters()):
         torch.testing.assert_close(po.grad, pe.grad, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_replaced_or_converted_parameters_are_read_after_the_parameter_cache_was_filled():
+    """RTModule looks parameters up by name only when one was replaced or given new storage; each
+    kind of change must still reach the engine: assignment, load_state_dict(assign=True), .double()."""
+    torch.manual_seed(0)
+    eager = nn.Sequential(nn.Linear(4, 3), nn.Tanh(), nn.Linear(3, 2))
+    model = trainrt.RTModule(copy.deepcopy(eager))
+    x = torch.randn(5, 4)
+
+    def check():
+        for m in (eager, model):
+            m.zero_grad(set_to_none=True)
+        ref, out = eager(x), model(x)
+        torch.testing.assert_close(out, ref)
+        ref.sum().backward()
+        out.sum().backward()
+        for (name, p), q in zip(eager.named_parameters(), model.parameters()):
+            torch.testing.assert_close(q.grad, p.grad, msg=name)
+
+    check()
+    check()
+    new_weight = torch.randn(2, 3)
+    eager[2].weight = nn.Parameter(new_weight.clone())
+    model._module[2].weight = nn.Parameter(new_weight.clone())
+    check()
+    state = {k: torch.randn_like(v) for k, v in eager.state_dict().items()}
+    eager.load_state_dict(state, assign=True)
+    model.load_state_dict({k: v.clone() for k, v in state.items()}, assign=True)
+    check()
+    with torch.no_grad():  # in place, same storage: seen without a look-up
+        eager[0].bias.add_(1.0)
+        model._module[0].bias.add_(1.0)
+    check()
+    model.half()  # new storage of a dtype the engine does not take: falls back, announced
+    assert model(x.half()).dtype == torch.float16
+    assert model._fallback_reason is not None

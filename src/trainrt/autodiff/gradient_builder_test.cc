@@ -175,6 +175,8 @@ TEST(GradientCheck, MatMulAndGemmAgreeWithFiniteDifferences) {
       Tensor a = ta ? random_f64({2, 4, 3}, 14) : random_f64({2, 3, 4}, 14);
       expect_gradients_match(spec, {a, tb ? random_f64({5, 4}, 15) : random_f64({4, 5}, 15)});
       expect_gradients_match(spec, {a, tb ? random_f64({1, 5, 4}, 16) : random_f64({1, 4, 5}, 16)});
+      // With a bias (5) added to every row (passes/matmul_bias_fusion.h): dBias sums dY's rows.
+      expect_gradients_match(spec, {a, tb ? random_f64({5, 4}, 15) : random_f64({4, 5}, 15), random_f64({5}, 17)});
     }
 }
 

@@ -9,7 +9,8 @@
 //   Linear layer on (B, T, C) inputs) gets dB = Flatten(A)^T @ Flatten(dY) as one Gemm over all
 //   B * T rows instead of a batched product summed over the batch afterwards.
 // Gemm: Y = alpha * op(A) @ op(B) + beta * C, op = optional transpose (ONNX Gemm spec).
-// FusedMatMul (TrainRT; what capture emits for Linear on (B, T, C) inputs): Y = alpha op(A) @ op(B);
+// FusedMatMul (TrainRT; what capture emits for Linear on (B, T, C) inputs): Y = alpha op(A) @ op(B)
+//   [+ bias (N)]; dBias = dY summed over every axis but the last;
 //   the gradients are FusedMatMuls with the transposes arranged so nothing is materialized, and a
 //   2-D B (a weight) gets its gradient from one Gemm over the flattened rows, as for MatMul.
 #include "trainrt/autodiff/grad_context.h"
@@ -123,6 +124,8 @@ void fused_matmul_grad(GradContext& ctx) {
     }
     ctx.set_input_grad(1, ctx.reduce_to_shape_of(db, b));
   }
+  if (n.num_inputs() > 2 && n.input(2) && ctx.needs_input_grad(2))  // the bias (N): dY summed over all rows
+    ctx.set_input_grad(2, ctx.reduce_to_shape_of(g, ctx.input(2)));
 }
 
 }  // namespace

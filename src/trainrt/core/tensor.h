@@ -66,6 +66,9 @@ class Tensor {
   // Rebinds this tensor to other memory and dims without reallocating the dims vector when the
   // rank is unchanged (used by the executor in steady state).
   void rebind(void* data, const std::vector<int64_t>& dims);
+  // True when this tensor owns its storage and no other Tensor shares it: the storage may be
+  // written again without anyone else seeing it (the executor reuses graph-output storage so).
+  bool sole_owner() const { return owner_ && owner_.use_count() == 1; }
 
   // Reads element i converted to double / int64 (slow; for tests, shape inputs and printing).
   double to_double(int64_t i) const;

@@ -36,13 +36,20 @@ void infer_fused_matmul(InferenceContext& ctx) {
   }
   out.dims.push_back(m);
   out.dims.push_back(n);
+  if (ctx.has_input(2)) {  // the bias (N), added to every row
+    if (ctx.input_dtype(2) != t)
+      ctx.fail(fmt("input 2 (bias) has dtype ", dtype_name(ctx.input_dtype(2)), " but input 0 has ", dtype_name(t)));
+    const Shape& bias = ctx.input_shape(2);
+    if (bias.rank_known && (bias.rank() != 1 || (bias.dims[0].is_static() && n.is_static() && bias.dims[0].value != n.value)))
+      ctx.fail(fmt("input 2 (bias) has shape ", to_string(bias), ", expected (", to_string(n), ")"));
+  }
   ctx.set_output(0, t, std::move(out));
 }
 
 }  // namespace
 
 void register_fused_matmul_schemas(OpRegistry& r) {
-  r.add({.domain = std::string(kTrainrtDomain), .name = "FusedMatMul", .min_inputs = 2, .max_inputs = 2,
+  r.add({.domain = std::string(kTrainrtDomain), .name = "FusedMatMul", .min_inputs = 2, .max_inputs = 3,
          .infer = infer_fused_matmul});
 }
 

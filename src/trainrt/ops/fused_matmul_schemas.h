@@ -1,7 +1,8 @@
 // FusedMatMul (TrainRT domain): a batched matrix product with transposes and a scale folded in,
 // so the MatMul gradient needs no Transpose nodes (as ONNX Runtime's com.microsoft FusedMatMul).
 //
-//   Y = alpha * op(A) @ op(B),  op(X) = X, or X with its last two axes swapped when trans = 1
+//   Y = alpha * op(A) @ op(B) [+ bias],  op(X) = X, or X with its last two axes swapped when trans = 1
+//   bias (N), optional third input, added to every row (a Linear layer's bias: passes/matmul_bias_fusion.h)
 //   A (..., M, K), or (..., K, M) with transA = 1;  B (..., K, N), or (..., N, K) with transB = 1
 //   Y (broadcast(A's batch dims, B's batch dims), M, N)     numpy broadcasting of the batch dims
 // Both inputs have rank >= 2 and one float dtype (f32, f64, f16, bf16). Attributes: transA,

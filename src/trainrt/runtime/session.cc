@@ -96,6 +96,7 @@ ExecutionPlan& Session::plan_for(const std::vector<Tensor>& inputs) {
     it = plans_.emplace(key_scratch_, std::move(plan)).first;
   }
   last_key_ = key_scratch_;
+  if (last_plan_ && last_plan_ != it->second.get()) release_outputs(*last_plan_);
   last_plan_ = it->second.get();
   bound_arena_ = nullptr;  // rebind arena views for this plan
   return *last_plan_;
@@ -136,7 +137,9 @@ void Session::infer_at_run_time(PlanStep& step, ExecutionPlan& plan) {
     const auto& out = ctx.output(static_cast<int>(o));
     if (!out.shape.is_static())
       throw ShapeError(fmt(node.describe(), ": output ", o, " has no concrete shape at run time"));
-    slot.tensor = Tensor::empty(out.dtype, out.shape.concrete());
+    const bool reusable = slot.kind == SlotKind::kOutput && slot.tensor.sole_owner() &&
+                          slot.tensor.dtype() == out.dtype && Shape::of(slot.tensor.dims()) == out.shape;
+    if (!reusable) slot.tensor = Tensor::empty(out.dtype, out.shape.concrete());
     if (slot.kind == SlotKind::kDynamic) dynamic_bytes_ += slot.tensor.nbytes();
   }
 }
@@ -151,8 +154,9 @@ void Session::run_step(PlanStep& step, int index, ExecutionPlan& plan) {
       continue;
     }
     Slot& slot = plan.slots[static_cast<size_t>(step.outputs[o])];
-    // Graph outputs with static dims get fresh storage now (dynamic ones got it above).
-    if (slot.kind == SlotKind::kOutput && !step.needs_runtime_inference)
+    // Graph outputs with static dims get their storage now (dynamic ones got it above): last
+    // run's, when the caller has let go of it (no fresh pages to fault in), else fresh.
+    if (slot.kind == SlotKind::kOutput && !step.needs_runtime_inference && !slot.tensor.sole_owner())
       slot.tensor = Tensor::empty(slot.tensor.dtype(), slot.tensor.dims());
     step.output_ptrs[o] = &slot.tensor;
   }
@@ -203,13 +207,18 @@ std::vector<Tensor> Session::run(const std::vector<Tensor>& inputs) {
     else if (slot.kind == SlotKind::kView) outputs.push_back(viewed_tensor(plan, s).reshaped(slot.tensor.dims()));
     else outputs.push_back(slot.tensor.clone());
   }
-  // The caller holds what it was handed; dynamic intermediates are released now rather than held
-  // until the next run.
-  for (Slot& slot : plan.slots) {
-    if (slot.kind == SlotKind::kOutput) slot.tensor = Tensor::view(slot.tensor.dtype(), slot.tensor.dims(), nullptr);
+  // Output slots keep a reference to what they handed over, to write it again next run if the
+  // caller has released it by then; dynamic intermediates are released now.
+  for (Slot& slot : plan.slots)
     if (slot.kind == SlotKind::kDynamic) slot.tensor = Tensor();
-  }
   return outputs;
+}
+
+// Another plan runs next: the outputs this one kept for reuse are let go, so the memory kept is
+// one run's outputs at most, however many shapes come and go.
+void Session::release_outputs(ExecutionPlan& plan) {
+  for (Slot& slot : plan.slots)
+    if (slot.kind == SlotKind::kOutput) slot.tensor = Tensor::view(slot.tensor.dtype(), slot.tensor.dims(), nullptr);
 }
 
 const PlanStats& Session::last_stats() const {

@@ -2,7 +2,9 @@
 //
 // Inputs are bound zero-copy (the caller's memory is read in place). Intermediates live in one
 // arena planned per signature (plan/memory_plan.h) and are never heap-allocated in steady state;
-// graph outputs get fresh storage each run and are handed to the caller. Initializers listed in
+// graph outputs are handed to the caller in storage of their own, which the session writes again
+// in a later run once the caller has let go of it (a training step's saved values and gradients
+// then stay in memory already paged in; a caller that keeps an output keeps it unchanged). Initializers listed in
 // SessionOptions::mutable_initializers may be rebound between runs (trainable parameters); all
 // others are constants the planner may fold.
 //
@@ -71,6 +73,7 @@ class Session {
   void bind(ExecutionPlan& plan, const std::vector<Tensor>& inputs);
   void run_step(PlanStep& step, int index, ExecutionPlan& plan);
   void infer_at_run_time(PlanStep& step, ExecutionPlan& plan);
+  void release_outputs(ExecutionPlan& plan);
 
   std::shared_ptr<Graph> graph_;
   SessionOptions options_;

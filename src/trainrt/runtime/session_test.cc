@@ -210,5 +210,25 @@ TEST(Session, SteadyStateRunsDoNotAllocateIntermediates) {
   EXPECT_EQ(allocations_per_run(chain(4)), allocations_per_run(chain(64)));
 }
 
+// An output the caller has let go of is written again next run (same memory, new values); one
+// the caller keeps is left as it was, and the next run's output lands elsewhere. A run of another
+// plan lets the kept storage go, so a plan switch never reuses memory of another shape.
+TEST(Session, OutputStorageIsReusedOnlyOnceTheCallerReleasedIt) {
+  auto g = linear_relu_graph();
+  Session session(g);
+  Tensor x1 = random_tensor({3, 4}, 11), x2 = random_tensor({3, 4}, 12), x3 = random_tensor({3, 4}, 13);
+  const void* first = session.run({x1})[0].raw();  // released at once
+  Tensor second = session.run({x2})[0];
+  EXPECT_EQ(second.raw(), first);
+  expect_close(second, linear_relu_reference(*g, x2), 1e-5, 1e-6);
+  Tensor third = session.run({x3})[0];  // `second` is still held
+  EXPECT_NE(third.raw(), second.raw());
+  expect_close(second, linear_relu_reference(*g, x2), 1e-5, 1e-6);
+  expect_close(third, linear_relu_reference(*g, x3), 1e-5, 1e-6);
+  third = Tensor();
+  Tensor other_shape = session.run({random_tensor({5, 4}, 14)})[0];
+  EXPECT_EQ(other_shape.dims(), (std::vector<int64_t>{5, 3}));
+}
+
 }  // namespace
 }  // namespace trainrt

@@ -4,12 +4,24 @@
 
 #include "trainrt/autodiff/gradient_builder.h"
 #include "trainrt/core/error.h"
+#include "trainrt/ops/op_schema.h"
+#include "trainrt/passes/matmul_bias_fusion.h"
 #include "trainrt/plan/saved_values.h"
 
 namespace trainrt {
 namespace {
 
 std::vector<const Value*> const_values(const std::vector<Value*>& v) { return {v.begin(), v.end()}; }
+
+// Rewrites of the forward graph before autodiff; each fused op's gradient rule builds its backward.
+const PassPipeline& forward_passes() {
+  static const PassPipeline pipeline = [] {
+    PassPipeline p;
+    p.add(std::make_unique<MatMulBiasFusion>());
+    return p;
+  }();
+  return pipeline;
+}
 
 }  // namespace
 
@@ -21,6 +33,8 @@ ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::st
   joint_ = extract_subgraph(*graph_, nodes, const_values(graph_->inputs()), const_values(graph_->outputs()),
                             graph_->name);
   num_outputs_ = graph_->outputs().size();
+  infer_graph_shapes(*joint_);  // the passes match on dims
+  forward_passes().run(*joint_);
   GradientResult result = build_gradients(*joint_, {.outputs_with_grad = grad_outputs_, .wrt = wrt_});
   output_grad_inputs_ = result.output_grad_inputs;
   unreached_ = result.unreached;

@@ -1,7 +1,9 @@
 // ModulePrograms: the forward and backward programs of a model whose parameters are graph inputs,
 // run as two calls (autograd's forward and backward). This is what RTModule drives.
 //
-// The joint graph (build_gradients with the outputs' gradients fed in) is partitioned
+// The forward graph is first rewritten by the forward passes (a bias Add folded into the FusedMatMul
+// before it: passes/matmul_bias_fusion.h); the joint graph (build_gradients with the outputs'
+// gradients fed in) is partitioned
 // (choose_saved_values, then partition_joint_graph): forward() runs the forward program and keeps, in a ForwardState, the
 // saved values and the input tensors the backward reads; backward() feeds those plus the output
 // gradients to the backward program and returns the gradients of `wrt`, in `wrt` order.

@@ -4,7 +4,9 @@
 // transB; Y (batch..., M, N). The batch dims are planned as MatMul's kernel plans them: size-1
 // dims dropped, broadcast dims given stride 0, contiguous runs merged, and the innermost one left
 // to gemm_f32_batched. A B shared by a contiguous, untransposed A (dA = dY @ W^T of a Linear
-// layer's batched input) is one product with the batch folded into M.
+// layer's batched input) is one product with the batch folded into M. With a bias (N), f32 Y is
+// first filled with the bias rows and the products add onto it (beta = 1, oneDNN's sum post-op:
+// no separate pass reading and writing Y again); the row loop adds it to each finished row.
 #include <algorithm>
 #include <array>
 #include <string>
@@ -59,24 +61,34 @@ ProductPlan plan_product(const Attrs& at, const std::vector<int64_t>& a, const s
   return p;
 }
 
-// T = float or BFloat16 (gemm_batched).
+// y (rows, n) = the bias row repeated.
 template <typename T>
-void run_onednn(const Attrs& at, const ProductPlan& p, const T* a, const T* b, T* y) {
+void fill_rows(const T* bias, int64_t rows, int64_t n, T* y, ThreadPool& pool) {
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(1, n));
+  pool.parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) std::copy(bias, bias + n, y + r * n);
+  });
+}
+
+// T = float or BFloat16 (gemm_batched). beta = 1 adds the products onto what y holds (the bias
+// rows), 0 overwrites it.
+template <typename T>
+void run_onednn(const Attrs& at, const ProductPlan& p, const T* a, const T* b, float beta, T* y) {
   const int64_t ldc = std::max<int64_t>(1, p.n);
   if (p.batch.size() == 1 && p.batch[0].stride_b == 0 && !at.trans_a && p.batch[0].stride_a == p.m * p.k) {
-    gemm_batched<T>(1, false, at.trans_b, p.batch[0].size * p.m, p.n, p.k, at.alpha, a, p.lda, 0, b, p.ldb, 0, 0.f,
+    gemm_batched<T>(1, false, at.trans_b, p.batch[0].size * p.m, p.n, p.k, at.alpha, a, p.lda, 0, b, p.ldb, 0, beta,
                     y, ldc, 0);
     return;
   }
   for_each_batch_run(p.batch, [&](int64_t oa, int64_t ob, int64_t oc, const BatchDim& inner) {
     gemm_batched<T>(inner.size, at.trans_a, at.trans_b, p.m, p.n, p.k, at.alpha, a + oa, p.lda, inner.stride_a,
-                    b + ob, p.ldb, inner.stride_b, 0.f, y + oc, ldc, inner.stride_c);
+                    b + ob, p.ldb, inner.stride_b, beta, y + oc, ldc, inner.stride_c);
   });
 }
 
 // The row loop: every (matrix, row) pair is a task; sums in arith_t<T> (f64 for f64, f32 for f16).
 template <typename T>
-void run_loop(const Attrs& at, const ProductPlan& p, const T* a, const T* b, T* y, ThreadPool& pool) {
+void run_loop(const Attrs& at, const ProductPlan& p, const T* a, const T* b, const T* bias, T* y, ThreadPool& pool) {
   using Acc = arith_t<T>;
   std::vector<std::array<int64_t, 3>> matrices;
   for_each_batch_run(p.batch, [&](int64_t oa, int64_t ob, int64_t oc, const BatchDim& inner) {
@@ -97,7 +109,8 @@ void run_loop(const Attrs& at, const ProductPlan& p, const T* a, const T* b, T* 
           acc[static_cast<size_t>(j)] += x * to_arith(b[ob + (at.trans_b ? j * p.ldb + l : l * p.ldb + j)]);
       }
       for (int64_t j = 0; j < p.n; ++j)
-        y[oc + i * p.n + j] = from_arith<T>(static_cast<Acc>(at.alpha) * acc[static_cast<size_t>(j)]);
+        y[oc + i * p.n + j] = from_arith<T>(static_cast<Acc>(at.alpha) * acc[static_cast<size_t>(j)] +
+                                            (bias ? to_arith(bias[j]) : Acc(0)));
     }
   });
 }
@@ -109,17 +122,27 @@ KernelFn make_fused_matmul(const Node& node) {
   for (int i = 0; i < 2; ++i)
     if (!node.input(i) || node.input(i)->dtype != dtype_of<T>())
       throw InvalidModel(fmt(at.where, ": input ", i, " must be present with dtype ", dtype_name(dtype_of<T>())));
+  if (node.input(2) && node.input(2)->dtype != dtype_of<T>())
+    throw InvalidModel(fmt(at.where, ": input 2 (bias) must have dtype ", dtype_name(dtype_of<T>())));
   return [at](KernelContext& ctx) {
     const Tensor& a = ctx.in(0);
     const Tensor& b = ctx.in(1);
     Tensor& y = ctx.out(0);
     const ProductPlan p = plan_product(at, a.dims(), b.dims(), y.dims());
+    const T* bias = nullptr;
+    if (ctx.has_in(2)) {
+      if (ctx.in(2).dims() != std::vector<int64_t>{p.n})
+        throw ShapeError(fmt(at.where, ": input 2 (bias) is ", describe(ctx.in(2)), ", expected (", p.n, ")"));
+      bias = ctx.in(2).data<T>();
+    }
     if (y.numel() == 0) return;
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, BFloat16>) {
-      if (p.k == 0) std::fill(y.data<T>(), y.data<T>() + y.numel(), T{});
-      else run_onednn<T>(at, p, a.data<T>(), b.data<T>(), y.data<T>());
+      T* out = y.data<T>();
+      if (bias) fill_rows(bias, y.numel() / p.n, p.n, out, ctx.threads());
+      else if (p.k == 0) std::fill(out, out + y.numel(), T{});
+      if (p.k > 0) run_onednn<T>(at, p, a.data<T>(), b.data<T>(), bias ? 1.f : 0.f, out);
     } else {
-      run_loop<T>(at, p, a.data<T>(), b.data<T>(), y.data<T>(), ctx.threads());
+      run_loop<T>(at, p, a.data<T>(), b.data<T>(), bias, y.data<T>(), ctx.threads());
     }
   };
 }

@@ -1,0 +1,21 @@
+#include "trainrt/passes/pass.h"
+
+#include "trainrt/ir/verifier.h"
+
+namespace trainrt {
+
+bool Pass::apply(Graph& graph) const {
+  const bool modified = apply_impl(graph);
+#ifndef NDEBUG
+  if (modified) verify(graph);
+#endif
+  return modified;
+}
+
+bool PassPipeline::run(Graph& graph) const {
+  bool modified = false;
+  for (const auto& pass : passes_) modified = pass->apply(graph) || modified;
+  return modified;
+}
+
+}  // namespace trainrt
