@@ -20,6 +20,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "trainrt/core/error.h"
 #include "trainrt/core/shape.h"
@@ -49,6 +50,10 @@ struct Windows {
   int64_t planes = 0;
   std::array<int64_t, 3> in{1, 1, 1}, out{1, 1, 1}, kernel{1, 1, 1}, stride{1, 1, 1}, dilation{1, 1, 1},
       pad_begin{0, 0, 0}, pad_end{0, 0, 0};
+  // Per dim and output index: the window's first input position and its in-bounds taps, computed
+  // once per call (taps() divides; per window and plane it cost more than the pooling itself).
+  std::array<std::vector<int64_t>, 3> start_of;
+  std::array<std::vector<TapRange>, 3> taps_of;
   int64_t in_plane() const { return in[0] * in[1] * in[2]; }
   int64_t out_plane() const { return out[0] * out[1] * out[2]; }
 
@@ -60,6 +65,11 @@ struct Windows {
       stride[off + i] = g.stride[i], dilation[off + i] = g.dilation[i];
       pad_begin[off + i] = g.pad_begin[i], pad_end[off + i] = g.pad_end[i];
     }
+    for (int d = 0; d < 3; ++d)
+      for (int64_t o = 0; o < out[d]; ++o) {
+        start_of[d].push_back(o * stride[d] - pad_begin[d]);
+        taps_of[d].push_back(taps(start_of[d].back(), kernel[d], dilation[d], in[d]));
+      }
   }
 
   // Calls f(out_offset, range per dim, start per dim) for every output position of a plane.
@@ -68,13 +78,9 @@ struct Windows {
     int64_t o = 0;
     for (int64_t a = 0; a < out[0]; ++a)
       for (int64_t b = 0; b < out[1]; ++b)
-        for (int64_t c = 0; c < out[2]; ++c, ++o) {
-          const std::array<int64_t, 3> start{a * stride[0] - pad_begin[0], b * stride[1] - pad_begin[1],
-                                             c * stride[2] - pad_begin[2]};
-          std::array<TapRange, 3> r;
-          for (int i = 0; i < 3; ++i) r[i] = taps(start[i], kernel[i], dilation[i], in[i]);
-          f(o, r, start);
-        }
+        for (int64_t c = 0; c < out[2]; ++c, ++o)
+          f(o, std::array<TapRange, 3>{taps_of[0][a], taps_of[1][b], taps_of[2][c]},
+            std::array<int64_t, 3>{start_of[0][a], start_of[1][b], start_of[2][c]});
   }
 
   // The window's divisor for AveragePool.
