@@ -112,6 +112,7 @@ class RuntimeOptions:
     # capture is otherwise remembered per input schema, so a failing schema is not re-captured each step).
     fallback_retry: bool = False
     print_input_density: bool = False  # log each step's share of non-padding tokens and labels
+    compute_optimizer: bool = True  # the engine's graph rewrites (fusions, saved-set choice)
     # "bf16": matmuls in bf16 with f32 sums, the rest in f32, as under
     # torch.autocast("cpu", dtype=torch.bfloat16) (which turns it on per call too); None: f32.
     mixed_precision: str | None = None
@@ -128,6 +129,8 @@ class RuntimeOptions:
             self.profile = _parse_flag(v)
         if (v := env("PRINT_MEMORY_STATS", "PRINT_MEMORY_STATS")) is not None:
             self.print_memory_stats = _parse_flag(v)
+        if (v := env("ENABLE_COMPUTE_OPTIMIZER", "ENABLE_COMPUTE_OPTIMIZER")) is not None:
+            self.compute_optimizer = _parse_flag(v)
         if (v := env("PRINT_INPUT_DENSITY", "PRINT_INPUT_DENSITY")) is not None:
             self.print_input_density = _parse_flag(v)
         if (v := env("FALLBACK_RETRY", "FALLBACK_RETRY")) is not None:

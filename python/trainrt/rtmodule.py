@@ -52,7 +52,8 @@ def _draw_seed() -> int:
 class _Engine:
     """The engine programs of one captured input schema, plus how to feed and unpack them."""
 
-    def __init__(self, captured, module: torch.nn.Module, input_requires_grad: list[bool], profile: bool = False):
+    def __init__(self, captured, module: torch.nn.Module, input_requires_grad: list[bool], profile: bool = False,
+                 optimize: bool = True):
         self.captured = captured
         params = dict(module.named_parameters(remove_duplicate=False))
         self.param_names = [fqn for _, fqn in captured.param_inputs]
@@ -64,7 +65,8 @@ class _Engine:
         graph_inputs = [n for n, _ in captured.param_inputs] + [n for n, _ in captured.buffer_inputs] + captured.user_inputs
         index = {name: i for i, name in enumerate(graph_inputs)}
         self.wrt_index = [index[name] for name in self.wrt]
-        self.programs = _C.ModulePrograms(captured.model.SerializeToString(), self.grad_outputs, self.wrt, profile)
+        self.programs = _C.ModulePrograms(captured.model.SerializeToString(), self.grad_outputs, self.wrt, profile,
+                                          optimize)
         self.num_mutations = len(captured.buffer_mutations)
         self.input_density = InputDensityObserver(captured.model, captured.user_inputs)
         self._homes = None  # per parameter / buffer input: (the dict holding it, its key, tensor, data_ptr)
@@ -286,7 +288,8 @@ class RTModule(torch.nn.Module):
             raise _BuildFailed(str(err), "FALLBACK_UNSUPPORTED_TORCH_MODEL") from err
         captured_at = time.perf_counter()
         try:
-            engine = _Engine(captured, self._module, input_requires_grad, self._runtime.profile)
+            engine = _Engine(captured, self._module, input_requires_grad, self._runtime.profile,
+                             self._runtime.compute_optimizer)
         except _C.Error as err:
             kind = "FALLBACK_UNSUPPORTED_ONNX_MODEL" if isinstance(err, _C.UnsupportedOp) else "FALLBACK_BAD_INITIALIZATION"
             raise _BuildFailed(f"{type(err).__name__}: {err}", kind) from err
@@ -305,7 +308,8 @@ class RTModule(torch.nn.Module):
                 ("parameters / inputs / outputs", f"{len(captured.param_inputs)} / {len(captured.user_inputs)} / {len(captured.outputs)}"),
                 ("input dims", _describe_dims(captured)),
                 ("mixed precision", f"matmuls in {autocast}" if autocast else "off (f32)"),
-                ("memory planning, in-place reuse, constant folding", "on"),
+                ("memory planning, in-place reuse, views, constant folding", "on"),
+                ("compute optimizer (fusions, saved-set choice)", "on" if self._runtime.compute_optimizer else "off"),
                 ("fallback policy", self._runtime.fallback_policy.name or str(self._runtime.fallback_policy)),
                 ("save ONNX", self._debug.save_path if self._debug.save_onnx else "off"),
                 ("capture (torch.export + translation)", f"{capture_s * 1e3:.0f} ms"),

@@ -45,11 +45,12 @@ void bind_module_programs(nb::module_& m) {
   nb::class_<ModulePrograms>(m, "ModulePrograms")
       .def("__init__",
            [](ModulePrograms* self, nb::bytes model, const std::vector<std::string>& grad_outputs,
-              const std::vector<std::string>& wrt, bool profile) {
+              const std::vector<std::string>& wrt, bool profile, bool optimize) {
              std::shared_ptr<Graph> g = import_onnx_bytes(std::string_view(model.c_str(), model.size()));
-             new (self) ModulePrograms(std::move(g), grad_outputs, wrt, profile);
+             new (self) ModulePrograms(std::move(g), grad_outputs, wrt, profile, optimize);
            },
-           nb::arg("model"), nb::arg("grad_outputs"), nb::arg("wrt"), nb::arg("profile") = false)
+           nb::arg("model"), nb::arg("grad_outputs"), nb::arg("wrt"), nb::arg("profile") = false,
+           nb::arg("optimize") = true)
       .def("profile_summary", [](ModulePrograms& p, int top) {
         return "forward program:\n" + p.forward_profiler().summary(top) + "backward program:\n" +
                p.backward_profiler().summary(top);

@@ -94,3 +94,4 @@ def test_onnx_opset_version_other_than_the_captured_one_is_refused(monkeypatch):
         trainrt.RTModule(Affine())
     monkeypatch.setenv("ORTMODULE_ONNX_OPSET_VERSION", "20")
     trainrt.RTModule(Affine())
+

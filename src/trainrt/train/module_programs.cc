@@ -26,7 +26,7 @@ const PassPipeline& forward_passes() {
 }  // namespace
 
 ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::string> grad_outputs,
-                               std::vector<std::string> wrt, bool profile)
+                               std::vector<std::string> wrt, bool profile, bool optimize)
     : graph_(std::move(graph)), grad_outputs_(std::move(grad_outputs)), wrt_(std::move(wrt)) {
   std::vector<const Node*> nodes;
   for (const Node* n : graph_->topological_order()) nodes.push_back(n);
@@ -34,11 +34,11 @@ ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::st
                             graph_->name);
   num_outputs_ = graph_->outputs().size();
   infer_graph_shapes(*joint_);  // the passes match on dims
-  forward_passes().run(*joint_);
+  if (optimize) forward_passes().run(*joint_);
   GradientResult result = build_gradients(*joint_, {.outputs_with_grad = grad_outputs_, .wrt = wrt_});
   output_grad_inputs_ = result.output_grad_inputs;
   unreached_ = result.unreached;
-  choose_saved_values(*joint_, result);
+  if (optimize) choose_saved_values(*joint_, result);
   programs_ = partition_joint_graph(*joint_, result);
   // Backward outputs come in grad_of order (sorted by name); map each wrt entry to its position.
   std::vector<std::string> order;

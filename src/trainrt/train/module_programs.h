@@ -35,8 +35,10 @@ struct ForwardState {
 class ModulePrograms {
  public:
   // `profile`: record per-node timings of the forward and backward programs (profiler()).
+  // `optimize`: the graph rewrites (fusion passes, the saved-set choice); off, the captured graph
+  // is differentiated and partitioned as it is (ORTModule's compute optimizer switch).
   ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::string> grad_outputs, std::vector<std::string> wrt,
-                 bool profile = false);
+                 bool profile = false, bool optimize = true);
 
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs, ForwardState& state, uint64_t seed);
   // `output_grads` has one tensor per grad_outputs entry (undefined = zeros). Returns one tensor

@@ -1,0 +1,36 @@
+"""TRAINRT_ENABLE_COMPUTE_OPTIMIZER (ORTMODULE_ENABLE_COMPUTE_OPTIMIZER): the engine's graph rewrites on or off."""
+
+import copy
+
+import torch
+import torch.nn as nn
+
+import trainrt
+
+
+def test_compute_optimizer_switch_turns_the_fusions_off_and_results_stay_the_same(monkeypatch, tmp_path):
+    """ORTMODULE_ENABLE_COMPUTE_OPTIMIZER=0: the optimized forward keeps the captured MatMul + Add."""
+    import onnx
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 3)
+
+        def forward(self, x):  # 3-D input: FusedMatMul + Add, the pattern the bias fusion folds
+            return torch.relu(self.lin(x)).sum()
+
+    torch.manual_seed(0)
+    plain, x = Block(), torch.randn(2, 5, 4)
+    bias_adds, results = {}, {}
+    for flag in ("1", "0"):
+        monkeypatch.setenv("ORTMODULE_ENABLE_COMPUTE_OPTIMIZER", flag)
+        model = trainrt.RTModule(copy.deepcopy(plain), trainrt.DebugOptions(save_onnx=True, save_path=str(tmp_path / flag)))
+        loss = model(x)
+        loss.backward()
+        forward = onnx.load(str(tmp_path / flag / "trainrt_optimized_forward.onnx"))
+        bias_adds[flag] = sum(n.op_type == "Add" for n in forward.graph.node)
+        results[flag] = (loss.detach(), model.lin.weight.grad.clone())
+    assert bias_adds["0"] == bias_adds["1"] + 1
+    for a, b in zip(results["0"], results["1"]):
+        torch.testing.assert_close(a, b)
