@@ -72,11 +72,20 @@ class ExportCache:
             return None
 
     def store(self, key: str, captured: CapturedGraph) -> None:
-        fields = dict(captured.__dict__)
-        fields["model"] = captured.model.SerializeToString()
-        fields["in_spec"] = pytree.treespec_dumps(captured.in_spec)
-        fields["out_spec"] = pytree.treespec_dumps(captured.out_spec)
-        fd, tmp = tempfile.mkstemp(dir=self.directory, suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            pickle.dump({"format": _FORMAT, "key": key, "fields": fields}, f)
-        os.replace(tmp, self._path(key))
+        """Writes the entry atomically. A capture that cannot be stored (an output structure pytree
+        cannot serialize, a full disk) is announced and the run goes on uncached."""
+        tmp = None
+        try:
+            fields = dict(captured.__dict__)
+            fields["model"] = captured.model.SerializeToString()
+            fields["in_spec"] = pytree.treespec_dumps(captured.in_spec)
+            fields["out_spec"] = pytree.treespec_dumps(captured.out_spec)
+            fd, tmp = tempfile.mkstemp(dir=self.directory, suffix=".tmp")
+            with os.fdopen(fd, "wb") as f:
+                pickle.dump({"format": _FORMAT, "key": key, "fields": fields}, f)
+            os.replace(tmp, self._path(key))
+        except Exception as err:  # noqa: BLE001  (caching is an optimization; the capture itself is good)
+            logging.getLogger("trainrt").warning("trainrt export cache: not stored in %s (%s: %s); running uncached",
+                                                 self.directory, type(err).__name__, err)
+            if tmp and os.path.exists(tmp):
+                os.remove(tmp)
