@@ -124,6 +124,12 @@ class RTModule(torch.nn.Module):
     def named_modules(self, memo=None, prefix: str = "", remove_duplicate: bool = True):
         return self._module.named_modules(memo, prefix, remove_duplicate)
 
+    @property
+    def fallback_reason(self) -> str | None:
+        """Why forward runs the PyTorch module instead of the engine (announced once, when it happens), or
+        None while the engine runs it."""
+        return self._fallback_reason
+
     def profile_summary(self, top: int = 10) -> str:
         """Op types by total engine time, per program, over the steps run with TRAINRT_PROFILE=1."""
         return "\n".join(e.programs.profile_summary(top) for e in self._engines.values())

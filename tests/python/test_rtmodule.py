@@ -124,6 +124,7 @@ def test_unsupported_op_falls_back_and_says_so(caplog):
     with caplog.at_level("WARNING", logger="trainrt"):
         out = model(x)
     assert "falling back to PyTorch" in caplog.text and "bessel_j0" in caplog.text
+    assert "bessel_j0" in model.fallback_reason
     torch.testing.assert_close(out, torch.special.bessel_j0(x).sum())
 
 
