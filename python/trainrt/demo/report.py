@@ -1,0 +1,68 @@
+"""The demo's verdict and summary table: do the loss curves agree, how fast was each step, how long the
+first step took, how much memory each run's process took on.
+
+    text, ok = summary(pytorch_result, rtmodule_result)
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from trainrt.demo.run import LABELS, RunResult
+
+# The largest relative loss difference at any step still called agreement. Both runs compute in float32
+# from the same weights on the same batches, but in different orders of operations (the engine's own
+# kernels and fusions): step-1 losses differ by ~1e-7 relative and training amplifies that slowly.
+AGREE = 1e-2
+
+
+def max_relative_difference(ours: list[float], theirs: list[float]) -> float:
+    return max(abs(a - b) / abs(b) for a, b in zip(ours, theirs))
+
+
+def median_step_s(run: RunResult) -> float:
+    """The median over every step but the first (which holds one-time set-up: capture, engine build)."""
+    return statistics.median(run.step_s[1:] or run.step_s)
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:+.0f} MiB"
+
+
+def _table(runs: list[RunResult]) -> list[str]:
+    rows = [("", [LABELS[r.engine] for r in runs]),
+            ("ran in", ["PyTorch" if r.engine == "pytorch" else
+                        "the TrainRT engine" if r.fallback is None else "PyTorch (FELL BACK)" for r in runs]),
+            ("optimizer", [r.optimizer for r in runs]),
+            ("loss: first -> last", [f"{r.losses[0]:.4f} -> {r.losses[-1]:.4f}" for r in runs]),
+            ("median step time", [f"{median_step_s(r) * 1e3:.1f} ms" for r in runs]),
+            ("first step", [f"{r.step_s[0]:.2f} s" for r in runs]),
+            ("peak memory, first step", [_mib(r.first_step_rss_bytes) for r in runs]),
+            ("peak memory, later steps", [_mib(r.later_rss_bytes) for r in runs])]
+    width = max(len(k) for k, _ in rows)
+    col = max(len(v) for _, vs in rows for v in vs) + 2
+    return [f"  {k:<{width}}  " + "".join(f"{v:<{col}}" for v in vs).rstrip() for k, vs in rows]
+
+
+def summary(pytorch: RunResult, rtmodule: RunResult) -> tuple[str, bool]:
+    """The printed summary, and whether the demo showed what it claims (engine ran, curves agree)."""
+    difference = max_relative_difference(rtmodule.losses, pytorch.losses)
+    agree = difference <= AGREE
+    ratio = median_step_s(rtmodule) / median_step_s(pytorch)
+    lines = ["", f"Summary ({len(pytorch.losses)} training steps each):", *_table([pytorch, rtmodule]), ""]
+    lines.append(f"  loss curves {'agree' if agree else 'DISAGREE'}: max relative difference {difference:.1e} "
+                 f"over {len(pytorch.losses)} steps (agreement: <= {AGREE:.0e})")
+    lines.append(f"  step time: RTModule / PyTorch = {ratio:.2f}x (RTModule is {1 / ratio:.2f}x as fast; "
+                 "medians without the first step; one run after the other, so machine load hits them apart)")
+    lines.append("  RTModule's first step captures the model (torch.export), translates it and builds the engine's "
+                 "forward and backward programs")
+    lines.append("  peak memory: growth of the peak resident memory (VmHWM) of each run's own fresh process above "
+                 "its RSS before the first step\n  (same weights and data in both, so left out; counted: "
+                 "activations, gradients, optimizer state, the engine's buffers, and capture in the first step)")
+    if not (pytorch.rss_reset and rtmodule.rss_reset):
+        lines.append("  (this kernel refused to reset the peak: the memory rows are whole-process peaks)")
+    if rtmodule.fallback is not None:
+        lines += ["", "!" * 100,
+                  "!!! RTModule FELL BACK TO PYTORCH: its column above is PyTorch running the model, not the engine.",
+                  f"!!! reason: {rtmodule.fallback}", "!" * 100]
+    return "\n".join(lines), agree and rtmodule.fallback is None
