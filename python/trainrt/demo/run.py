@@ -87,10 +87,10 @@ def train(spec: RunSpec) -> RunResult:
         if step == 0:
             first_step_rss = status_kib("VmHWM") - rss_before
             reset_peak_rss()
-            if spec.engine == "rtmodule" and module.fallback_reason is not None:
-                fallback = module.fallback_reason
-                bar.write(f"\n{'!' * 100}\n!!! RTModule FELL BACK TO PYTORCH: this run is PyTorch, not the TrainRT "
-                          f"engine.\n!!! reason: {fallback}\n{'!' * 100}\n")
+        if fallback is None and spec.engine == "rtmodule" and module.fallback_reason is not None:
+            fallback = module.fallback_reason
+            bar.write(f"\n{'!' * 100}\n!!! RTModule FELL BACK TO PYTORCH at step {step + 1}: from there on this run "
+                      f"is PyTorch, not the TrainRT engine.\n!!! reason: {fallback}\n{'!' * 100}\n")
     later_rss = status_kib("VmHWM") - rss_before
     bar.close()
     return RunResult(spec.engine, optimizer_name, losses, step_s, first_step_rss * 1024, later_rss * 1024,
