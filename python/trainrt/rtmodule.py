@@ -6,9 +6,12 @@
     optimizer.step()            # any torch optimizer: parameters are read from torch every step
 
 The captured programs are cached per input schema (train/eval mode, tree structure, dtypes, ranks,
-non-tensor values, which inputs require grad); batch-size changes reuse them (symbolic batch dim)
-and the engine plans memory per concrete shape. Parameters and inputs cross zero-copy (DLPack);
-outputs come back as torch tensors over engine memory.
+non-tensor values, which inputs require grad). Input dims are symbolic where torch.export allows
+(capture/export.py), so a new batch size or sequence length reuses the programs: a schema holds a
+list of captures, and a call runs the first whose static dims and symbol ranges accept its shapes
+(a model that specializes a dim gets one capture per value there). The engine plans memory per
+concrete shape. Parameters and inputs cross zero-copy (DLPack); outputs come back as torch tensors
+over engine memory.
 """
 
 from __future__ import annotations
@@ -88,6 +91,11 @@ class _RTFunction(torch.autograd.Function):
         return (None, *result)
 
 
+def _describe_dims(captured) -> str:
+    """The user inputs' dims as captured, symbolic ones by name: '(s0, s1) (s0, s1) (s0, 1000)'."""
+    return " ".join("(" + ", ".join(str(d) for d in dims) + ")" for dims in captured.input_dims) or "none"
+
+
 class RTModule(torch.nn.Module):
     """Runs `module`'s forward and backward in the TrainRT engine; behaves as `module` otherwise."""
 
@@ -98,7 +106,7 @@ class RTModule(torch.nn.Module):
         self._module = module
         self._debug = debug_options or DebugOptions()
         self._runtime = RuntimeOptions()
-        self._engines: dict = {}
+        self._engines: dict[tuple, list[_Engine]] = {}  # schema key -> captures, tried in order
         self._fallback_reason: str | None = None
         _log.setLevel(10 * (int(self._debug.log_level) + 1))  # VERBOSE -> DEBUG ... FATAL -> CRITICAL
 
@@ -130,13 +138,23 @@ class RTModule(torch.nn.Module):
         None while the engine runs it."""
         return self._fallback_reason
 
+    @property
+    def engines(self) -> list[_Engine]:
+        """The engine programs built so far, one per capture."""
+        return [e for engines in self._engines.values() for e in engines]
+
+    @property
+    def num_captures(self) -> int:
+        """How many times the module was captured (torch.export + translation + engine build)."""
+        return len(self.engines)
+
     def profile_summary(self, top: int = 10) -> str:
         """Op types by total engine time, per program, over the steps run with TRAINRT_PROFILE=1."""
-        return "\n".join(e.programs.profile_summary(top) for e in self._engines.values())
+        return "\n".join(e.programs.profile_summary(top) for e in self.engines)
 
     def write_profile(self, prefix: str) -> None:
         """Chrome traces of the profiled steps: <prefix>[_N]_forward.json / _backward.json."""
-        for i, e in enumerate(self._engines.values()):
+        for i, e in enumerate(self.engines):
             e.programs.write_profile(prefix if i == 0 else f"{prefix}_{i}")
 
     def __getstate__(self):
@@ -154,9 +172,11 @@ class RTModule(torch.nn.Module):
         reason = self._unsupported_input(tensors)
         if reason:
             return self._fall_back(reason, "FALLBACK_UNSUPPORTED_DEVICE" if "device" in reason else "FALLBACK_UNSUPPORTED_DATA")
-        engine = self._engines.get(self._schema_key(flat)) or self._engines.get(self._schema_key(flat, True))
+        shapes = [tuple(t.shape) for t in tensors]
+        key = self._schema_key(args, kwargs)
+        engine = next((e for e in self._engines.get(key, []) if e.captured.accepts(shapes)), None)
         if engine is None:
-            engine = self._build(flat, args, kwargs, [t.requires_grad for t in tensors])
+            engine = self._build(args, kwargs, [t.requires_grad for t in tensors])
             if engine is None:
                 return self._module(*args, **kwargs)
         return self._run(engine, tensors)
@@ -169,26 +189,20 @@ class RTModule(torch.nn.Module):
                 return f"a tensor of dtype {t.dtype}"
         return None
 
-    def _schema_key(self, flat, full_shapes: bool = False):
-        """Everything that changes the captured graph: mode, structure, dtypes, non-batch dims,
-        non-tensor values, which inputs require grad. The batch dim (dim 0 of the tensors whose
-        dim 0 equals the first tensor's, as capture marks them) is left out unless the capture
-        had to use static shapes (`full_shapes`)."""
-        _, spec = pytree.tree_flatten(flat)
-        tensors = [x for x in flat if isinstance(x, torch.Tensor)]
-        batch = tensors[0].shape[0] if tensors and tensors[0].dim() else None
+    def _schema_key(self, args, kwargs, shapes: bool = False):
+        """Everything that changes the captured graph but the sizes: mode, structure, dtypes, ranks,
+        non-tensor values, which inputs require grad. With `shapes` the sizes too (the export
+        cache's key: a capture on disk serves exactly the shapes it was made for)."""
+        flat, spec = pytree.tree_flatten((args, kwargs))
 
         def leaf(x):
             if not isinstance(x, torch.Tensor):
                 return ("const", repr(x))
-            shape = tuple(x.shape)
-            if not full_shapes and shape and shape[0] == batch:
-                shape = ("batch",) + shape[1:]
-            return (x.dtype, shape, x.requires_grad)
+            return (x.dtype, tuple(x.shape) if shapes else x.dim(), x.requires_grad)
 
-        return (self._module.training, torch.is_grad_enabled(), str(spec), full_shapes, tuple(leaf(x) for x in flat))
+        return (self._module.training, torch.is_grad_enabled(), str(spec), tuple(leaf(x) for x in flat))
 
-    def _build(self, flat, args, kwargs, input_requires_grad):
+    def _build(self, args, kwargs, input_requires_grad):
         from trainrt.capture import CaptureError, UnsupportedATenOp, capture
 
         import time
@@ -198,7 +212,7 @@ class RTModule(torch.nn.Module):
         if self._runtime.cache_dir:
             from trainrt.export_cache import ExportCache, cache_key
 
-            cache, key = ExportCache(self._runtime.cache_dir), cache_key(self._module, self._schema_key(flat))
+            cache, key = ExportCache(self._runtime.cache_dir), cache_key(self._module, self._schema_key(args, kwargs, shapes=True))
         try:
             captured = cache.load(key) if cache else None
             if captured is None:
@@ -217,7 +231,7 @@ class RTModule(torch.nn.Module):
             return self._fall_back(f"{type(err).__name__}: {err}", kind, build=True)
         if self._debug.save_onnx:
             self._save_graphs(engine)
-        self._engines[self._schema_key(flat, full_shapes=not captured.dynamic)] = engine
+        self._engines.setdefault(self._schema_key(args, kwargs), []).append(engine)
         self._log_startup(captured, captured_at - start, time.perf_counter() - captured_at)
         return engine
 
@@ -228,7 +242,7 @@ class RTModule(torch.nn.Module):
         rows = [("model", type(self._module).__name__),
                 ("mode", "training" if self._module.training else "eval"),
                 ("parameters / inputs / outputs", f"{len(captured.param_inputs)} / {len(captured.user_inputs)} / {len(captured.outputs)}"),
-                ("symbolic batch dim", "on" if captured.dynamic else "off (static shapes)"),
+                ("input dims", _describe_dims(captured)),
                 ("memory planning, in-place reuse, constant folding", "on"),
                 ("fallback policy", self._runtime.fallback_policy.name or str(self._runtime.fallback_policy)),
                 ("save ONNX", self._debug.save_path if self._debug.save_onnx else "off"),

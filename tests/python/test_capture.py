@@ -122,6 +122,21 @@ def test_split_chunk_cat_stack_slice_select_and_gather():
     assert_like_torch(Lambda(fn), lambda b: (randn(b, 2, 6), torch.tensor([[5, 0, 2]] * b)))
 
 
+def test_advanced_indexing_with_several_index_tensors_and_constant_pad():
+    """x[i, j] with broadcasting index tensors (how transformers builds padding masks), after a
+    leading full slice, with negative indices; F.pad with widths of both signs and a fill value."""
+    def fn(x, mask, j):
+        b = mask.shape[0]
+        rows = torch.arange(b).view(b, 1, 1, 1)
+        cols = torch.arange(mask.shape[1]).view(1, 1, 1, -1)
+        keep = mask[rows, cols]                                       # (b, 1, 1, S)
+        picked = x[:, j.view(-1, 1) - 3, j.view(1, -1)]               # (b, 2, 2, 6)
+        return (keep, picked, F.pad(mask, (0, 1), value=-100), F.pad(x, (1, -2, 2, 0), value=0.5),
+                F.pad(x, (0, 0, 0, 0, 1, 0)))
+    assert_like_torch(Lambda(fn), lambda b: (randn(b, 3, 4, 6), torch.arange(b * 5).view(b, 5) % 3,
+                                             torch.tensor([1, 3])))
+
+
 def test_reductions():
     def fn(x):
         return (x.mean(-1), x.mean((0, 2), keepdim=True), x.sum(1), x.sum(), x.amax(-1), x.max(-1).values,
@@ -257,7 +272,7 @@ def test_core_aten_form_translates_too():
     torch.manual_seed(0)
     gpt = TinyGPT()
     args = (torch.randint(0, 23, (4, 8)), torch.randint(0, 23, (4, 8)))
-    ep, _ = export_program(gpt, args, {}, dynamic_batch=True)
+    ep = export_program(gpt, args, {}, "all")
     ep = ep.run_decompositions()
     assert "aten.native_layer_norm.default" in {str(n.target) for n in ep.graph.nodes}
     translation = translate(ep, ["idx", "targets"], "batch", "TinyGPT")
@@ -357,10 +372,11 @@ def test_batch_norm_output_and_running_stats_equal_torch(train):
             np.testing.assert_allclose(value, model.get_buffer(fqn).numpy(), rtol=1e-5, atol=1e-6)
 
 
-def test_a_model_that_pins_the_batch_falls_back_to_static_shapes():
+def test_a_model_that_pins_the_batch_keeps_that_dim_static():
     module = Lambda(lambda x: x.view(4, 3, 2).sum(-1))
-    assert_like_torch(module, lambda b: (randn(b, 6),), batches=(4,), dynamic=False)
-    assert not capture(module, (randn(4, 6),), {}, dynamic_batch=False).dynamic
+    captured = assert_like_torch(module, lambda b: (randn(b, 6),), batches=(4,))
+    assert captured.input_dims[0][0] == 4 and captured.accepts([(4, 6)]) and not captured.accepts([(5, 6)])
+    assert not capture(module, (randn(4, 6),), {}, symbolic_dims=False).dynamic
 
 
 class CumSum(nn.Module):
@@ -375,7 +391,9 @@ def test_unsupported_op_names_the_op_the_node_and_the_source_line():
 
 
 @pytest.mark.parametrize("module, inputs, message", [
-    (nn.Embedding(5, 3, padding_idx=0), (torch.tensor([[0, 1], [2, 3]]),), "padding_idx=0"),
+    (nn.Embedding(5, 3, scale_grad_by_freq=True), (torch.tensor([[0, 1], [2, 3]]),), "scale_grad_by_freq"),
+    (Lambda(lambda x, i: x[i, :, i]), (randn(3, 4, 5), torch.tensor([0, 2])), "non-adjacent"),
+    (Lambda(lambda x: F.pad(x, (1, 1), mode="reflect")), (randn(3, 4),), "mode 'reflect'"),
     (Lambda(lambda x, t: F.cross_entropy(x, t, label_smoothing=0.1)), (randn(3, 4), torch.tensor([0, 1, 2])),
      "label_smoothing=0.1"),
     (Lambda(lambda x: x.max(-1)), (randn(3, 4),), "ArgMax"),

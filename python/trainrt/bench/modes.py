@@ -78,7 +78,7 @@ class RT(Mode):
     def engine_memory(self):
         """Planned arena and dynamic peak bytes of the forward and backward programs, summed over engines."""
         total = {"planned_arena_bytes": 0, "peak_dynamic_bytes": 0}
-        for engine in self.model._engines.values():
+        for engine in self.model.engines:
             for program in engine.programs.memory_stats().values():
                 for key in total:
                     total[key] += program[key]

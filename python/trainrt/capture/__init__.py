@@ -1,10 +1,10 @@
 """Capture: torch.nn.Module -> torch.export (training IR) -> ONNX ModelProto the engine runs.
 
     from trainrt.capture import capture
-    captured = capture(model, (x,), {}, dynamic_batch=True)
+    captured = capture(model, (x,), {})
     captured.model              # onnx.ModelProto: params, buffers, user inputs -> mutations, outputs
 
-Files: export.py (torch.export, dynamic batch), translator.py (the FX walker), context.py (what a
+Files: export.py (torch.export, symbolic dims), translator.py (the FX walker), context.py (what a
 per-op translation sees), symbolic.py (SymInt sizes as shape tensors), ops_*.py (ATen translations
 by family, table in aten_ops.py), onnx_builder.py (ONNX graph assembly), api.py (capture and
 CapturedGraph), errors.py.

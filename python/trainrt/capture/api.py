@@ -1,6 +1,7 @@
 """capture(): a torch.nn.Module and example inputs -> CapturedGraph (ONNX model + bookkeeping).
 
-    captured = capture(model, (x,), {}, dynamic_batch=True)
+    captured = capture(model, (x,), {})                 # symbolic dims where the model allows
+    captured.accepts([tuple(x.shape)])                  # True: the graph runs inputs of these shapes
     session = trainrt.Session(captured.model.SerializeToString())
     params, buffers = dict(model.named_parameters()), dict(model.named_buffers())
     feeds = ([params[fqn] for _, fqn in captured.param_inputs] + [buffers[fqn] for _, fqn in
@@ -8,7 +9,10 @@
 
 The ONNX model takes parameters and buffers as graph inputs (the engine reads them from the torch
 tensors each step, so optimizer updates need no re-capture), then the user's tensors; it returns the
-new values of mutated buffers, then the user's outputs flattened.
+new values of mutated buffers, then the user's outputs flattened. Its user inputs have symbolic
+dims where torch.export kept them (export.py): `input_dims` says which, and `accepts` whether inputs
+of given shapes can run on this graph (static dims equal, dims of one symbol equal, each symbol in
+the range export assumed).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import onnx
+import sympy
 import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
@@ -24,6 +29,7 @@ from torch.utils import _pytree as pytree
 
 from trainrt.capture.errors import CaptureError
 from trainrt.capture.export import export_program
+from trainrt.capture.symbolic import sym_expr
 from trainrt.capture.translator import translate
 
 
@@ -41,23 +47,69 @@ class CapturedGraph:
     out_spec: pytree.TreeSpec  # rebuilds the user's output structure from `outputs`
     differentiable_outputs: list[bool]  # False for integer and bool outputs
     buffer_mutations: list[tuple[str, str]]  # (graph output, buffer fqn): copy back after each run
-    dynamic: bool  # True when dim 0 of the batch inputs is symbolic ("batch"); False: static shapes
+    input_dims: list[tuple]  # per user input, per dim: an int (static) or a size expression (str)
+    dim_ranges: dict[str, tuple[int, int | None]]  # symbol -> the [lower, upper] export assumed
+
+    @property
+    def dynamic(self) -> bool:
+        """True when some user input dim is symbolic; False: the graph has static shapes."""
+        return any(isinstance(d, str) for dims in self.input_dims for d in dims)
+
+    def accepts(self, shapes: list[tuple[int, ...]]) -> bool:
+        """Whether user inputs of these shapes (pytree order) run on this graph."""
+        if len(shapes) != len(self.input_dims):
+            return False
+        values: dict[sympy.Symbol, int] = {}
+        compound = []
+        for dims, shape in zip(self.input_dims, shapes):
+            if len(dims) != len(shape):
+                return False
+            for d, size in zip(dims, shape):
+                if isinstance(d, int):
+                    if d != size:
+                        return False
+                    continue
+                expr = sympy.sympify(d)
+                if isinstance(expr, sympy.Symbol):
+                    if values.setdefault(expr, size) != size:
+                        return False
+                else:
+                    compound.append((expr, size))
+        for name, (lower, upper) in self.dim_ranges.items():
+            value = values.get(sympy.Symbol(name))
+            if value is not None and (value < lower or (upper is not None and value > upper)):
+                return False
+        return all(expr.subs(values) == size for expr, size in compound)
 
 
 def capture(module: torch.nn.Module, args: tuple, kwargs: dict | None = None,
-            dynamic_batch: bool = True) -> CapturedGraph:
-    """Exports module(*args, **kwargs) in its current train/eval mode and translates it to ONNX.
+            symbolic_dims: bool = True) -> CapturedGraph:
+    """Exports module(*args, **kwargs) in its current train/eval mode and translates it to ONNX,
+    with symbolic input dims where the model allows them (`symbolic_dims`; else static shapes).
+
+    Every input dim is tried symbolic first; when the translation cannot compute a size that is
+    then symbolic (a translation that needs it static), the capture is retried with a symbolic
+    batch only (export.py lists the levels).
 
     Raises CaptureError when torch.export fails or the graph has something the engine cannot run
     (UnsupportedATenOp names the op, the FX node and the source line).
     """
     kwargs = dict(kwargs or {})
     args = tuple(args)
-    ep, dynamic = export_program(module, args, kwargs, dynamic_batch)
-    leaves, in_spec = pytree.tree_flatten((args, kwargs))
-    user_inputs = _user_input_order(ep, (args, kwargs))
-    translation = translate(ep, user_inputs, "batch" if dynamic else None, type(module).__name__)
+    levels = ["all", "batch"] if symbolic_dims else ["none"]
+    for level in levels:
+        ep = export_program(module, args, kwargs, level)
+        user_inputs = _user_input_order(ep, (args, kwargs))
+        input_dims = _input_dims(ep, user_inputs)
+        try:
+            translation = translate(ep, user_inputs, "batch", type(module).__name__)
+            break
+        except CaptureError:
+            beyond_batch = any(isinstance(d, str) for dims in input_dims for d in dims[1:])
+            if level == levels[-1] or not beyond_batch:
+                raise
     onnx.checker.check_model(translation.model)
+    leaves, in_spec = pytree.tree_flatten((args, kwargs))
     return CapturedGraph(
         model=translation.model,
         param_inputs=translation.param_inputs,
@@ -69,8 +121,26 @@ def capture(module: torch.nn.Module, args: tuple, kwargs: dict | None = None,
         out_spec=ep.call_spec.out_spec,
         differentiable_outputs=translation.differentiable_outputs,
         buffer_mutations=translation.buffer_mutations,
-        dynamic=dynamic,
+        input_dims=input_dims,
+        dim_ranges=_dim_ranges(ep),
     )
+
+
+def _input_dims(ep: ExportedProgram, user_inputs: list[str]) -> list[tuple]:
+    """Each user input's dims as export traced them: ints, or size expressions as strings."""
+    nodes = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    return [tuple(int(e) if e.is_number else str(e) for e in map(sym_expr, nodes[name].meta["val"].shape))
+            for name in user_inputs]
+
+
+def _dim_ranges(ep: ExportedProgram) -> dict[str, tuple[int, int | None]]:
+    """The value range export assumed for each symbol (sizes 0 and 1 are specialized, so >= 2)."""
+    ranges = {}
+    for symbol, vr in ep.range_constraints.items():
+        if isinstance(symbol, sympy.Symbol):
+            upper = vr.upper
+            ranges[str(symbol)] = (int(vr.lower), None if not upper.is_finite or upper > 2**62 else int(upper))
+    return ranges
 
 
 def _user_input_order(ep: ExportedProgram, inputs: Any) -> list[str]:

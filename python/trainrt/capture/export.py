@@ -1,59 +1,88 @@
-"""torch.export of a module in its current train/eval mode, with a dynamic batch when possible.
+"""torch.export of a module in its current train/eval mode, with symbolic input dims where possible.
 
-Dim 0 of every tensor input whose size there equals the first tensor input's is marked as one
-shared torch.export.Dim("batch"). When the model pins that size (a view to a literal batch, a batch
-of 1, which export specializes), export raises a constraint violation and capture falls back to
-static shapes. The exported training IR keeps in-place ops (BatchNorm's running stats, `add_` on
-buffers); for graphs that have them, functionalization (`run_decompositions({})`, which decomposes
-nothing else) turns them into values the graph signature lists as buffer mutations.
+Symbolic dims come in three levels, tried in this order by capture (api.py):
+- "all": every dim of every tensor input is torch.export.Dim.AUTO. Export keeps a dim symbolic
+  unless the model specializes it (a view to a literal size, a size 0 or 1, a guard that pins it)
+  and infers which input dims are equal (the batch of the ids and of the labels, the sequence length
+  of the ids and of the mask) as one symbol. A new batch size or sequence length then reuses the
+  capture; the symbols become shape arithmetic in the translated graph (symbolic.py).
+- "batch": dim 0 of every tensor input whose size there equals the first tensor input's is one
+  shared Dim("batch"), the rest static: for graphs whose translation needs a size that "all" left
+  symbolic (capture retries at this level when translating "all" fails).
+- "none": static shapes.
+A dynamic export that fails (a constraint violation, a model that only traces with known sizes) is
+retried with static shapes. The exported training IR keeps in-place ops (BatchNorm's running stats,
+`add_` on buffers); for graphs that have them, functionalization (`run_decompositions({})`, which
+decomposes nothing else) turns them into values the graph signature lists as buffer mutations.
+
+Hugging Face causal LMs return a `DynamicCache` of past keys and values (use_cache defaults on, in
+training too). torch.export can only return pytree-flattenable outputs; transformers ships the
+flattening of DynamicCache (`register_dynamic_cache_export_support`), which capture registers when
+transformers is loaded. The cache then leaves the engine as its key/value tensors and comes back as
+a DynamicCache in the ModelOutput, as in eager mode, so the user need not pass use_cache=False.
 """
 
 from __future__ import annotations
 
 import inspect
+import sys
 import warnings
 
 import torch
-from torch._dynamo.exc import UserError, UserErrorType
 from torch.export import Dim, ExportedProgram
-from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
 from torch.utils import _pytree as pytree
 
 from trainrt.capture.errors import CaptureError
 
+SYMBOLIC_LEVELS = ("all", "batch", "none")
 
-def export_program(module: torch.nn.Module, args: tuple, kwargs: dict,
-                   dynamic_batch: bool) -> tuple[ExportedProgram, bool]:
-    """The functional ExportedProgram of module(*args, **kwargs) and whether its batch is dynamic."""
-    shapes = _batch_dynamic_shapes(module, args, kwargs) if dynamic_batch else None
+
+def export_program(module: torch.nn.Module, args: tuple, kwargs: dict, symbolic: str) -> ExportedProgram:
+    """The functional ExportedProgram of module(*args, **kwargs) with the symbolic dims of
+    `symbolic` (one of SYMBOLIC_LEVELS), or static shapes when export refuses them; the
+    placeholders' shapes say which dims are symbolic."""
+    _register_hf_cache_pytree()
+    shapes = {"all": _auto_dynamic_shapes, "batch": _batch_dynamic_shapes, "none": lambda *_: None}[symbolic](
+        module, args, kwargs)
     ep = None
     if shapes is not None:
         try:
             ep = _export(module, args, kwargs, shapes)
-        except Exception as e:  # noqa: BLE001  (only constraint violations fall back; others re-raise)
-            if not _is_constraint_violation(e):
-                raise CaptureError(f"torch.export failed for {type(module).__name__}: {e}") from e
-    dynamic = ep is not None
+        except Exception:  # noqa: BLE001  (retried with static shapes, whose error is the one reported)
+            ep = None
     if ep is None:
         try:
             ep = _export(module, args, kwargs, None)
         except Exception as e:  # noqa: BLE001
             raise CaptureError(f"torch.export failed for {type(module).__name__}: {e}") from e
     if not _mutates(ep):
-        return ep, dynamic
+        return ep
     with warnings.catch_warnings():  # torch 2.13 warns about its own LeafSpec use while retracing
         warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
-        return ep.run_decompositions({}), dynamic
+        return ep.run_decompositions({})
+
+
+def _register_hf_cache_pytree() -> None:
+    """Makes transformers' DynamicCache a pytree node (idempotent; a no-op without transformers)."""
+    if "transformers" not in sys.modules:
+        return
+    try:
+        from transformers.integrations.executorch import register_dynamic_cache_export_support
+    except ImportError:  # a transformers without it: a model returning a cache fails at export
+        return
+    register_dynamic_cache_export_support()
 
 
 def _mutates(ep: ExportedProgram) -> bool:
     """True when the graph has in-place ops; only then is functionalization (a second trace, slower
     than the export itself) needed. aten.batch_norm in training updates its running stats without
-    a mutable schema."""
+    a mutable schema. `detach_` changes autograd metadata, not values: the translator takes it as
+    detach (HF's DynamicCache detaches its fresh empty tensors in place; functionalizing that graph
+    fails in torch 2.13 on the lifted constants of submodules)."""
     for n in ep.graph.nodes:
         if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload):
             continue
-        if n.target._schema.is_mutable:
+        if n.target._schema.is_mutable and n.target != torch.ops.aten.detach_.default:
             return True
         if n.target == torch.ops.aten.batch_norm.default and n.args[5] and n.args[3] is not None:
             return True
@@ -64,25 +93,27 @@ def _export(module, args, kwargs, dynamic_shapes) -> ExportedProgram:
     return torch.export.export(module, tuple(args), dict(kwargs), dynamic_shapes=dynamic_shapes, strict=False)
 
 
-def _is_constraint_violation(e: Exception) -> bool:
-    return isinstance(e, ConstraintViolationError) or (
-        isinstance(e, UserError) and e.error_type == UserErrorType.CONSTRAINT_VIOLATION)
-
-
-def _batch_dynamic_shapes(module: torch.nn.Module, args: tuple, kwargs: dict) -> dict | None:
-    """dynamic_shapes for torch.export keyed by forward's parameter names: {0: batch} on each tensor
-    whose dim 0 has the batch size, None elsewhere. None when no input has a batch of 2 or more
-    (export specializes sizes 0 and 1)."""
-    tensors = [x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor) and x.dim() >= 1]
-    if not tensors or tensors[0].shape[0] < 2:
-        return None
-    size, batch = tensors[0].shape[0], Dim("batch")
-
-    def spec(x):
-        return {0: batch} if isinstance(x, torch.Tensor) and x.dim() >= 1 and x.shape[0] == size else None
-
+def _by_parameter(module: torch.nn.Module, args: tuple, kwargs: dict, spec) -> dict:
+    """dynamic_shapes keyed by forward's parameter names, `spec(leaf)` for each pytree leaf."""
     try:
         bound = inspect.signature(module.forward).bind(*args, **kwargs)
     except TypeError as e:
         raise CaptureError(f"the inputs do not match {type(module).__name__}.forward: {e}") from e
     return {name: pytree.tree_map(spec, value) for name, value in bound.arguments.items()}
+
+
+def _auto_dynamic_shapes(module: torch.nn.Module, args: tuple, kwargs: dict) -> dict:
+    """Dim.AUTO on every dim of every tensor, None for other leaves."""
+    return _by_parameter(module, args, kwargs, lambda x: {d: Dim.AUTO for d in range(x.dim())}
+                         if isinstance(x, torch.Tensor) and x.dim() else None)
+
+
+def _batch_dynamic_shapes(module: torch.nn.Module, args: tuple, kwargs: dict) -> dict | None:
+    """{0: batch} on each tensor whose dim 0 has the batch size, None elsewhere. None when no input
+    has a batch of 2 or more (export specializes sizes 0 and 1)."""
+    tensors = [x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor) and x.dim() >= 1]
+    if not tensors or tensors[0].shape[0] < 2:
+        return None
+    size, batch = tensors[0].shape[0], Dim("batch")
+    return _by_parameter(module, args, kwargs, lambda x: {0: batch} if isinstance(x, torch.Tensor)
+                         and x.dim() >= 1 and x.shape[0] == size else None)

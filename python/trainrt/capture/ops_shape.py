@@ -8,9 +8,12 @@ a constant, otherwise the symbolic dims are computed from input shapes (symbolic
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from trainrt.capture.context import OpContext, TensorValue
+from trainrt.capture.onnx_builder import fill_value
 from trainrt.capture.registry import translates
 from trainrt.capture.symbolic import is_static
 
@@ -39,9 +42,11 @@ def view(ctx: OpContext) -> str:
     return reshape_to(ctx, ctx.tensor("self"), ctx.out.shape)
 
 
-@translates("aten.detach.default")
+@translates("aten.detach.default", "aten.detach_.default")
 def detach(ctx: OpContext) -> str:
-    """The value passes, its gradient does not (TrainRT's StopGradient)."""
+    """The value passes, its gradient does not (TrainRT's StopGradient). export.py leaves the
+    in-place detach_ unfunctionalized: its output is the detached value, while later uses of its
+    input keep the input's gradient path (right for the fresh constants HF's caches detach)."""
     return ctx.emit("StopGradient", [ctx.tensor("self")], domain="com.trainrt")
 
 
@@ -175,24 +180,77 @@ def index_select(ctx: OpContext) -> str:
 
 @translates("aten.index.Tensor")
 def index(ctx: OpContext) -> str:
-    """x[..., idx, ...] with one integer index tensor: Gather on that axis. Several index tensors
-    or a bool mask (data-dependent shape) have no translation."""
+    """x[..., i0, i1, ..., ik, ...] with integer index tensors on adjacent dims a .. a+k (leading
+    unindexed dims allowed, as `x[:, i, j]`): the indexed dims are flattened into one, and the
+    broadcast indices into one flat index i0 * d1 * .. * dk + ... + ik, then Gather on axis a. The
+    result dims replace the indexed ones in place, as torch does for adjacent indices. A bool
+    mask (data-dependent shape) or indices separated by a full slice have no translation."""
     x = ctx.tensor("self")
     given = [(axis, i) for axis, i in enumerate(ctx["indices"]) if i is not None]
-    if len(given) != 1 or given[0][1].dtype not in (torch.int64, torch.int32):
-        raise ctx.unsupported("with other than one integer index tensor has no TrainRT translation")
-    axis, idx = given[0]
-    return ctx.emit("Gather", [x, idx], axis=axis)
+    if not given or any(i.dtype not in (torch.int64, torch.int32) for _, i in given):
+        raise ctx.unsupported("with a bool mask or non-integer index has no TrainRT translation")
+    axes = [axis for axis, _ in given]
+    if axes != list(range(axes[0], axes[0] + len(axes))):
+        raise ctx.unsupported("with index tensors on non-adjacent dims has no TrainRT translation")
+    first, last = axes[0], axes[-1]
+    if first == last:
+        return ctx.emit("Gather", [x, given[0][1]], axis=first)
+    flat = None
+    for axis, idx in given:  # Horner's rule over the indexed dims, each index made non-negative
+        size = ctx.operand(x.shape[axis], torch.int64)
+        i = ctx.cast(idx, torch.int64)
+        i = ctx.emit("Where", [ctx.emit("Less", [i, ctx.const(0, torch.int64)]), ctx.emit("Add", [i, size]), i])
+        flat = i if flat is None else ctx.emit("Add", [ctx.emit("Mul", [flat, size]), i])
+    merged = reshape_to(ctx, x, [*x.shape[:first], math.prod(x.shape[first:last + 1]), *x.shape[last + 1:]])
+    return ctx.emit("Gather", [merged, flat], axis=first)
 
 
 @translates("aten.embedding.default")
 def embedding(ctx: OpContext) -> str:
-    """Rows of the weight. nn.Embedding(padding_idx=...) trains differently (the padding row gets
-    no gradient), which plain Gather cannot say: refused until the engine has that op."""
-    if ctx["padding_idx"] is not None and ctx["padding_idx"] >= 0:
-        raise ctx.unsupported(f"with padding_idx={ctx['padding_idx']} has no TrainRT translation yet "
-                              "(the padding row must get no gradient; plain Gather would train it)")
-    return ctx.emit("Gather", [ctx.tensor("weight"), ctx.tensor("indices")], axis=0)
+    """Rows of the weight: Gather on axis 0. nn.Embedding(padding_idx=p) (aten passes p >= 0, -1
+    for none) trains differently, the padding row gets no gradient, which plain Gather cannot say:
+    that form is TrainRT's Embedding op, whose gradient skips row p."""
+    if ctx["scale_grad_by_freq"] or ctx["sparse"]:
+        raise ctx.unsupported("with scale_grad_by_freq or sparse has no TrainRT translation")
+    weight, indices = ctx.tensor("weight"), ctx.tensor("indices")
+    padding_idx = ctx["padding_idx"]
+    if padding_idx is None or padding_idx < 0:
+        return ctx.emit("Gather", [weight, indices], axis=0)
+    return ctx.emit("Embedding", [weight, indices], padding_idx=int(padding_idx), domain="com.trainrt")
+
+
+@translates("aten.pad.default", "aten.constant_pad_nd.default")
+def constant_pad(ctx: OpContext) -> str:
+    """F.pad(x, (left_last, right_last, left_prev, ...), value) in constant mode: per padded dim, a
+    Concat with fills of the pad width (a negative pad crops, a Slice). Built from Concat and Slice,
+    the gradient is theirs (dX = dY's unpadded part) and symbolic dims stay symbolic."""
+    x = ctx.tensor("self")
+    mode = ctx.args.get("mode", "constant")
+    if mode != "constant":
+        raise ctx.unsupported(f"with mode '{mode}' has no TrainRT translation (constant mode only)")
+    value = ctx.args.get("value")
+    value = 0 if value is None else value
+    pads = list(ctx["pad"])
+    y, shape = x.name, list(x.shape)
+    for k in range(len(pads) // 2):
+        axis, left, right = x.rank - 1 - k, pads[2 * k], pads[2 * k + 1]
+        if not (is_static(left) and is_static(right)):
+            raise ctx.unsupported("with symbolic pad widths has no TrainRT translation")
+        left, right = int(left), int(right)
+        if left < 0 or right < 0:
+            end = shape[axis] + right if right < 0 else shape[axis]
+            y = ctx.emit("Slice", [y, ctx.ints([max(-left, 0)]), ctx.ints([end]), ctx.ints([axis])])
+            shape[axis] = end - max(-left, 0)
+        parts = []
+        for width, at_end in ((max(left, 0), False), (max(right, 0), True)):
+            if width:
+                fill_shape = shape[:axis] + [width] + shape[axis + 1:]
+                parts.append((at_end, ctx.emit("ConstantOfShape", [ctx.ints(fill_shape)],
+                                               value=fill_value(value, x.dtype))))
+        if parts:
+            y = ctx.emit("Concat", [p for e, p in parts if not e] + [y] + [p for e, p in parts if e], axis=axis)
+            shape[axis] = shape[axis] + max(left, 0) + max(right, 0)
+    return y
 
 
 def _trilu(ctx: OpContext, upper: int) -> str:

@@ -1,6 +1,6 @@
 """Symbolic sizes: torch.export's SymInts as ONNX int64 tensors computed from input shapes.
 
-A dim marked dynamic (the batch) is a sympy symbol in every FakeTensor shape and SymInt of the graph
+A dim export kept dynamic (a batch, a sequence length) is a sympy symbol in every FakeTensor shape and SymInt of the graph
 (`s0`, `5*s0`, `s0 // 2`). Each symbol has a source, a dim of a graph input, read with
 Shape(x, start=d, end=d+1); any expression over the symbols is then built from Add / Mul / Div / Max
 / Min on 1-element int64 tensors. This is how view / reshape / expand / full with a symbolic batch
@@ -45,12 +45,14 @@ class SymbolTable:
         self._lowered: dict[sympy.Expr, str] = {}
 
     def add_source(self, value: str, shape, name_dim0: str | None = None) -> None:
-        """Records the symbols among a graph input's dims; `name_dim0` names a symbolic dim 0."""
+        """Records the symbols among a graph input's dims; `name_dim0` names the first symbolic dim 0
+        seen (the batch), other symbols keep export's names (s0, s1, ...)."""
         for d, size in enumerate(shape):
             expr = sym_expr(size)
             if isinstance(expr, sympy.Symbol) and expr not in self._sources:
                 self._sources[expr] = (value, d)
-                self._names[expr] = name_dim0 if d == 0 and name_dim0 else str(expr)
+                first_dim0 = d == 0 and name_dim0 and name_dim0 not in self._names.values()
+                self._names[expr] = name_dim0 if first_dim0 else str(expr)
 
     def dims(self, shape) -> list[int | str | None]:
         """ONNX dims of a shape: ints, dim_param names for symbols, None for compound expressions."""

@@ -53,7 +53,7 @@ class Translation:
 
 def translate(ep: ExportedProgram, user_input_order: list[str], batch_name: str | None, graph_name: str) -> Translation:
     """ep's graph as ONNX; user_input_order lists the user tensor placeholders in graph-input order,
-    batch_name names the symbolic dim 0 of user inputs in the ONNX types."""
+    batch_name names the first symbolic dim 0 of the user inputs in the ONNX types."""
     return _Translator(ep, graph_name).run(user_input_order, batch_name)
 
 

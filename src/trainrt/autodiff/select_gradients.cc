@@ -9,6 +9,9 @@
 //                                into zeros at the sliced positions (either opset form)
 //   Gather(X, indices, axis)     dX = GatherGrad(dims(X), indices, dY, axis): dY's rows
 //                                scatter-added into zeros; repeated indices accumulate
+//   Embedding(W, indices, padding_idx)
+//                                dW = GatherGrad(dims(W), indices, dY, axis=0, padding_idx): row
+//                                padding_idx gets no gradient (torch's embedding_backward)
 // Integer inputs (indices, sizes, bounds) get no gradient; the builder never asks for one.
 #include "trainrt/autodiff/grad_context.h"
 #include "trainrt/autodiff/tensor_gradients.h"
@@ -98,6 +101,15 @@ void gather_grad(GradContext& ctx) {
   ctx.set_input_grad(0, with_shape_of(dx, x));
 }
 
+void embedding_grad(GradContext& ctx) {
+  Value* w = ctx.input(0);
+  const int64_t padding_idx = ctx.node().attr_int("padding_idx", 0);
+  Value* dw = ctx.emit("GatherGrad", {dims_of(ctx, w), ctx.input(1), ctx.output_grad(0)},
+                       {{"axis", Attribute::of_int(0)}, {"padding_idx", Attribute::of_int(padding_idx)}},
+                       kTrainrtDomain);
+  ctx.set_input_grad(0, with_shape_of(dw, w));
+}
+
 }  // namespace
 
 void register_select_gradients(GradientRegistry& r) {
@@ -105,6 +117,7 @@ void register_select_gradients(GradientRegistry& r) {
   r.add("", "Split", split_grad);
   r.add("", "Slice", slice_grad);
   r.add("", "Gather", gather_grad);
+  r.add(kTrainrtDomain, "Embedding", embedding_grad);
 }
 
 }  // namespace trainrt

@@ -119,6 +119,15 @@ TEST(TensorGradients, GatherMatchesFiniteDifferences) {
   worst.check({.op = "Gather"}, {random_f64({4, 3}, 23), make_tensor<int32_t>({3}, {3, 3, -1})});
 }
 
+// Embedding(padding_idx=p) differentiates as Gather on rows except row p, which gets no gradient
+// (torch's semantics: not the finite difference of row p, so the indices here avoid p; the zero
+// row is checked by the GatherGrad kernel tests and against torch in tests/python).
+TEST(TensorGradients, EmbeddingMatchesFiniteDifferencesOffThePaddingRow) {
+  WorstErrors worst;
+  worst.check({.op = "Embedding", .attrs = {{"padding_idx", int_attr(0)}}, .domain = std::string(kTrainrtDomain)},
+              {random_f64({5, 3}, 26), make_tensor<int64_t>({2, 3}, {1, 4, 4, 2, 1, 3})});
+}
+
 TEST(TensorGradients, ExpandTileTriluMatchFiniteDifferences) {
   WorstErrors worst;
   worst.check({.op = "Expand"}, {random_f64({3, 1}, 24), i64({2, 3, 4})});

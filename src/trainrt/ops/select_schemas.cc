@@ -1,6 +1,8 @@
-// Schemas of the ops that select or join parts of tensors: Gather, Concat, Split, Slice.
-// Semantics: ONNX operator spec; Slice and Split sizes come from tensor_op_args.h, which the CPU
-// kernels use too.
+// Schemas of the ops that select or join parts of tensors: Gather, Concat, Split, Slice, and
+// TrainRT's Embedding. Semantics: ONNX operator spec; Slice and Split sizes come from
+// tensor_op_args.h, which the CPU kernels use too.
+//   Embedding(weight, indices) -> Gather(weight, indices, axis=0), attribute padding_idx: the row
+//       whose gradient is zero (torch.nn.Embedding(padding_idx=p); ONNX Gather cannot say it)
 #include <algorithm>
 #include <limits>
 
@@ -24,6 +26,19 @@ void infer_gather(InferenceContext& ctx) {
   out.insert(out.end(), indices.dims.begin(), indices.dims.end());
   out.insert(out.end(), data.dims.begin() + static_cast<std::ptrdiff_t>(a) + 1, data.dims.end());
   ctx.set_output(0, t, Shape(std::move(out)));
+}
+
+// Gather on axis 0, plus padding_idx in [0, rows) when the row count is known.
+void infer_embedding(InferenceContext& ctx) {
+  const Node& node = ctx.node();
+  if (node.has_attr("axis")) ctx.fail("has attribute 'axis'; Embedding always gathers rows (axis 0)");
+  if (!node.has_attr("padding_idx")) ctx.fail("attribute 'padding_idx' is required (plain rows are Gather)");
+  const int64_t padding_idx = node.attr_int("padding_idx", 0);
+  const Shape& weight = ctx.input_shape(0);
+  if (padding_idx < 0) ctx.fail(fmt("padding_idx ", padding_idx, " is negative"));
+  if (weight.rank_known && weight.rank() > 0 && weight.dims[0].is_static() && padding_idx >= weight.dims[0].value)
+    ctx.fail(fmt("padding_idx ", padding_idx, " is out of range for input 0 (weight) ", to_string(weight)));
+  infer_gather(ctx);
 }
 
 void infer_concat(InferenceContext& ctx) {
@@ -176,6 +191,8 @@ void register_select_schemas(OpRegistry& r) {
   r.add({.name = "Split", .min_inputs = 1, .max_inputs = 2, .min_outputs = 1,
          .max_outputs = OpSchema::kVariadic, .infer = infer_split});
   r.add({.name = "Slice", .min_inputs = 1, .max_inputs = 5, .infer = infer_slice});
+  r.add({.domain = std::string(kTrainrtDomain), .name = "Embedding", .min_inputs = 2, .max_inputs = 2,
+         .infer = infer_embedding});
 }
 
 }  // namespace trainrt

@@ -4,7 +4,8 @@
 //   SliceGrad(dY, shape, starts, ends, [axes], [steps]) -> dX     dims `shape`; dY written at the
 //       positions Slice(X, starts, ends, axes, steps) read, zeros elsewhere (ONNX Slice-13 clamping)
 //   GatherGrad(shape, indices, dY) -> dX                          dims `shape`, attribute axis;
-//       dY's slices summed into the rows `indices` name (repeated indices accumulate)
+//       dY's slices summed into the rows `indices` name (repeated indices accumulate); optional
+//       attribute padding_idx: that row of dX stays zero (Embedding's gradient, as torch's)
 //   DropoutGrad(dY, mask, [ratio], [training_mode]) -> dX         dY's shape; dY * mask / (1 - ratio)
 //       when training_mode is given and true, else dY (ratio defaults to 0.5 as in Dropout-12)
 #include "trainrt/ops/op_schema.h"
@@ -51,7 +52,11 @@ void infer_gather_grad(InferenceContext& ctx) {
   const Shape& dy = ctx.input_shape(2);
   if (dx.rank_known) {
     if (dx.rank() == 0) ctx.fail("input 0 (shape) is empty; Gather needs data of rank >= 1");
-    checked_axis(ctx, ctx.node().attr_int("axis", 0), dx.rank(), "axis");
+    const int64_t a = checked_axis(ctx, ctx.node().attr_int("axis", 0), dx.rank(), "axis");
+    const Dim& rows = dx.dims[static_cast<size_t>(a)];
+    const int64_t padding_idx = ctx.node().attr_int("padding_idx", 0);
+    if (ctx.node().has_attr("padding_idx") && (padding_idx < 0 || (rows.is_static() && padding_idx >= rows.value)))
+      ctx.fail(fmt("padding_idx ", padding_idx, " is out of range for ", to_string(dx), " on axis ", a));
     if (indices.rank_known && dy.rank_known && dy.rank() != dx.rank() - 1 + indices.rank())
       ctx.fail(fmt("input 2 (dY) has shape ", to_string(dy), ", expected rank ", dx.rank() - 1 + indices.rank(),
                    " for data of rank ", dx.rank(), " and indices ", to_string(indices)));

@@ -57,6 +57,31 @@ TEST(TensorGradSchemas, GatherGradChecksAxisAndDyRank) {
   EXPECT_THROW(n.infer("GatherGrad", {n.ints({50, 8}), n.input(DType::kF32, Shape({3})), dy}), ShapeError);
 }
 
+TEST(TensorGradSchemas, GatherGradPaddingIdxMustNameARow) {
+  GradNode n;
+  Value* indices = n.input(DType::kI64, Shape({kBatch, 3}));
+  Value* dy = n.input(DType::kF32, Shape({kBatch, 3, 8}));
+  const auto padding = [](int64_t p) { return std::map<std::string, Attribute>{{"padding_idx", Attribute::of_int(p)}}; };
+  EXPECT_EQ(to_string(n.infer("GatherGrad", {n.ints({50, 8}), indices, dy}, padding(49)).shape), "(50, 8)");
+  EXPECT_THROW(n.infer("GatherGrad", {n.ints({50, 8}), indices, dy}, padding(50)), ShapeError);
+  EXPECT_THROW(n.infer("GatherGrad", {n.ints({50, 8}), indices, dy}, padding(-1)), ShapeError);
+}
+
+// Embedding (TrainRT's rows-with-padding lookup) infers as Gather on axis 0 and checks padding_idx.
+TEST(TensorGradSchemas, EmbeddingIsGatherOnRowsWithAPaddingRow) {
+  GradNode n;
+  Value* table = n.input(DType::kF32, Shape({1000, 16}));
+  Value* ids = n.input(DType::kI64, Shape({kBatch, Dim::symbolic("seq")}));
+  const auto padding = [](int64_t p) { return std::map<std::string, Attribute>{{"padding_idx", Attribute::of_int(p)}}; };
+  auto out = n.infer("Embedding", {table, ids}, padding(0));
+  EXPECT_EQ(out.dtype, DType::kF32);
+  EXPECT_EQ(to_string(out.shape), "(batch, seq, 16)");
+  EXPECT_THROW(n.infer("Embedding", {table, ids}, padding(1000)), ShapeError);
+  EXPECT_THROW(n.infer("Embedding", {table, ids}, padding(-1)), ShapeError);
+  EXPECT_THROW(n.infer("Embedding", {table, ids}), ShapeError);  // no padding_idx: that is Gather
+  EXPECT_THROW(n.infer("Embedding", {table, n.input(DType::kF32, Shape({2}))}, padding(0)), ShapeError);
+}
+
 TEST(TensorGradSchemas, DropoutGradHasDyShapeAndNeedsABoolMask) {
   GradNode n;
   Value* dy = n.input(DType::kF32, Shape({kBatch, 4}));

@@ -165,6 +165,7 @@ KernelFn make_slice(const Node& node) {
 
 void register_select_kernels(KernelTable& t) {
   t.add("", "Gather", DType::kUndefined, make_gather);
+  t.add(kTrainrtDomain, "Embedding", DType::kUndefined, make_gather);  // rows: Gather on axis 0
   t.add("", "Concat", DType::kUndefined, make_concat);
   t.add("", "Split", DType::kUndefined, make_split);
   t.add("", "Slice", DType::kUndefined, make_slice);

@@ -4,10 +4,12 @@
 //                the slice arithmetic is Slice's own, tensor_op_args.h)
 //   GatherGrad   a deterministic scatter-add: indices are bucketed by destination row (a counting
 //                sort that keeps their order), then destination rows are summed in parallel, each
-//                from its own bucket in index order, so results never depend on the thread count
+//                from its own bucket in index order, so results never depend on the thread count;
+//                with padding_idx (Embedding's gradient) that row's bucket is emptied: it stays 0
 //   DropoutGrad  dX = mask ? dY / (1 - ratio) : 0 in training mode, else dY
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "trainrt/core/error.h"
 #include "trainrt/core/simd.h"
@@ -68,13 +70,14 @@ KernelFn make_slice_grad(const Node& node) {
 // positions[begin[v] .. begin[v + 1]) in increasing j.
 struct IndexBuckets {
   std::vector<int64_t> begin;      // (rows + 1)
-  std::vector<int64_t> positions;  // (n)
+  std::vector<int64_t> positions;  // (n), less the skipped row's
 };
 
 // Counting sort of n indices into `rows` buckets; negative indices count from the back (ONNX
-// Gather). Throws ShapeError naming the first index out of [-rows, rows).
+// Gather). Positions naming `skip_row` (Embedding's padding_idx; -1: none) go in no bucket, so
+// that row's gradient stays zero. Throws ShapeError naming the first index out of [-rows, rows).
 template <typename I>
-IndexBuckets bucket_indices(const I* indices, int64_t n, int64_t rows, const std::string& where) {
+IndexBuckets bucket_indices(const I* indices, int64_t n, int64_t rows, int64_t skip_row, const std::string& where) {
   IndexBuckets b;
   b.begin.assign(static_cast<size_t>(rows) + 1, 0);
   std::vector<int64_t> row_of(static_cast<size_t>(n));
@@ -85,14 +88,15 @@ IndexBuckets bucket_indices(const I* indices, int64_t n, int64_t rows, const std
                            rows));
     v = v < 0 ? v + rows : v;
     row_of[static_cast<size_t>(j)] = v;
-    ++b.begin[static_cast<size_t>(v) + 1];
+    if (v != skip_row) ++b.begin[static_cast<size_t>(v) + 1];
   }
   for (size_t v = 1; v < b.begin.size(); ++v) b.begin[v] += b.begin[v - 1];
   std::vector<int64_t> next(b.begin.begin(), b.begin.end() - 1);
-  b.positions.resize(static_cast<size_t>(n));
+  b.positions.resize(static_cast<size_t>(b.begin.back()));
   for (int64_t j = 0; j < n; ++j) {
-    int64_t& slot = next[static_cast<size_t>(row_of[static_cast<size_t>(j)])];
-    b.positions[static_cast<size_t>(slot++)] = j;
+    const int64_t v = row_of[static_cast<size_t>(j)];
+    if (v == skip_row) continue;
+    b.positions[static_cast<size_t>(next[static_cast<size_t>(v)]++)] = j;
   }
   return b;
 }
@@ -130,8 +134,8 @@ void gather_grad(const IndexBuckets& b, const T* dy, T* dx, int64_t outer, int64
 }
 
 template <typename T>
-void run_gather_grad(const Tensor& indices, const Tensor& dy, Tensor& dx, int64_t axis, ThreadPool& pool,
-                     const std::string& where) {
+void run_gather_grad(const Tensor& indices, const Tensor& dy, Tensor& dx, int64_t axis,
+                     std::optional<int64_t> padding_idx, ThreadPool& pool, const std::string& where) {
   const int64_t rank = dx.rank();
   if (axis < -rank || axis >= rank) throw ShapeError(fmt(where, ": axis ", axis, " is out of range for rank ", rank));
   const int64_t a = axis < 0 ? axis + rank : axis;
@@ -142,20 +146,26 @@ void run_gather_grad(const Tensor& indices, const Tensor& dy, Tensor& dx, int64_
   if (dy.numel() != outer * n * inner)
     throw ShapeError(fmt(where, ": input 2 (dY) is ", describe(dy), ", expected ", outer * n * inner,
                          " elements for dX ", to_string(dx.dims()), " and ", n, " indices"));
+  if (padding_idx && (*padding_idx < 0 || *padding_idx >= rows))
+    throw ShapeError(fmt(where, ": padding_idx ", *padding_idx, " is out of range for ", to_string(dx.dims()),
+                         " on axis ", a));
+  const int64_t skip = padding_idx.value_or(-1);
   const IndexBuckets b = indices.dtype() == DType::kI64
-                             ? bucket_indices(indices.data<int64_t>(), n, rows, where)
-                             : bucket_indices(indices.data<int32_t>(), n, rows, where);
+                             ? bucket_indices(indices.data<int64_t>(), n, rows, skip, where)
+                             : bucket_indices(indices.data<int32_t>(), n, rows, skip, where);
   if (dx.numel() == 0) return;
   gather_grad(b, dy.data<T>(), dx.data<T>(), outer, rows, n, inner, pool);
 }
 
 KernelFn make_gather_grad(const Node& node) {
   const int64_t axis = node.attr_int("axis", 0);
-  return [axis, where = node.describe()](KernelContext& ctx) {
+  const std::optional<int64_t> padding_idx =
+      node.has_attr("padding_idx") ? std::optional<int64_t>(node.attr_int("padding_idx", 0)) : std::nullopt;
+  return [axis, padding_idx, where = node.describe()](KernelContext& ctx) {
     const Tensor &indices = ctx.in(1), &dy = ctx.in(2);
     Tensor& dx = ctx.out(0);
-    if (dy.dtype() == DType::kF32) run_gather_grad<float>(indices, dy, dx, axis, ctx.threads(), where);
-    else run_gather_grad<double>(indices, dy, dx, axis, ctx.threads(), where);
+    if (dy.dtype() == DType::kF32) run_gather_grad<float>(indices, dy, dx, axis, padding_idx, ctx.threads(), where);
+    else run_gather_grad<double>(indices, dy, dx, axis, padding_idx, ctx.threads(), where);
   };
 }
 

@@ -86,18 +86,31 @@ Tensor gather_grad_reference(const std::vector<int64_t>& x_dims, int64_t axis, c
   return dx;
 }
 
-void check_gather_grad(const std::vector<int64_t>& x_dims, int64_t axis, const Tensor& indices) {
-  SCOPED_TRACE("GatherGrad of " + to_string(x_dims) + " axis " + std::to_string(axis));
+// padding_idx >= 0: that row of the reference is zeroed (torch's embedding backward).
+void check_gather_grad(const std::vector<int64_t>& x_dims, int64_t axis, const Tensor& indices,
+                       int64_t padding_idx = -1) {
+  SCOPED_TRACE("GatherGrad of " + to_string(x_dims) + " axis " + std::to_string(axis) + " padding_idx " +
+               std::to_string(padding_idx));
   const int64_t a = axis < 0 ? axis + static_cast<int64_t>(x_dims.size()) : axis;
   std::vector<int64_t> dy_dims(x_dims.begin(), x_dims.begin() + a);
   dy_dims.insert(dy_dims.end(), indices.dims().begin(), indices.dims().end());
   dy_dims.insert(dy_dims.end(), x_dims.begin() + a + 1, x_dims.end());
   const Tensor dy = random_tensor(dy_dims, 5);
-  const Tensor dx =
-      run_grad("GatherGrad", {Tensor::from_i64(x_dims), indices, dy}, {{"axis", Attribute::of_int(axis)}})[0];
+  std::map<std::string, Attribute> attrs{{"axis", Attribute::of_int(axis)}};
+  if (padding_idx >= 0) attrs["padding_idx"] = Attribute::of_int(padding_idx);
+  const Tensor dx = run_grad("GatherGrad", {Tensor::from_i64(x_dims), indices, dy}, attrs)[0];
   std::vector<int64_t> idx;
   for (int64_t j = 0; j < indices.numel(); ++j) idx.push_back(indices.to_i64(j));
-  expect_close(dx, gather_grad_reference(x_dims, a, idx, dy), 0, 0);
+  Tensor expected = gather_grad_reference(x_dims, a, idx, dy);
+  if (padding_idx >= 0) {
+    int64_t outer = 1, inner = 1;
+    for (int64_t i = 0; i < a; ++i) outer *= x_dims[static_cast<size_t>(i)];
+    for (size_t i = static_cast<size_t>(a) + 1; i < x_dims.size(); ++i) inner *= x_dims[i];
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t c = 0; c < inner; ++c)
+        expected.data<float>()[(o * x_dims[static_cast<size_t>(a)] + padding_idx) * inner + c] = 0.f;
+  }
+  expect_close(dx, expected, 0, 0);
 }
 
 Tensor random_indices(std::vector<int64_t> dims, int64_t rows, uint32_t seed) {
@@ -117,6 +130,29 @@ TEST(GatherGradKernel, ScatterAddsRepeatedAndNegativeIndicesInIndexOrder) {
   // An embedding table's gradient: many repeats, work spread over rows and column blocks.
   check_gather_grad({1000, 512}, 0, random_indices({8, 512}, 1000, 7));
   check_gather_grad({3, 6000}, 0, random_indices({400}, 3, 8));                   // few long rows
+}
+
+TEST(GatherGradKernel, PaddingIdxRowGetsNoGradient) {
+  check_gather_grad({5, 3}, 0, make_tensor<int64_t>({6}, {0, 2, 0, 4, 2, 0}), 0);   // padding at the front
+  check_gather_grad({5, 3}, 0, make_tensor<int64_t>({4}, {1, -1, 4, 2}), 4);        // -1 names row 4 too
+  check_gather_grad({2, 6, 3}, 1, make_tensor<int64_t>({2, 2}, {0, 5, 5, 1}), 5);   // an inner axis
+  check_gather_grad({4, 3}, 0, make_tensor<int32_t>({3}, {3, 3, 1}), 2);            // padding row unused
+  check_gather_grad({1000, 512}, 0, random_indices({8, 512}, 1000, 9), 0);          // parallel path
+}
+
+TEST(GatherGradKernel, RejectsPaddingIdxOutOfRange) {
+  const Tensor dy = random_tensor({1, 3}, 1);
+  for (int64_t p : {4, -1})
+    EXPECT_THROW(run_grad("GatherGrad", {Tensor::from_i64({4, 3}), make_tensor<int64_t>({1}, {0}), dy},
+                          {{"padding_idx", Attribute::of_int(p)}}),
+                 ShapeError);
+}
+
+TEST(EmbeddingKernel, GathersRowsAsGatherDoes) {
+  const Tensor table = random_tensor({7, 5}, 4);
+  const Tensor ids = make_tensor<int64_t>({2, 3}, {0, 6, 3, 3, 0, 1});
+  const Tensor got = run_grad("Embedding", {table, ids}, {{"padding_idx", Attribute::of_int(0)}})[0];
+  expect_close(got, run_node("Gather", {table, ids})[0], 0, 0);
 }
 
 TEST(GatherGradKernel, RejectsIndicesOutOfRange) {

@@ -1,0 +1,165 @@
+"""Hugging Face transformers models train through RTModule as in eager PyTorch.
+
+GPT2LMHeadModel, BertForMaskedLM and BertForSequenceClassification from tiny random configs (no
+download), with SDPA and eager attention: same seed, init and data, 20 AdamW steps with padding
+(attention_mask zeros, labels -100), dropout off; losses and final parameters agree with eager.
+Batch and sequence length change across calls without a new capture (symbolic dims), and a run
+with dropout on learns as eager does. A capture plus 20 steps takes 10-25 s on the 2-core machine,
+so the model x attention grid is marked slow; the quick run keeps one model per check.
+"""
+
+import copy
+
+import pytest
+import torch
+
+import trainrt
+
+transformers = pytest.importorskip("transformers")
+
+pytestmark = [pytest.mark.filterwarnings("ignore::FutureWarning"),
+              pytest.mark.filterwarnings("ignore::UserWarning"),
+              pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+
+VOCAB = 100
+MODELS = ["gpt2", "bert-mlm", "bert-cls"]
+ATTENTION = ["sdpa", "eager"]
+
+
+def make_model(kind: str, attn: str, dropout: float = 0.0) -> torch.nn.Module:
+    """A 2-layer, width-32 model of `kind` in training mode, initialized from torch's seed."""
+    from transformers import (BertConfig, BertForMaskedLM, BertForSequenceClassification, GPT2Config,
+                              GPT2LMHeadModel)
+
+    if kind == "gpt2":
+        config = GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=VOCAB, n_positions=32, bos_token_id=0,
+                            eos_token_id=0, resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout,
+                            attn_implementation=attn)
+        return GPT2LMHeadModel(config).train()
+    config = BertConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, intermediate_size=64,
+                        vocab_size=VOCAB, max_position_embeddings=32, hidden_dropout_prob=dropout,
+                        attention_probs_dropout_prob=dropout, num_labels=3, attn_implementation=attn)
+    cls = BertForMaskedLM if kind == "bert-mlm" else BertForSequenceClassification
+    return cls(config).train()
+
+
+def make_batch(kind: str, batch: int, seq: int, seed: int = 0) -> dict:
+    """Token ids with the last rows padded: attention_mask 0 and labels -100 there (MLM: a third of
+    the tokens are labelled). Padding tokens are id 0, BERT's padding_idx."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, VOCAB, (batch, seq), generator=g)
+    mask = torch.ones(batch, seq, dtype=torch.long)
+    for row in range(1, batch):
+        mask[row, seq - row * 2:] = 0
+    ids[mask == 0] = 0
+    if kind == "bert-cls":
+        return dict(input_ids=ids, attention_mask=mask, labels=torch.randint(0, 3, (batch,), generator=g))
+    labels = ids.clone()
+    labels[mask == 0] = -100
+    if kind == "bert-mlm":
+        labels[torch.rand(batch, seq, generator=g) > 0.33] = -100
+        labels[:, 0] = ids[:, 0]  # every row has a label
+    return dict(input_ids=ids, attention_mask=mask, labels=labels)
+
+
+def train_both(kind: str, attn: str, shapes, dropout: float = 0.0, lr: float = 1e-3):
+    """Trains eager and RTModule copies on the same batches; returns (eager losses, our losses,
+    eager model, our RTModule)."""
+    torch.manual_seed(0)
+    eager = make_model(kind, attn, dropout)
+    ours = trainrt.RTModule(copy.deepcopy(eager))
+    opt_e = torch.optim.AdamW(eager.parameters(), lr=lr)
+    opt_o = torch.optim.AdamW(ours.parameters(), lr=lr)
+    losses_e, losses_o = [], []
+    for batch, seq in shapes:
+        data = make_batch(kind, batch, seq, seed=seq)  # one batch per shape: repeated, it is learned
+        for model, opt, losses in ((eager, opt_e, losses_e), (ours, opt_o, losses_o)):
+            loss = model(**data).loss
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+    return losses_e, losses_o, eager, ours
+
+
+def assert_params_close(eager, ours, rtol, atol=1e-5):
+    """Each parameter within rtol of its largest magnitude, plus atol: attention's key bias has an
+    exactly-zero gradient (softmax ignores a shift along the keys), so both sides move it by AdamW
+    steps of rounding noise, which no two implementations share. A wrong gradient moves a weight
+    by about lr = 1e-3 per step, far beyond atol."""
+    for (name, pe), (_, po) in zip(eager.named_parameters(), ours.named_parameters()):
+        scale = pe.detach().abs().max().item()
+        err = (pe.detach() - po.detach()).abs().max().item()
+        assert err <= rtol * scale + atol, f"{name}: max |diff| {err:.3g} vs max |param| {scale:.3g}"
+
+
+@pytest.fixture(autouse=True)
+def no_fallback(monkeypatch):
+    """A model the engine cannot run fails the test instead of silently running in torch."""
+    monkeypatch.setenv("TRAINRT_FALLBACK_POLICY", "FALLBACK_DISABLE")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attn", ATTENTION)
+@pytest.mark.parametrize("kind", MODELS)
+def test_training_with_padding_matches_eager(kind, attn):
+    losses_e, losses_o, eager, ours = train_both(kind, attn, [(3, 12)] * 20)
+    torch.testing.assert_close(torch.tensor(losses_o), torch.tensor(losses_e), rtol=1e-4, atol=0)
+    assert losses_e[-1] < losses_e[0]
+    assert_params_close(eager, ours, rtol=1e-3)
+    assert ours.num_captures == 1
+
+
+@pytest.mark.parametrize("kind", [pytest.param(k, marks=pytest.mark.slow) if k == "bert-mlm" else k for k in MODELS])
+def test_batch_and_sequence_length_changes_do_not_recapture(kind):
+    shapes = [(3, 12), (2, 16), (4, 7), (3, 12), (2, 9)]
+    losses_e, losses_o, eager, ours = train_both(kind, "sdpa", shapes)
+    torch.testing.assert_close(torch.tensor(losses_o), torch.tensor(losses_e), rtol=1e-4, atol=0)
+    assert_params_close(eager, ours, rtol=1e-3)
+    assert ours.num_captures == 1
+
+
+def test_outputs_keep_the_model_output_structure():
+    """GPT-2's output is the same ModelOutput as eager: loss, logits and the DynamicCache of past
+    keys and values (use_cache is on by default; the user passes nothing)."""
+    torch.manual_seed(0)
+    eager = make_model("gpt2", "sdpa")
+    ours = trainrt.RTModule(copy.deepcopy(eager))
+    data = make_batch("gpt2", 2, 8)
+    want, got = eager(**data), ours(**data)
+    assert type(got) is type(want) and list(got.keys()) == list(want.keys())
+    assert type(got.past_key_values) is type(want.past_key_values)
+    for layer_e, layer_o in zip(want.past_key_values.layers, got.past_key_values.layers):
+        torch.testing.assert_close(layer_o.keys, layer_e.keys, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(layer_o.values, layer_e.values, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(got.logits, want.logits, rtol=1e-4, atol=1e-5)
+    assert got.loss.requires_grad and got.logits.requires_grad
+
+
+def test_padding_row_of_bert_embeddings_gets_no_gradient():
+    """BERT's word embeddings have padding_idx=0: that row's gradient is zero in torch and in the
+    engine (BertForSequenceClassification: no LM head tied to the embeddings feeds it)."""
+    torch.manual_seed(0)
+    eager = make_model("bert-cls", "sdpa")
+    ours = trainrt.RTModule(copy.deepcopy(eager))
+    data = make_batch("bert-cls", 3, 12)
+    assert (data["input_ids"] == 0).any()
+    eager(**data).loss.backward()
+    ours(**data).loss.backward()
+    grad_e = eager.bert.embeddings.word_embeddings.weight.grad
+    grad_o = ours.bert.embeddings.word_embeddings.weight.grad
+    assert torch.count_nonzero(grad_e[0]) == 0 and torch.count_nonzero(grad_o[0]) == 0
+    assert torch.count_nonzero(grad_o[1:]) > 0
+    torch.testing.assert_close(grad_o, grad_e, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_training_with_dropout_learns_like_eager():
+    """Dropout masks differ between the engine and torch, so losses are compared as a trend: both
+    fall, by comparable amounts, over 30 steps on one repeated batch."""
+    losses_e, losses_o, _, ours = train_both("gpt2", "sdpa", [(4, 16)] * 30, dropout=0.1, lr=3e-3)
+    drop_e = sum(losses_e[:5]) / 5 - sum(losses_e[-5:]) / 5
+    drop_o = sum(losses_o[:5]) / 5 - sum(losses_o[-5:]) / 5
+    assert drop_e > 0.5 and drop_o > 0.5
+    assert 0.7 < drop_o / drop_e < 1.3, (losses_e, losses_o)
+    assert abs(losses_o[0] - losses_e[0]) < 0.1 * losses_e[0]
