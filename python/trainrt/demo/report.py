@@ -57,8 +57,9 @@ def summary(pytorch: RunResult, rtmodule: RunResult) -> tuple[str, bool]:
     lines.append("  RTModule's first step captures the model (torch.export), translates it and builds the engine's "
                  "forward and backward programs")
     lines.append("  peak memory: growth of the peak resident memory (VmHWM) of each run's own fresh process above "
-                 "its RSS before the first step\n  (same weights and data in both, so left out; counted: "
-                 "activations, gradients, optimizer state, the engine's buffers, and capture in the first step)")
+                 "its RSS before the first step\n  (the same weights and data in both, so left out; counted: "
+                 "gradients, optimizer state, activations, the engine's buffers;\n  for RTModule also what capture "
+                 "leaves resident (graph, programs) and, in the first step, capture itself)")
     if not (pytorch.rss_reset and rtmodule.rss_reset):
         lines.append("  (this kernel refused to reset the peak: the memory rows are whole-process peaks)")
     if rtmodule.fallback is not None:
