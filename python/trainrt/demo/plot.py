@@ -1,4 +1,5 @@
-"""The demo's PNG: both loss curves over the steps, the median step time and the peak memory of each run."""
+"""The demo's PNG: both loss curves and their relative difference per step, the median step time and the
+peak memory of each run."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only: no display needed
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 
-from trainrt.demo.report import max_relative_difference, median_step_s  # noqa: E402
+from trainrt.demo.report import median_step_s, relative_differences  # noqa: E402
 from trainrt.demo.run import LABELS, RunResult  # noqa: E402
 
 COLORS = {"pytorch": "tab:blue", "rtmodule": "tab:orange"}
@@ -17,15 +18,22 @@ def write_plot(path: str, title: str, pytorch: RunResult, rtmodule: RunResult) -
     runs = [pytorch, rtmodule]
     names = [LABELS[r.engine] + (" (fell back)" if r.fallback else "") for r in runs]
     colors = [COLORS[r.engine] for r in runs]
-    fig, (loss_ax, time_ax, mem_ax) = plt.subplots(1, 3, figsize=(15, 4.8), width_ratios=[3, 1, 1])
+    fig = plt.figure(figsize=(15, 6.4))
+    grid = fig.add_gridspec(2, 3, width_ratios=[3, 1, 1], height_ratios=[2, 1])
+    loss_ax, diff_ax = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[1, 0])
+    time_ax, mem_ax = fig.add_subplot(grid[:, 1]), fig.add_subplot(grid[:, 2])
+    steps = range(1, len(pytorch.losses) + 1)
 
     for run, name, style in zip(runs, names, ["-", "--"]):
-        loss_ax.plot(range(1, len(run.losses) + 1), run.losses, style, color=COLORS[run.engine], label=name)
-    difference = max_relative_difference(rtmodule.losses, pytorch.losses)
-    loss_ax.set(xlabel="step", ylabel="training loss (cross-entropy, nats per byte)",
-                title=f"loss curves: max relative difference {difference:.1e}")
+        loss_ax.plot(steps, run.losses, style, color=COLORS[run.engine], label=name)
+    loss_ax.set(ylabel="training loss (nats per byte)", title="loss curves, same weights and batches")
     loss_ax.legend()
     loss_ax.grid(alpha=0.3)
+
+    difference = [max(d, 1e-9) for d in relative_differences(rtmodule.losses, pytorch.losses)]  # log axis: no 0
+    diff_ax.semilogy(steps, difference, color="tab:gray")
+    diff_ax.set(xlabel="step", ylabel="relative difference", ylim=(1e-9, 1))
+    diff_ax.grid(alpha=0.3)
 
     times = [median_step_s(r) * 1e3 for r in runs]
     time_ax.bar(names, times, color=colors)

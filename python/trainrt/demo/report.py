@@ -10,14 +10,34 @@ import statistics
 
 from trainrt.demo.run import LABELS, RunResult
 
-# The largest relative loss difference at any step still called agreement. Both runs compute in float32
-# from the same weights on the same batches, but in different orders of operations (the engine's own
-# kernels and fusions): step-1 losses differ by ~1e-7 relative and training amplifies that slowly.
-AGREE = 1e-2
+# What "the loss curves agree" means. Both runs compute in float32 from the same weights on the same
+# batches, in different orders of operations (the engine's own kernels and fusions), so step 1 differs
+# by ~1e-7 relative. Training then amplifies such differences: once the model leaves its first plateau
+# (around step 25 at the default settings) two correct implementations drift apart step by step; PyTorch
+# with torch.optim.AdamW against PyTorch with FusedAdam drifted 4% apart by step 80 here, like PyTorch
+# against RTModule. So the curves are compared step by step over the first steps, and over the whole run
+# as means of consecutive windows of steps, which drift apart only if one run learns worse.
+STEPWISE_STEPS, STEPWISE_AGREE = 10, 1e-4
+WINDOW, WINDOW_AGREE = 25, 0.05
 
 
-def max_relative_difference(ours: list[float], theirs: list[float]) -> float:
-    return max(abs(a - b) / abs(b) for a, b in zip(ours, theirs))
+def relative_differences(ours: list[float], theirs: list[float]) -> list[float]:
+    """|ours - theirs| / |theirs| at each step."""
+    return [abs(a - b) / abs(b) for a, b in zip(ours, theirs)]
+
+
+def window_means(losses: list[float]) -> list[float]:
+    """Means of consecutive windows of WINDOW steps (the last one may be shorter)."""
+    return [statistics.fmean(losses[i:i + WINDOW]) for i in range(0, len(losses), WINDOW)]
+
+
+def agreement(ours: list[float], theirs: list[float]) -> tuple[float, float, float, bool]:
+    """(max relative difference over the first STEPWISE_STEPS steps, over all steps, between window
+    means; whether both the first and the last are within their bounds)."""
+    stepwise = relative_differences(ours, theirs)
+    windows = max(relative_differences(window_means(ours), window_means(theirs)))
+    first = max(stepwise[:STEPWISE_STEPS])
+    return first, max(stepwise), windows, first <= STEPWISE_AGREE and windows <= WINDOW_AGREE
 
 
 def median_step_s(run: RunResult) -> float:
@@ -46,14 +66,18 @@ def _table(runs: list[RunResult]) -> list[str]:
 
 def summary(pytorch: RunResult, rtmodule: RunResult) -> tuple[str, bool]:
     """The printed summary, and whether the demo showed what it claims (engine ran, curves agree)."""
-    difference = max_relative_difference(rtmodule.losses, pytorch.losses)
-    agree = difference <= AGREE
+    first, overall, windows, agree = agreement(rtmodule.losses, pytorch.losses)
+    steps = len(pytorch.losses)
     ratio = median_step_s(rtmodule) / median_step_s(pytorch)
-    lines = ["", f"Summary ({len(pytorch.losses)} training steps each):", *_table([pytorch, rtmodule]), ""]
-    lines.append(f"  loss curves {'agree' if agree else 'DISAGREE'}: max relative difference {difference:.1e} "
-                 f"over {len(pytorch.losses)} steps (agreement: <= {AGREE:.0e})")
-    lines.append(f"  step time: RTModule / PyTorch = {ratio:.2f}x (RTModule is {1 / ratio:.2f}x as fast; "
-                 "medians without the first step; one run after the other, so machine load hits them apart)")
+    lines = ["", f"Summary ({steps} training steps each):", *_table([pytorch, rtmodule]), ""]
+    lines.append(f"  loss curves {'agree' if agree else 'DISAGREE'}: max relative difference {first:.1e} over the "
+                 f"first {min(steps, STEPWISE_STEPS)} steps (agreement: <= {STEPWISE_AGREE:.0e}), {windows:.1e} "
+                 f"between means of {WINDOW} steps (<= {WINDOW_AGREE:.0%}), {overall:.1e} at any step of {steps}")
+    lines.append("  (float32 rounding differs between the two; training amplifies it once the model leaves its "
+                 "first plateau,\n  as between any two correct implementations: see the plot's lower left panel)")
+    lines.append(f"  step time: RTModule / PyTorch = {ratio:.2f}x (RTModule is {1 / ratio:.2f}x as fast), medians "
+                 "without the first step\n  (the runs go one after the other: load from other processes can hit "
+                 "one and not the other)")
     lines.append("  RTModule's first step captures the model (torch.export), translates it and builds the engine's "
                  "forward and backward programs")
     lines.append("  peak memory: growth of the peak resident memory (VmHWM) of each run's own fresh process above "
