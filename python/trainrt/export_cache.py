@@ -28,7 +28,7 @@ import trainrt
 from trainrt.capture import CapturedGraph
 
 _log = logging.getLogger("trainrt")
-_FORMAT = 1
+_FORMAT = 2  # 2: CapturedGraph records input_dims and dim_ranges (symbolic dims)
 
 
 def cache_key(module: torch.nn.Module, schema_key) -> str:

@@ -56,10 +56,11 @@ class CapturedGraph:
         return any(isinstance(d, str) for dims in self.input_dims for d in dims)
 
     def accepts(self, shapes: list[tuple[int, ...]]) -> bool:
-        """Whether user inputs of these shapes (pytree order) run on this graph."""
+        """Whether user inputs of these shapes (pytree order) run on this graph. Called every
+        step: plain symbols are compared by name, only compound expressions go through sympy."""
         if len(shapes) != len(self.input_dims):
             return False
-        values: dict[sympy.Symbol, int] = {}
+        values: dict[str, int] = {}
         compound = []
         for dims, shape in zip(self.input_dims, shapes):
             if len(dims) != len(shape):
@@ -68,18 +69,16 @@ class CapturedGraph:
                 if isinstance(d, int):
                     if d != size:
                         return False
-                    continue
-                expr = sympy.sympify(d)
-                if isinstance(expr, sympy.Symbol):
-                    if values.setdefault(expr, size) != size:
+                elif d.isidentifier():
+                    if values.setdefault(d, size) != size:
                         return False
                 else:
-                    compound.append((expr, size))
+                    compound.append((d, size))
         for name, (lower, upper) in self.dim_ranges.items():
-            value = values.get(sympy.Symbol(name))
+            value = values.get(name)
             if value is not None and (value < lower or (upper is not None and value > upper)):
                 return False
-        return all(expr.subs(values) == size for expr, size in compound)
+        return all(sympy.sympify(d).subs(values) == size for d, size in compound)
 
 
 def capture(module: torch.nn.Module, args: tuple, kwargs: dict | None = None,
