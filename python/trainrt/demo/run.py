@@ -78,7 +78,9 @@ def train(spec: RunSpec) -> RunResult:
     for step, ids in enumerate(bar):  # ids: (B, T) byte tokens
         start = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
-        loss = module(input_ids=ids, labels=ids).loss  # GPT2LMHeadModel shifts the labels itself
+        # As a tokenizer's batch would carry it: every position is text, no padding. GPT2LMHeadModel shifts
+        # the labels itself (position t predicts byte t + 1).
+        loss = module(input_ids=ids, attention_mask=torch.ones_like(ids), labels=ids).loss
         loss.backward()
         optimizer.step()
         step_s.append(time.perf_counter() - start)
