@@ -25,13 +25,13 @@ SAMPLE_LENGTH = 300
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m trainrt.demo", description=trainrt.demo.__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=120, help="training steps of each run (>= 2)")
+    parser.add_argument("--steps", type=int, default=300, help="training steps of each run (>= 2)")
     parser.add_argument("--layers", type=int, default=4, help="transformer blocks")
     parser.add_argument("--hidden", type=int, default=256, help="model width (n_embd)")
     parser.add_argument("--heads", type=int, default=4, help="attention heads (divide --hidden)")
     parser.add_argument("--seq", type=int, default=128, help="bytes per training window (= n_positions)")
     parser.add_argument("--batch", type=int, default=8, help="windows per step")
-    parser.add_argument("--lr", type=float, default=2e-3, help="AdamW learning rate")
+    parser.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate (after a linear warm-up)")
     parser.add_argument("--seed", type=int, default=0, help="seeds the initial weights, the windows and the sample")
     parser.add_argument("--plot", default="demo_gpt2.png", help="where to write the PNG")
     parser.add_argument("--text", default=str(TEXT), help="the training text (any file: its bytes are the tokens)")

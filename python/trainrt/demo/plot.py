@@ -30,9 +30,10 @@ def write_plot(path: str, title: str, pytorch: RunResult, rtmodule: RunResult) -
     loss_ax.legend()
     loss_ax.grid(alpha=0.3)
 
-    difference = [max(d, 1e-9) for d in relative_differences(rtmodule.losses, pytorch.losses)]  # log axis: no 0
+    floor = 1e-8  # below float32's resolution (1.2e-7): equal losses are drawn there on the log axis
+    difference = [max(d, floor) for d in relative_differences(rtmodule.losses, pytorch.losses)]
     diff_ax.semilogy(steps, difference, color="tab:gray")
-    diff_ax.set(xlabel="step", ylabel="relative difference", ylim=(1e-9, 1))
+    diff_ax.set(xlabel="step", ylabel="relative difference\n(equal: at 1e-8)", ylim=(floor / 2, 1))
     diff_ax.grid(alpha=0.3)
 
     times = [median_step_s(r) * 1e3 for r in runs]
