@@ -151,7 +151,7 @@ class RTModule(torch.nn.Module):
         self._debug = debug_options or DebugOptions()
         self._runtime = RuntimeOptions(mixed_precision=mixed_precision)
         self._engines: dict[tuple, list[_Engine]] = {}  # schema key -> captures, tried in order
-        self._fallback_reason: str | None = None  # why the last call ran in PyTorch, if one did
+        self._fallback_reason: str | None = None  # why the last call ran in PyTorch; None: it ran in the engine
         self._failed_builds: dict = {}  # schema key -> (reason, policy name) of a failed capture or build
         self._announced: set[str] = set()
         _log.setLevel(10 * (int(self._debug.log_level) + 1))  # VERBOSE -> DEBUG ... FATAL -> CRITICAL
@@ -177,6 +177,12 @@ class RTModule(torch.nn.Module):
 
     def named_modules(self, memo=None, prefix: str = "", remove_duplicate: bool = True):
         return self._module.named_modules(memo, prefix, remove_duplicate)
+
+    @property
+    def fallback_reason(self) -> str | None:
+        """Why the last call ran the PyTorch module instead of the engine (each reason is announced once,
+        when it first happens), or None when it ran in the engine."""
+        return self._fallback_reason
 
     @property
     def engines(self) -> list[_Engine]:
@@ -237,6 +243,7 @@ class RTModule(torch.nn.Module):
         module_tensors, reason = engine.module_tensors(self._module)
         if reason:
             return self._fall_back_unsupported(reason, args, kwargs)
+        self._fallback_reason = None
         return self._run(engine, module_tensors, tensors)
 
     def _autocast_dtype(self) -> torch.dtype | None:

@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from trainrt.demo import transformer_model
+from onnx_gpt import transformer_model
 
 
 

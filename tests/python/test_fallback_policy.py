@@ -67,7 +67,7 @@ def test_unsupported_data_falls_back_for_that_call_only(trainrt_log):
     assert "FALLBACK_UNSUPPORTED_DATA" in trainrt_log.text and "float16" in trainrt_log.text
     x = torch.randn(2, 4)
     torch.testing.assert_close(model(x), plain(x))
-    assert len(model._engines) == 1  # the f32 call ran in the engine
+    assert len(model._engines) == 1 and model.fallback_reason is None  # the f32 call ran in the engine
 
 
 def test_unsupported_data_with_fallback_disabled_names_the_dtype(monkeypatch):

@@ -7,7 +7,7 @@ import pytest
 from onnx.backend.test.loader import load_model_tests
 
 import trainrt
-from trainrt.demo import transformer_model
+from onnx_gpt import transformer_model
 
 NODE_TESTS = {t.name: t for t in load_model_tests(kind="node")}
 SAMPLE = ["test_add_bcast", "test_matmul_4d", "test_gemm_all_attributes", "test_softmax_axis_1",

@@ -123,6 +123,7 @@ def test_unsupported_op_falls_back_and_says_so(trainrt_log):
     x = torch.randn(3)
     out = model(x)
     assert "falling back to PyTorch" in trainrt_log.text and "bessel_j0" in trainrt_log.text
+    assert "bessel_j0" in model.fallback_reason
     torch.testing.assert_close(out, torch.special.bessel_j0(x).sum())
 
 

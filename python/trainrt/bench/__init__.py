@@ -4,6 +4,7 @@
     python -m trainrt.bench --models gpt2-mini --steps 30 --json out.json --markdown out.md
 
 Layout: models.py (what is trained, its batches and its analytic FLOP count), modes.py (how a step runs:
-eager, compile, rtmodule), measure.py (interleaved timing, first step, peak RSS), report.py (table,
-JSON, markdown). Performance is measured here, never in timed unit tests.
+eager, compile, rtmodule), measure.py (interleaved timing, first step, peak RSS), rss.py (the process's
+RSS and the reset of its peak; the demo uses it too), report.py (table, JSON, markdown). Performance is
+measured here, never in timed unit tests.
 """

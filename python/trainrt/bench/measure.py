@@ -24,36 +24,19 @@ import torch
 
 from trainrt.bench.models import ModelSpec
 from trainrt.bench.modes import MODES
-
-
-def _status_kib(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"no {field} in /proc/self/status")
-
-
-def _reset_peak_rss() -> bool:
-    """Resets VmHWM to the current RSS (Linux >= 4.0); False where the kernel does not allow it."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
+from trainrt.bench.rss import reset_peak_rss, status_kib
 
 
 def _first_steps(mode, spec: ModelSpec, warmup: int) -> dict:
-    reset = _reset_peak_rss()
-    rss_before = _status_kib("VmRSS")
+    reset = reset_peak_rss()
+    rss_before = status_kib("VmRSS")
     start = time.perf_counter()
     first_loss = mode.step(spec.batch(0)).item()
     first_step_s = time.perf_counter() - start
     for i in range(warmup):
         mode.step(spec.batch(1 + i))
     return {"first_step_s": first_step_s, "first_loss": first_loss,
-            "peak_rss_increase_bytes": (_status_kib("VmHWM") - rss_before) * 1024,
+            "peak_rss_increase_bytes": (status_kib("VmHWM") - rss_before) * 1024,
             "peak_rss_reset": reset}
 
 
