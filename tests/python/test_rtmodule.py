@@ -7,6 +7,7 @@ import torch
 import torch.nn as nn
 
 import trainrt
+from parity import assert_parity, train_both
 
 
 class MLP(nn.Module):
@@ -52,42 +53,12 @@ class TinyGPT(nn.Module):
         return nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
 
 
-def train_both(make, batches, steps=20, lr=1e-3):
-    torch.manual_seed(0)
-    eager = make()
-    ours_inner = copy.deepcopy(eager)
-    ours = trainrt.RTModule(ours_inner)
-    opt_e = torch.optim.AdamW(eager.parameters(), lr=lr)
-    opt_o = torch.optim.AdamW(ours.parameters(), lr=lr)
-    losses = []
-    for step in range(steps):
-        args = batches(step)
-        le = eager(*args)
-        opt_e.zero_grad()
-        le.backward()
-        opt_e.step()
-        lo = ours(*args)
-        opt_o.zero_grad()
-        lo.backward()
-        opt_o.step()
-        losses.append((le.item(), lo.item()))
-    assert ours._fallback_reason is None, ours._fallback_reason
-    return eager, ours_inner, losses
-
-
-def assert_parity(eager, ours, losses, rtol=1e-4):
-    for step, (le, lo) in enumerate(losses):
-        assert lo == pytest.approx(le, rel=rtol), f"step {step}: {lo} vs {le}"
-    for (name, pe), (_, po) in zip(eager.named_parameters(), ours.named_parameters()):
-        torch.testing.assert_close(po, pe, rtol=rtol, atol=1e-6, msg=name)
-
-
 def test_mlp_matches_eager_for_20_adamw_steps():
     def batches(step):
         g = torch.Generator().manual_seed(step)
         return torch.randn(16 + step % 3, 20, generator=g), torch.randint(0, 5, (16 + step % 3,), generator=g)
 
-    assert_parity(*train_both(MLP, batches))
+    assert_parity(*train_both(MLP, batches), param_rtol=1e-4)
 
 
 def test_gpt_matches_eager_for_20_adamw_steps_with_changing_batch():
@@ -96,7 +67,7 @@ def test_gpt_matches_eager_for_20_adamw_steps_with_changing_batch():
         b = 2 + step % 2
         return torch.randint(0, 40, (b, 12), generator=g), torch.randint(0, 40, (b, 12), generator=g)
 
-    assert_parity(*train_both(TinyGPT, batches))
+    assert_parity(*train_both(TinyGPT, batches), param_rtol=1e-4)
 
 
 def test_wrapper_behaves_as_the_module():
