@@ -13,7 +13,7 @@ from conftest import ROOT
 TINY = ["--steps", "6", "--layers", "1", "--hidden", "32", "--heads", "2", "--seq", "32", "--batch", "2"]
 
 
-@pytest.mark.slow  # two fresh processes importing torch and transformers, and one capture: ~30 s
+@pytest.mark.slow  # two fresh processes importing torch and transformers, and one capture: ~15 s
 def test_demo_trains_both_runs_agrees_and_writes_the_plot(tmp_path):
     plot = tmp_path / "demo.png"
     env = dict(os.environ, PYTHONPATH=str(ROOT / "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))

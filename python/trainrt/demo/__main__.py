@@ -15,7 +15,7 @@ import trainrt.demo
 from trainrt.demo.gpt2 import gpt2_config, gpt2_model
 from trainrt.demo.plot import write_plot
 from trainrt.demo.report import summary
-from trainrt.demo.run import RunSpec, run_in_fresh_process
+from trainrt.demo.run import MAX_GRAD_NORM, WARMUP_STEPS, WEIGHT_DECAY, RunSpec, run_in_fresh_process
 from trainrt.demo.text import TEXT, load_tokens, random_windows
 
 PROMPT = b"MENENIUS:\n"
@@ -56,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
              f"{parameters / 1e6:.2f} M parameters; {args.steps} steps of {args.batch} x {args.seq} bytes")
     print(title)
     print(f"text: {args.text} ({len(tokens):,} bytes, byte-level tokens, vocab 256); windows drawn with seed {args.seed}")
+    print(f"a step: zero_grad, forward and loss, backward, gradient norm clipped to {MAX_GRAD_NORM:g}, AdamW step "
+          f"(lr {args.lr:g} after a {WARMUP_STEPS}-step linear warm-up, weight decay {WEIGHT_DECAY:g}); dropout off")
     print("both runs start from the same initial weights and see the same batches; each runs in a fresh process\n")
 
     with tempfile.TemporaryDirectory(prefix="trainrt-demo-") as tmp:

@@ -35,14 +35,20 @@ def gpt2_model(config: GPT2Config) -> GPT2LMHeadModel:
 def sample(model: torch.nn.Module, prompt: bytes, length: int, seed: int, temperature: float = 0.8) -> str:
     """`length` bytes drawn one at a time after `prompt` (softmax at `temperature`), reading at most the
     model's context of n_positions tokens back."""
-    was_training = model.training
+    was_training, threads = model.training, torch.get_num_threads()
     model.eval()
+    # One sequence's ops are too small to split: on a busy machine two OpenMP threads mostly wait for
+    # each other at barriers (60x slower than one thread, measured here).
+    torch.set_num_threads(1)
     generator = torch.Generator().manual_seed(seed)
     context = model.config.n_positions
     ids = torch.tensor([list(prompt)])  # (1, T)
-    for _ in range(length):
-        logits = model(input_ids=ids[:, -context:]).logits[0, -1]  # (V,)
-        next_id = torch.multinomial((logits / temperature).softmax(-1), 1, generator=generator)
-        ids = torch.cat([ids, next_id[None]], dim=1)
-    model.train(was_training)
+    try:
+        for _ in range(length):
+            logits = model(input_ids=ids[:, -context:]).logits[0, -1]  # (V,)
+            next_id = torch.multinomial((logits / temperature).softmax(-1), 1, generator=generator)
+            ids = torch.cat([ids, next_id[None]], dim=1)
+    finally:
+        model.train(was_training)
+        torch.set_num_threads(threads)
     return printable(ids[0, len(prompt):].tolist())

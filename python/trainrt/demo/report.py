@@ -45,6 +45,15 @@ def median_step_s(run: RunResult) -> float:
     return statistics.median(run.step_s[1:] or run.step_s)
 
 
+def spread_s(run: RunResult) -> tuple[float, float]:
+    """The 10th and 90th percentiles of the same steps: a wide spread means the machine was busy."""
+    times = run.step_s[1:] or run.step_s
+    if len(times) < 2:
+        return times[0], times[0]
+    deciles = statistics.quantiles(times, n=10, method="inclusive")
+    return deciles[0], deciles[-1]
+
+
 def _mib(n: int) -> str:
     return f"{n / 2**20:+.0f} MiB"
 
@@ -56,6 +65,7 @@ def _table(runs: list[RunResult]) -> list[str]:
             ("optimizer", [r.optimizer for r in runs]),
             ("loss: first -> last", [f"{r.losses[0]:.4f} -> {r.losses[-1]:.4f}" for r in runs]),
             ("median step time", [f"{median_step_s(r) * 1e3:.1f} ms" for r in runs]),
+            ("step time p10 - p90", ["{:.0f} - {:.0f} ms".format(*(t * 1e3 for t in spread_s(r))) for r in runs]),
             ("first step", [f"{r.step_s[0]:.2f} s" for r in runs]),
             ("peak memory, first step", [_mib(r.first_step_rss_bytes) for r in runs]),
             ("peak memory, later steps", [_mib(r.later_rss_bytes) for r in runs])]
