@@ -1,7 +1,7 @@
 """`make demo` / `python -m trainrt.demo`: a small GPT-2 trained on Shakespeare, once with plain PyTorch
 and once with trainrt.RTModule, from the same initial weights on the same batches.
 
-    python -m trainrt.demo [--steps 300] [--layers 4] [--hidden 256] [--heads 4] [--seq 128] [--batch 8]
+    python -m trainrt.demo [--steps 500] [--layers 4] [--hidden 256] [--heads 4] [--seq 128] [--batch 8]
                            [--lr 1e-3] [--seed 0] [--plot demo_gpt2.png] [--text data/shakespeare.txt]
 
 The model is transformers' GPT2LMHeadModel built from a small GPT2Config over bytes (vocab 256: no

@@ -25,7 +25,7 @@ SAMPLE_LENGTH = 300
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m trainrt.demo", description=trainrt.demo.__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=300, help="training steps of each run (>= 2)")
+    parser.add_argument("--steps", type=int, default=500, help="training steps of each run (>= 2)")
     parser.add_argument("--layers", type=int, default=4, help="transformer blocks")
     parser.add_argument("--hidden", type=int, default=256, help="model width (n_embd)")
     parser.add_argument("--heads", type=int, default=4, help="attention heads (divide --hidden)")
