@@ -75,6 +75,7 @@ Tensor Tensor::clone() const {
 
 void Tensor::rebind(void* data, const std::vector<int64_t>& dims) {
   data_ = data;
+  if (&dims == &dims_) return;  // same shape, new storage (vector::assign must not read from itself)
   dims_.assign(dims.begin(), dims.end());
   numel_ = numel_of(dims_);
 }
