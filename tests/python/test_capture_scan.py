@@ -1,4 +1,4 @@
-"""Capture of torch.diff (ops_scan.py): the engine's outputs and gradients equal torch's."""
+"""Capture of torch.diff and torch.cumsum (ops_scan.py): the engine's outputs and gradients equal torch's."""
 
 import copy
 
@@ -26,6 +26,17 @@ def test_diff_of_any_order_dim_and_dtype_with_prepend_and_append():
                                              randn(b, 5, seed=1) > 0))
 
 
+def test_cumsum_of_every_dim_and_dtype():
+    """Float sums in float; bool and integer sums in int64 (torch's default), or in dtype= when given;
+    HF's packed-sequence pattern `(diff(pos, prepend=pos[:, :1] - 1) != 1).cumsum(-1)`."""
+    def fn(x, ids, mask):
+        packed = (torch.diff(ids, prepend=ids[:, :1] - 1, dim=-1) != 1).cumsum(-1)
+        return (x.cumsum(0), x.cumsum(-1), torch.cumsum(x, 1), mask.cumsum(1), ids.int().cumsum(0),
+                torch.cumsum(ids, 1, dtype=torch.float32), torch.cumsum(x, 2, dtype=torch.float64), packed)
+    assert_like_torch(Lambda(fn), lambda b: (randn(b, 3, 6), torch.arange(b * 5).view(b, 5) % 4,
+                                             randn(b, 5, seed=1) > 0))
+
+
 def test_diff_gradient_equals_torch():
     """Through Slice, Sub and Concat: d/dx and d/dprepend of a weighted sum of a third-order diff."""
     class Diffs(nn.Module):
@@ -48,3 +59,27 @@ def test_diff_gradient_equals_torch():
     torch.testing.assert_close(loss_o, loss_e)
     torch.testing.assert_close(x_o.grad, x_e.grad)
     torch.testing.assert_close(ours.p.grad, eager.p.grad)
+
+
+def test_cumsum_gradient_equals_torch():
+    """Through CumSum (reverse CumSum of the output gradient), on the batch dim and the last."""
+    class Sums(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(randn(4, 5, seed=3))
+
+        def forward(self, x):
+            y = torch.cumsum(x * self.w, -1) + torch.cumsum(x, 0) ** 2
+            return (y * torch.arange(y.numel()).view(y.shape)).sum()
+
+    torch.manual_seed(0)
+    eager = Sums()
+    ours = trainrt.RTModule(copy.deepcopy(eager))
+    x_e, x_o = randn(3, 4, 5).requires_grad_(), randn(3, 4, 5).requires_grad_()
+    loss_e, loss_o = eager(x_e), ours(x_o)
+    loss_e.backward()
+    loss_o.backward()
+    assert ours.fallback_reason is None
+    torch.testing.assert_close(loss_o, loss_e)
+    torch.testing.assert_close(x_o.grad, x_e.grad)
+    torch.testing.assert_close(ours.w.grad, eager.w.grad)

@@ -31,3 +31,12 @@ def diff(ctx: OpContext) -> str:
         earlier = ctx.emit("Slice", [y, ctx.ints([0]), ctx.ints([-1]), axes])
         y = ctx.emit("Xor" if t == torch.bool else "Sub", [later, earlier])
     return y
+
+
+@translates("aten.cumsum.default")
+def cumsum(ctx: OpContext) -> str:
+    """torch.cumsum(x, dim, dtype=None) is ONNX CumSum in the output dtype (torch sums bool and
+    integer tensors in int64 unless dtype= says otherwise)."""
+    x = ctx.tensor("self")
+    axis = ctx.const(dim_axis(ctx["dim"], x.rank), torch.int64)
+    return ctx.emit("CumSum", [ctx.cast(x, ctx.out_dtype), axis])
