@@ -68,7 +68,8 @@ TEST(CumSumKernel, EveryAxisDirectionAndDTypeEqualsTheReference) {
 
 TEST(CumSumKernel, LongAxisSplitAcrossThreadsAndEmptyTensors) {
   const Tensor long_rows = small_ints(DType::kF32, {64, 1000});  // outer slabs spread over threads
-  expect_same(run_node("CumSum", {long_rows, Tensor::scalar<int64_t>(1)})[0], reference_cumsum(long_rows, 1, false, false));
+  expect_same(run_node("CumSum", {long_rows, Tensor::scalar<int64_t>(1)})[0],
+              reference_cumsum(long_rows, 1, false, false));
   for (const std::vector<int64_t>& dims : {std::vector<int64_t>{0, 4}, std::vector<int64_t>{4, 0}}) {
     const Tensor empty = small_ints(DType::kI64, dims);
     expect_same(run_node("CumSum", {empty, Tensor::scalar<int64_t>(1)})[0], empty);
