@@ -379,15 +379,15 @@ def test_a_model_that_pins_the_batch_keeps_that_dim_static():
     assert not capture(module, (randn(4, 6),), {}, symbolic_dims=False).dynamic
 
 
-class CumSum(nn.Module):
+class CumProd(nn.Module):
     def forward(self, x):
-        return torch.cumsum(x, 0) * 2
+        return torch.cumprod(x, 0) * 2
 
 
 def test_unsupported_op_names_the_op_the_node_and_the_source_line():
-    with pytest.raises(UnsupportedATenOp, match=r"aten\.cumsum\.default \(node 'cumsum', from .*test_capture\.py:\d+ "
-                                                r"`return torch\.cumsum\(x, 0\) \* 2`\) has no TrainRT translation"):
-        capture(CumSum(), (randn(3, 4),), {})
+    with pytest.raises(UnsupportedATenOp, match=r"aten\.cumprod\.default \(node 'cumprod', from .*test_capture\.py:\d+ "
+                                                r"`return torch\.cumprod\(x, 0\) \* 2`\) has no TrainRT translation"):
+        capture(CumProd(), (randn(3, 4),), {})
 
 
 @pytest.mark.parametrize("module, inputs, message", [

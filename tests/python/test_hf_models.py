@@ -4,7 +4,9 @@ GPT2LMHeadModel, BertForMaskedLM and BertForSequenceClassification from tiny ran
 download), with SDPA and eager attention: same seed, init and data, 20 AdamW steps with padding
 (attention_mask zeros, labels -100), dropout off; losses and final parameters agree with eager.
 Batch and sequence length change across calls without a new capture (symbolic dims), and a run
-with dropout on learns as eager does. A capture plus 20 steps takes 10-25 s on the 2-core machine,
+with dropout on learns as eager does. Called without an attention_mask (and for GPT-2 without a
+cache), transformers' mask code looks for packed sequences in the position ids (torch.diff,
+cumsum): those models run in the engine too, in training, in eval mode and under no_grad. A capture plus 20 steps takes 10-25 s on the 2-core machine,
 so the model x attention grid is marked slow; the quick run keeps one model per check.
 """
 
@@ -163,3 +165,73 @@ def test_training_with_dropout_learns_like_eager():
     assert drop_e > 0.5 and drop_o > 0.5
     assert 0.7 < drop_o / drop_e < 1.3, (losses_e, losses_o)
     assert abs(losses_o[0] - losses_e[0]) < 0.1 * losses_e[0]
+
+
+def unmasked_batch(kind: str, batch: int, seq: int, extra: str) -> dict:
+    """make_batch without attention_mask, plus the inputs `extra` names: 'nocache' (GPT-2's
+    use_cache=False, the path through transformers' packed-sequence check), 'positions'
+    (position_ids), 'types' (token_type_ids, BERT only)."""
+    data = make_batch(kind, batch, seq, seed=seq)
+    del data["attention_mask"]
+    if "nocache" in extra:
+        data["use_cache"] = False
+    if "positions" in extra:
+        data["position_ids"] = torch.arange(seq).expand(batch, seq)
+    if "types" in extra:
+        data["token_type_ids"] = torch.zeros(batch, seq, dtype=torch.long)
+    return data
+
+
+UNMASKED = [("gpt2", "nocache"), pytest.param("gpt2", "", marks=pytest.mark.slow),
+            pytest.param("gpt2", "nocache positions", marks=pytest.mark.slow),
+            pytest.param("bert-mlm", "positions types", marks=pytest.mark.slow),
+            pytest.param("bert-cls", "", marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("kind, extra", UNMASKED)
+def test_training_without_attention_mask_runs_in_the_engine_as_eager(kind, extra):
+    """Batch 1 and a new sequence length included; every step's loss and gradients equal eager's
+    (AdamW steps in between), with no fallback (the fixture makes one an error)."""
+    torch.manual_seed(0)
+    eager = make_model(kind, "sdpa")
+    ours = trainrt.RTModule(copy.deepcopy(eager))
+    opt_e = torch.optim.AdamW(eager.parameters(), lr=1e-3)
+    opt_o = torch.optim.AdamW(ours.parameters(), lr=1e-3)
+    for batch, seq in [(3, 12), (1, 12), (2, 9), (3, 12)]:
+        data = unmasked_batch(kind, batch, seq, extra)
+        loss_e, loss_o = eager(**data).loss, ours(**data).loss
+        opt_e.zero_grad()
+        opt_o.zero_grad()
+        loss_e.backward()
+        loss_o.backward()
+        assert ours.fallback_reason is None
+        torch.testing.assert_close(loss_o, loss_e, rtol=1e-4, atol=0)
+        for (name, pe), (_, po) in zip(eager.named_parameters(), ours.named_parameters()):
+            torch.testing.assert_close(po.grad, pe.grad, rtol=1e-3, atol=1e-5, msg=f"{name} at {(batch, seq)}")
+        opt_e.step()
+        opt_o.step()
+
+
+@pytest.mark.parametrize("kind", ["gpt2", pytest.param("bert-cls", marks=pytest.mark.slow)])
+def test_eval_mode_and_no_grad_without_attention_mask_run_the_forward_in_the_engine(kind):
+    """In eval mode the outputs equal eager's and backward still works; under no_grad only the
+    forward program runs (outputs without a graph to torch)."""
+    torch.manual_seed(0)
+    eager = make_model(kind, "sdpa").eval()
+    ours = trainrt.RTModule(copy.deepcopy(eager)).eval()
+    data = unmasked_batch(kind, 2, 10, "nocache" if kind == "gpt2" else "")
+    want, got = eager(**data), ours(**data)
+    assert ours.fallback_reason is None
+    torch.testing.assert_close(got.logits, want.logits, rtol=1e-4, atol=1e-5)
+    got.loss.backward()
+    want.loss.backward()
+    grads = [(p.grad, q.grad) for p, q in zip(eager.parameters(), ours.parameters())]
+    assert all(o is not None for _, o in grads)
+    for e, o in grads:
+        torch.testing.assert_close(o, e, rtol=1e-3, atol=1e-5)
+    with torch.no_grad():
+        want, got = eager(**data), ours(**data)
+    assert ours.fallback_reason is None
+    assert not got.loss.requires_grad and not got.logits.requires_grad
+    torch.testing.assert_close(got.logits, want.logits, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(got.loss, want.loss, rtol=1e-4, atol=0)

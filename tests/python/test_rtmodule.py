@@ -7,6 +7,7 @@ import torch
 import torch.nn as nn
 
 import trainrt
+from trainrt.bench.models import Block
 from parity import assert_parity, train_both
 
 
@@ -20,35 +21,26 @@ class MLP(nn.Module):
 
 
 class TinyGPT(nn.Module):
-    """Token + position embedding, LayerNorm, causal attention via matmul/softmax with a mask,
-    GELU MLP, residuals, tied output weights, cross-entropy loss."""
+    """Token + position embedding, the benchmark's GPT blocks (LayerNorm, causal attention via
+    matmul/softmax with a mask, GELU MLP, residuals), tied output weights, cross-entropy loss."""
 
     def __init__(self, vocab=40, dim=32, heads=4, seq=12, layers=2):
         super().__init__()
         self.wte, self.wpe = nn.Embedding(vocab, dim), nn.Embedding(seq, dim)
-        self.blocks = nn.ModuleList(
-            # qkv has no bias: the key bias gets an exactly-zero gradient (softmax is invariant to it), and
-            # AdamW turns the rounding noise of a zero gradient into +-lr steps that no two
-            # implementations share (torch against itself with other thread counts included).
-            nn.ModuleDict(dict(ln1=nn.LayerNorm(dim), qkv=nn.Linear(dim, 3 * dim, bias=False), proj=nn.Linear(dim, dim),
-                               ln2=nn.LayerNorm(dim), fc=nn.Linear(dim, 4 * dim), out=nn.Linear(4 * dim, dim)))
-            for _ in range(layers))
+        # qkv has no bias: the key bias gets an exactly-zero gradient (softmax is invariant to it), and
+        # AdamW turns the rounding noise of a zero gradient into +-lr steps that no two
+        # implementations share (torch against itself with other thread counts included).
+        self.blocks = nn.ModuleList(Block(dim, heads, qkv_bias=False) for _ in range(layers))
         self.ln_f = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, vocab, bias=False)
         self.head.weight = self.wte.weight
-        self.heads = heads
         self.register_buffer("mask", torch.tril(torch.ones(seq, seq)).bool())
 
     def forward(self, idx, targets):
-        B, T = idx.shape
+        T = idx.shape[1]
         x = self.wte(idx) + self.wpe(torch.arange(T))
-        for b in self.blocks:
-            q, k, v = b["qkv"](b["ln1"](x)).split(x.shape[-1], dim=-1)
-            q, k, v = (t.view(B, T, self.heads, -1).transpose(1, 2) for t in (q, k, v))
-            att = (q @ k.transpose(-2, -1)) * (1.0 / (q.shape[-1] ** 0.5))
-            att = att.masked_fill(~self.mask[:T, :T], float("-inf")).softmax(-1)
-            x = x + b["proj"]((att @ v).transpose(1, 2).reshape(B, T, -1))
-            x = x + b["out"](nn.functional.gelu(b["fc"](b["ln2"](x))))
+        for block in self.blocks:
+            x = block(x, self.mask[:T, :T])
         logits = self.head(self.ln_f(x))
         return nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
 

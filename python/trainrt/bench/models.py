@@ -34,22 +34,38 @@ class MLP(nn.Module):
         return nn.functional.cross_entropy(self.net(x), y)
 
 
+class Block(nn.Module):
+    """One pre-LayerNorm GPT-2 block: x + proj(causal attention(ln1(x))), then x + out(gelu(fc(ln2(x)))).
+    Attention is spelled out (matmul, masked softmax, matmul) rather than SDPA."""
+
+    def __init__(self, dim: int, heads: int, qkv_bias: bool = True):
+        super().__init__()
+        self.ln1, self.qkv = nn.LayerNorm(dim), nn.Linear(dim, 3 * dim, bias=qkv_bias)
+        self.proj, self.ln2 = nn.Linear(dim, dim), nn.LayerNorm(dim)
+        self.fc, self.out = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
+        self.heads = heads
+
+    def forward(self, x, mask):  # x: (B, T, C); mask: (T, T) bool, True where query t may see key s
+        B, T, C = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(C, dim=-1)
+        q, k, v = (t.view(B, T, self.heads, -1).transpose(1, 2) for t in (q, k, v))  # (B, H, T, C/H)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / (q.shape[-1] ** 0.5))  # (B, H, T, T)
+        att = att.masked_fill(~mask, float("-inf")).softmax(-1)
+        x = x + self.proj((att @ v).transpose(1, 2).reshape(B, T, -1))
+        return x + self.out(nn.functional.gelu(self.fc(self.ln2(x))))
+
+
 class GPT(nn.Module):
-    """GPT-2 style: token + position embedding, pre-LayerNorm blocks of causal attention (matmul, masked
-    softmax) and a GELU MLP, residuals, final LayerNorm, LM head tied to the token embedding,
-    cross-entropy over every position."""
+    """GPT-2 style: token + position embedding, `Block`s, final LayerNorm, LM head tied to the token
+    embedding, cross-entropy over every position."""
 
     def __init__(self, vocab: int, dim: int, heads: int, seq: int, layers: int):
         super().__init__()
         self.wte, self.wpe = nn.Embedding(vocab, dim), nn.Embedding(seq, dim)
-        self.blocks = nn.ModuleList(
-            nn.ModuleDict(dict(ln1=nn.LayerNorm(dim), qkv=nn.Linear(dim, 3 * dim), proj=nn.Linear(dim, dim),
-                               ln2=nn.LayerNorm(dim), fc=nn.Linear(dim, 4 * dim), out=nn.Linear(4 * dim, dim)))
-            for _ in range(layers))
+        self.blocks = nn.ModuleList(Block(dim, heads) for _ in range(layers))
         self.ln_f = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, vocab, bias=False)
         self.head.weight = self.wte.weight
-        self.heads = heads
         self.register_buffer("mask", torch.tril(torch.ones(seq, seq)).bool())
         for m in self.modules():  # GPT-2's initialization: N(0, 0.02) weights, zero biases (loss starts near ln V)
             if isinstance(m, (nn.Linear, nn.Embedding)):
@@ -58,15 +74,10 @@ class GPT(nn.Module):
                 nn.init.zeros_(m.bias)
 
     def forward(self, idx, targets):  # idx, targets: (B, T) token ids
-        B, T = idx.shape
+        T = idx.shape[1]
         x = self.wte(idx) + self.wpe(torch.arange(T))  # (B, T, C)
-        for b in self.blocks:
-            q, k, v = b["qkv"](b["ln1"](x)).split(x.shape[-1], dim=-1)
-            q, k, v = (t.view(B, T, self.heads, -1).transpose(1, 2) for t in (q, k, v))  # (B, H, T, C/H)
-            att = (q @ k.transpose(-2, -1)) * (1.0 / (q.shape[-1] ** 0.5))  # (B, H, T, T)
-            att = att.masked_fill(~self.mask[:T, :T], float("-inf")).softmax(-1)
-            x = x + b["proj"]((att @ v).transpose(1, 2).reshape(B, T, -1))
-            x = x + b["out"](nn.functional.gelu(b["fc"](b["ln2"](x))))
+        for block in self.blocks:
+            x = block(x, self.mask[:T, :T])
         logits = self.head(self.ln_f(x))  # (B, T, V)
         return nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
 

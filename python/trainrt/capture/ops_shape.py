@@ -20,7 +20,7 @@ from trainrt.capture.symbolic import is_static
 INT64_MAX = 2**63 - 1
 
 
-def _axis(dim: int, rank: int) -> int:
+def dim_axis(dim: int, rank: int) -> int:
     """A torch dim made non-negative (rank 0 tensors accept dims 0 and -1)."""
     return dim + max(rank, 1) if dim < 0 else dim
 
@@ -69,7 +69,7 @@ def transpose(ctx: OpContext) -> str:
     if x.rank < 2:
         return x.name
     perm = list(range(x.rank))
-    a, b = _axis(ctx["dim0"], x.rank), _axis(ctx["dim1"], x.rank)
+    a, b = dim_axis(ctx["dim0"], x.rank), dim_axis(ctx["dim1"], x.rank)
     perm[a], perm[b] = perm[b], perm[a]
     return ctx.emit("Transpose", [x], perm=perm)
 
@@ -77,7 +77,7 @@ def transpose(ctx: OpContext) -> str:
 @translates("aten.permute.default")
 def permute(ctx: OpContext) -> str:
     x = ctx.tensor("self")
-    return ctx.emit("Transpose", [x], perm=[_axis(d, x.rank) for d in ctx["dims"]])
+    return ctx.emit("Transpose", [x], perm=[dim_axis(d, x.rank) for d in ctx["dims"]])
 
 
 @translates("aten.expand.default")
@@ -105,7 +105,7 @@ def squeeze(ctx: OpContext) -> str:
     x = ctx.tensor("self")
     dims = ctx.args.get("dim", range(x.rank))
     dims = [dims] if isinstance(dims, int) else dims
-    axes = sorted({_axis(d, x.rank) for d in dims}) if x.rank else []
+    axes = sorted({dim_axis(d, x.rank) for d in dims}) if x.rank else []
     axes = [a for a in axes if is_static(x.shape[a]) and int(x.shape[a]) == 1]
     return ctx.emit("Squeeze", [x, ctx.ints(axes)]) if axes else x.name
 
@@ -114,7 +114,7 @@ def squeeze(ctx: OpContext) -> str:
 def split(ctx: OpContext) -> list[str]:
     """Split into the output FakeTensors' sizes along dim (whatever the form of the request)."""
     x = ctx.tensor("self")
-    axis = _axis(ctx["dim"], x.rank)
+    axis = dim_axis(ctx["dim"], x.rank)
     sizes = [o.shape[axis] for o in ctx.out]
     if len(sizes) == 1:
         return [x.name]
@@ -125,7 +125,7 @@ def split(ctx: OpContext) -> list[str]:
 def unbind(ctx: OpContext) -> list[str]:
     """Split into pieces of 1, each squeezed."""
     x = ctx.tensor("self")
-    axis = _axis(ctx["dim"], x.rank)
+    axis = dim_axis(ctx["dim"], x.rank)
     n = len(ctx.out)
     parts = [x.name] if n == 1 else ctx.emit("Split", [x, ctx.ints([1] * n)], n, axis=axis)
     return [ctx.emit("Squeeze", [p, ctx.ints([axis])]) for p in parts]
@@ -138,13 +138,13 @@ def cat(ctx: OpContext) -> str:
     rank = len(ctx.out.shape)
     parts = [ctx.cast(x, t) for x in ctx["tensors"]
              if not (x.rank == 1 and rank > 1 and is_static(x.shape[0]) and int(x.shape[0]) == 0)]
-    return ctx.emit("Concat", parts, axis=_axis(ctx["dim"], rank))
+    return ctx.emit("Concat", parts, axis=dim_axis(ctx["dim"], rank))
 
 
 @translates("aten.stack.default")
 def stack(ctx: OpContext) -> str:
     rank = len(ctx.out.shape)
-    axis = _axis(ctx["dim"], rank)
+    axis = dim_axis(ctx["dim"], rank)
     t = ctx.out_dtype
     parts = [ctx.emit("Unsqueeze", [ctx.cast(x, t), ctx.ints([axis])]) for x in ctx["tensors"]]
     return ctx.emit("Concat", parts, axis=axis)
@@ -154,7 +154,7 @@ def stack(ctx: OpContext) -> str:
 def slice_(ctx: OpContext) -> str:
     """Slice one axis; the full slices export emits (x[:, 1:] starts with x[0:INT64_MAX]) are free."""
     x = ctx.tensor("self")
-    axis = _axis(ctx["dim"], x.rank)
+    axis = dim_axis(ctx["dim"], x.rank)
     start = 0 if ctx["start"] is None else ctx["start"]
     end = INT64_MAX if ctx["end"] is None else ctx["end"]
     step = ctx["step"]
@@ -169,13 +169,13 @@ def slice_(ctx: OpContext) -> str:
 def select(ctx: OpContext) -> str:
     """Gather with a 0-d index drops the axis, as select does (negative indices count back)."""
     x = ctx.tensor("self")
-    return ctx.emit("Gather", [x, ctx.scalar_int(ctx["index"])], axis=_axis(ctx["dim"], x.rank))
+    return ctx.emit("Gather", [x, ctx.scalar_int(ctx["index"])], axis=dim_axis(ctx["dim"], x.rank))
 
 
 @translates("aten.index_select.default")
 def index_select(ctx: OpContext) -> str:
     x = ctx.tensor("self")
-    return ctx.emit("Gather", [x, ctx.tensor("index")], axis=_axis(ctx["dim"], x.rank))
+    return ctx.emit("Gather", [x, ctx.tensor("index")], axis=dim_axis(ctx["dim"], x.rank))
 
 
 @translates("aten.index.Tensor")
@@ -271,4 +271,4 @@ def triu(ctx: OpContext) -> str:
 def gather(ctx: OpContext) -> str:
     """torch.gather is ONNX GatherElements (the index has the output's shape)."""
     x = ctx.tensor("self")
-    return ctx.emit("GatherElements", [x, ctx.tensor("index")], axis=_axis(ctx["dim"], x.rank))
+    return ctx.emit("GatherElements", [x, ctx.tensor("index")], axis=dim_axis(ctx["dim"], x.rank))

@@ -9,6 +9,8 @@
 //                                          summed over the repeat axes 0, 2, 4, ... (PyTorch
 //                                          repeat_backward)
 //   Trilu(k, upper)                        dX = Trilu(dY, k, upper): the kept elements pass dY
+//   CumSum(axis, exclusive, reverse)       dX = CumSum(dY, axis, exclusive, !reverse): x[j] feeds
+//                                          every y[i] with i >= j (i > j if exclusive)
 //   Dropout                                dX = DropoutGrad(dY, mask, ratio, training_mode) =
 //                                          dY * mask / (1 - ratio) in training, else dY
 // Shape, Size, Constant, ConstantOfShape and Range give no gradient (integer outputs, or values
@@ -113,6 +115,13 @@ void trilu_grad(GradContext& ctx) {
   ctx.set_input_grad(0, ctx.emit("Trilu", inputs, {{"upper", Attribute::of_int(ctx.node().attr_int("upper", 1))}}));
 }
 
+void cumsum_grad(GradContext& ctx) {
+  const Node& n = ctx.node();
+  ctx.set_input_grad(0, ctx.emit("CumSum", {ctx.output_grad(0), n.input(1)},
+                                 {{"exclusive", Attribute::of_int(n.attr_int("exclusive", 0))},
+                                  {"reverse", Attribute::of_int(n.attr_int("reverse", 0) == 0)}}));
+}
+
 // Whether v is a constant whose (first) element is 0 / false.
 bool constant_zero(const Value* v) {
   return v && v->is_initializer() && v->data.numel() == 1 && v->data.to_double(0) == 0;
@@ -146,6 +155,7 @@ void register_tensor_gradients(GradientRegistry& r) {
   r.add("", "Expand", expand_grad);
   r.add("", "Tile", tile_grad);
   r.add("", "Trilu", trilu_grad);
+  r.add("", "CumSum", cumsum_grad);
   r.add("", "Dropout", dropout_grad);
   for (const char* op : {"Shape", "Size", "Constant", "ConstantOfShape", "Range"}) r.add_non_differentiable("", op);
   r.add_non_differentiable(kTrainrtDomain, "StopGradient");  // torch's detach

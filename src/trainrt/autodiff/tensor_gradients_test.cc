@@ -142,6 +142,18 @@ TEST(TensorGradients, ExpandTileTriluMatchFiniteDifferences) {
   worst.check({.op = "Trilu"}, {random_f64({2, 3, 3}, 32), Tensor::scalar<int64_t>(1)});
 }
 
+TEST(TensorGradients, CumSumMatchesFiniteDifferencesInEveryDirection) {
+  WorstErrors worst;
+  for (int64_t exclusive : {0, 1}) {
+    for (int64_t reverse : {0, 1}) {
+      const std::map<std::string, Attribute> attrs{{"exclusive", int_attr(exclusive)}, {"reverse", int_attr(reverse)}};
+      worst.check({.op = "CumSum", .attrs = attrs}, {random_f64({2, 3, 4}, 40), Tensor::scalar<int64_t>(1)});
+      worst.check({.op = "CumSum", .attrs = attrs}, {random_f64({5}, 41), Tensor::scalar<int32_t>(-1)});
+      worst.check({.op = "CumSum", .attrs = attrs}, {random_f64({3, 2}, 42), Tensor::scalar<int64_t>(0)});
+    }
+  }
+}
+
 // Finite differences need a fixed mask: here Dropout drops nothing (inference, ratio 0, old
 // opsets); the training formula is DropoutGrad's kernel test and the mask test below.
 TEST(TensorGradients, DropoutThatDropsNothingPassesTheGradient) {

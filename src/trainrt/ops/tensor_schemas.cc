@@ -10,6 +10,7 @@ void register_tensor_schemas(OpRegistry& r) {
   register_select_schemas(r);
   register_source_schemas(r);
   register_gather_elements_schema(r);
+  register_cumsum_schema(r);
 }
 
 ArgState read_ints_arg(const InferenceContext& ctx, int input, const std::string& attr,

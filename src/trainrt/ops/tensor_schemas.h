@@ -29,6 +29,7 @@ void register_select_schemas(OpRegistry& r);
 // Shape, Size, Constant, ConstantOfShape, Range, Trilu, Dropout.
 void register_source_schemas(OpRegistry& r);
 void register_gather_elements_schema(OpRegistry& r);  // GatherElements
+void register_cumsum_schema(OpRegistry& r);           // CumSum
 
 enum class ArgState { kAbsent, kUnknown, kKnown };
 

@@ -226,6 +226,17 @@ TEST(SourceSchemas, ConstantConstantOfShapeRangeDropout) {
   EXPECT_EQ(n.shape_of("Trilu", {x}), "(batch, 8)");
 }
 
+TEST(TensorSchemas, CumSumKeepsShapeAndDTypeAndChecksTheAxis) {
+  OneNode n;
+  Value* x = n.input(DType::kI64, Shape({kBatch, 8}));
+  EXPECT_EQ(n.shape_of("CumSum", {x, n.constant(Tensor::scalar<int64_t>(-1))}), "(batch, 8)");
+  EXPECT_EQ(n.infer("CumSum", {x, n.input(DType::kI32, Shape())})[0].dtype, DType::kI64);  // axis known at run time
+  EXPECT_THROW(n.shape_of("CumSum", {x, n.constant(Tensor::scalar<int64_t>(2))}), ShapeError);
+  EXPECT_THROW(n.shape_of("CumSum", {x, n.ints({0, 1})}), ShapeError);
+  EXPECT_THROW(n.shape_of("CumSum", {x, n.input(DType::kF32, Shape())}), ShapeError);
+  EXPECT_THROW(n.shape_of("CumSum", {n.input(DType::kBool, Shape({3})), n.ints({0})}), ShapeError);
+}
+
 TEST(TensorSchemas, ErrorsNameTheNodeAndOp) {
   OneNode n;
   Value* x = n.input(DType::kF32, Shape({kBatch, 6}));

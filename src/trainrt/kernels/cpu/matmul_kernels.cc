@@ -135,50 +135,50 @@ MatMulPlan plan_matmul(const std::string& where, const std::vector<int64_t>& a,
   return p;
 }
 
-// T = float or BFloat16 (gemm_batched).
+// oneDNN runs f32 and bf16 (gemm_batched); the other dtypes take the row loop.
 template <typename T>
-KernelFn make_matmul_onednn(const Node& node) {
-  return [where = node.describe()](KernelContext& ctx) {
-    const Tensor& a = ctx.in(0);
-    const Tensor& b = ctx.in(1);
-    Tensor& y = ctx.out(0);
-    MatMulPlan p = plan_matmul(where, a.dims(), b.dims(), y.dims());
-    if (y.numel() == 0) return;
-    // Contiguous operands: A (m, k), B (k, n), C (m, n); leading dims are at least 1 for BLAS.
-    int64_t lda = std::max<int64_t>(1, p.k), ldb = std::max<int64_t>(1, p.n), ldc = ldb;
-    if (p.batch.size() == 1 && p.batch[0].stride_b == 0 && p.batch[0].stride_a == p.m * p.k) {
-      // B shared by every matrix of a contiguous A: one product with the batch folded into M.
-      gemm_batched<T>(1, false, false, p.batch[0].size * p.m, p.n, p.k, 1.f, a.data<T>(), lda, 0,
-                      b.data<T>(), ldb, 0, 0.f, y.data<T>(), ldc, 0);
-      return;
-    }
-    for_each_batch_run(p.batch, [&](int64_t oa, int64_t ob, int64_t oc, const BatchDim& inner) {
-      gemm_batched<T>(inner.size, false, false, p.m, p.n, p.k, 1.f, a.data<T>() + oa, lda,
-                      inner.stride_a, b.data<T>() + ob, ldb, inner.stride_b, 0.f, y.data<T>() + oc,
-                      ldc, inner.stride_c);
-    });
-  };
+constexpr bool kOnDnn = std::is_same_v<T, float> || std::is_same_v<T, BFloat16>;
+
+// Contiguous operands per matrix: A (m, k), B (k, n), C (m, n); BLAS wants leading dims >= 1.
+template <typename T>
+void matmul_onednn(const MatMulPlan& p, const T* a, const T* b, T* y) {
+  int64_t lda = std::max<int64_t>(1, p.k), ldb = std::max<int64_t>(1, p.n), ldc = ldb;
+  if (p.batch.size() == 1 && p.batch[0].stride_b == 0 && p.batch[0].stride_a == p.m * p.k) {
+    // B shared by every matrix of a contiguous A: one product with the batch folded into M.
+    gemm_batched<T>(1, false, false, p.batch[0].size * p.m, p.n, p.k, 1.f, a, lda, 0, b, ldb, 0, 0.f, y, ldc, 0);
+    return;
+  }
+  for_each_batch_run(p.batch, [&](int64_t oa, int64_t ob, int64_t oc, const BatchDim& inner) {
+    gemm_batched<T>(inner.size, false, false, p.m, p.n, p.k, 1.f, a + oa, lda, inner.stride_a, b + ob, ldb,
+                    inner.stride_b, 0.f, y + oc, ldc, inner.stride_c);
+  });
 }
 
 template <typename T>
-KernelFn make_matmul_loop(const Node& node) {
+void matmul_loop(const MatMulPlan& p, const T* a, const T* b, T* y, ThreadPool& pool) {
+  for_each_batch_run(p.batch, [&](int64_t oa, int64_t ob, int64_t oc, const BatchDim& inner) {
+    for (int64_t i = 0; i < inner.size; ++i) {
+      LoopGemm<T> g{false, false, p.m, p.n, p.k, p.k, p.n, a + oa + i * inner.stride_a, b + ob + i * inner.stride_b};
+      T* c = y + oc + i * inner.stride_c;
+      g.for_each_row(pool, [&](int64_t r, const AccOf<T>* acc) {
+        for (int64_t j = 0; j < p.n; ++j) c[r * p.n + j] = store<T>(acc[j]);
+      });
+    }
+  });
+}
+
+template <typename T>
+KernelFn make_matmul(const Node& node) {
   return [where = node.describe()](KernelContext& ctx) {
     const Tensor& a = ctx.in(0);
     const Tensor& b = ctx.in(1);
     Tensor& y = ctx.out(0);
     MatMulPlan p = plan_matmul(where, a.dims(), b.dims(), y.dims());
     if (y.numel() == 0) return;
-    for_each_batch_run(p.batch, [&](int64_t oa, int64_t ob, int64_t oc, const BatchDim& inner) {
-      for (int64_t i = 0; i < inner.size; ++i) {
-        const T* a_i = a.data<T>() + oa + i * inner.stride_a;
-        const T* b_i = b.data<T>() + ob + i * inner.stride_b;
-        LoopGemm<T> g{false, false, p.m, p.n, p.k, p.k, p.n, a_i, b_i};
-        T* c = y.data<T>() + oc + i * inner.stride_c;
-        g.for_each_row(ctx.threads(), [&](int64_t r, const AccOf<T>* acc) {
-          for (int64_t j = 0; j < p.n; ++j) c[r * p.n + j] = store<T>(acc[j]);
-        });
-      }
-    });
+    if constexpr (kOnDnn<T>)
+      matmul_onednn(p, a.data<T>(), b.data<T>(), y.data<T>());
+    else
+      matmul_loop(p, a.data<T>(), b.data<T>(), y.data<T>(), ctx.threads());
   };
 }
 
@@ -231,64 +231,59 @@ T c_at(const Tensor& c, int64_t i, int64_t j) {
   return c.data<T>()[(rows == 1 ? 0 : i) * cols + (cols == 1 ? 0 : j)];
 }
 
-// T = float or BFloat16 (gemm_batched). In bf16, beta * C adds C's bf16 values to the f32 sums.
+// In bf16, beta * C adds C's bf16 values to the f32 sums.
 template <typename T>
-KernelFn make_gemm_onednn(const Node& node) {
-  return [g = gemm_attrs(node)](KernelContext& ctx) {
-    GemmDims d = gemm_dims(g, ctx);
-    const Tensor& a = ctx.in(0);
-    const Tensor& b = ctx.in(1);
-    T* y = ctx.out(0).data<T>();
-    bool add_c = ctx.has_in(2) && g.beta != 0.f;
-    if (add_c) {
-      const Tensor& c = ctx.in(2);
-      for (int64_t i = 0; i < d.m; ++i)
-        for (int64_t j = 0; j < d.n; ++j) y[i * d.n + j] = c_at<T>(c, i, j);
+void gemm_onednn(const GemmAttrs& g, const GemmDims& d, const Tensor& a, const Tensor& b, const Tensor* c, T* y) {
+  if (c) {
+    for (int64_t i = 0; i < d.m; ++i)
+      for (int64_t j = 0; j < d.n; ++j) y[i * d.n + j] = c_at<T>(*c, i, j);
+  }
+  gemm_batched<T>(1, g.trans_a, g.trans_b, d.m, d.n, d.k, g.alpha, a.data<T>(), std::max<int64_t>(1, a.dim(1)), 0,
+                  b.data<T>(), std::max<int64_t>(1, b.dim(1)), 0, c ? g.beta : 0.f, y, std::max<int64_t>(1, d.n), 0);
+}
+
+// As the ONNX reference: the product in T's own arithmetic, then alpha and beta * C in f64.
+template <typename T>
+void gemm_loop(const GemmAttrs& g, const GemmDims& d, const Tensor& a, const Tensor& b, const Tensor* c, T* y,
+               ThreadPool& pool) {
+  LoopGemm<T> loop{g.trans_a, g.trans_b, d.m, d.n, d.k, a.dim(1), b.dim(1), a.data<T>(), b.data<T>()};
+  loop.for_each_row(pool, [&](int64_t i, const AccOf<T>* acc) {
+    for (int64_t j = 0; j < d.n; ++j) {
+      double v = g.alpha * to_double(store<T>(acc[j]));
+      if (c) v += g.beta * to_double(c_at<T>(*c, i, j));
+      y[i * d.n + j] = from_double<T>(v);
     }
-    gemm_batched<T>(1, g.trans_a, g.trans_b, d.m, d.n, d.k, g.alpha, a.data<T>(),
-                    std::max<int64_t>(1, a.dim(1)), 0, b.data<T>(), std::max<int64_t>(1, b.dim(1)), 0,
-                    add_c ? g.beta : 0.f, y, std::max<int64_t>(1, d.n), 0);
-  };
+  });
 }
 
 template <typename T>
-KernelFn make_gemm_loop(const Node& node) {
+KernelFn make_gemm(const Node& node) {
   return [g = gemm_attrs(node)](KernelContext& ctx) {
     GemmDims d = gemm_dims(g, ctx);
-    const Tensor& a = ctx.in(0);
-    const Tensor& b = ctx.in(1);
-    const Tensor* c = ctx.has_in(2) && g.beta != 0.f ? &ctx.in(2) : nullptr;
+    const Tensor* c = ctx.has_in(2) && g.beta != 0.f ? &ctx.in(2) : nullptr;  // beta 0 ignores C
     T* y = ctx.out(0).data<T>();
-    LoopGemm<T> loop{g.trans_a, g.trans_b, d.m,         d.n,        d.k,
-                     a.dim(1),  b.dim(1),  a.data<T>(), b.data<T>()};
-    // As the ONNX reference: the product in T's own arithmetic, then alpha and beta * C in f64.
-    loop.for_each_row(ctx.threads(), [&](int64_t i, const AccOf<T>* acc) {
-      for (int64_t j = 0; j < d.n; ++j) {
-        double v = g.alpha * to_double(store<T>(acc[j]));
-        if (c) v += g.beta * to_double(c_at<T>(*c, i, j));
-        y[i * d.n + j] = from_double<T>(v);
-      }
-    });
+    if constexpr (kOnDnn<T>)
+      gemm_onednn(g, d, ctx.in(0), ctx.in(1), c, y);
+    else
+      gemm_loop(g, d, ctx.in(0), ctx.in(1), c, y, ctx.threads());
   };
 }
 
 template <typename T>
-void add_loop_kernels(KernelTable& t) {
-  t.add("", "MatMul", dtype_of<T>(), make_matmul_loop<T>);
-  t.add("", "Gemm", dtype_of<T>(), make_gemm_loop<T>);
+void add_kernels(KernelTable& t) {
+  t.add("", "MatMul", dtype_of<T>(), make_matmul<T>);
+  t.add("", "Gemm", dtype_of<T>(), make_gemm<T>);
 }
 
 }  // namespace
 
 void register_matmul_kernels(KernelTable& t) {
-  t.add("", "MatMul", DType::kF32, make_matmul_onednn<float>);
-  t.add("", "Gemm", DType::kF32, make_gemm_onednn<float>);
-  t.add("", "MatMul", DType::kBF16, make_matmul_onednn<BFloat16>);
-  t.add("", "Gemm", DType::kBF16, make_gemm_onednn<BFloat16>);
-  add_loop_kernels<double>(t);
-  add_loop_kernels<Half>(t);
-  add_loop_kernels<int32_t>(t);
-  add_loop_kernels<int64_t>(t);
+  add_kernels<float>(t);
+  add_kernels<BFloat16>(t);
+  add_kernels<double>(t);
+  add_kernels<Half>(t);
+  add_kernels<int32_t>(t);
+  add_kernels<int64_t>(t);
 }
 
 }  // namespace trainrt

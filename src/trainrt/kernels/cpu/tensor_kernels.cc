@@ -162,6 +162,7 @@ void register_tensor_kernels(KernelTable& t) {
   register_transpose_kernels(t);
   register_dropout_kernels(t);
   register_gather_elements_kernels(t);
+  register_cumsum_kernels(t);
 }
 
 }  // namespace trainrt

@@ -1,6 +1,6 @@
 // Internal to the shape and data movement kernels: the sub-families register_tensor_kernels adds.
 // The kernels are keyed on DType::kUndefined (any element type) and move bytes by dtype_size,
-// except Dropout (float types) and Range, which compute.
+// except Dropout (float types), Range and CumSum, which compute.
 //
 //   KernelTable table;
 //   register_tensor_kernels(table);  // cpu_kernels.h: adds its own kernels, then calls these
@@ -14,6 +14,7 @@ void register_select_kernels(KernelTable& t);     // Gather, Concat, Split, Slic
 void register_transpose_kernels(KernelTable& t);  // Transpose, Expand, Tile
 void register_dropout_kernels(KernelTable& t);    // Dropout
 void register_gather_elements_kernels(KernelTable& t);  // GatherElements
+void register_cumsum_kernels(KernelTable& t);           // CumSum
 // tensor_kernels.cc itself: Reshape, Flatten, Squeeze, Unsqueeze, Shape, Size, Constant,
 // ConstantOfShape, Range, Trilu.
 
