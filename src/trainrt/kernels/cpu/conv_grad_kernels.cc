@@ -62,7 +62,7 @@ void conv_grad(ConvKernelState& state, KernelContext& ctx) {
   const auto* dys = static_cast<const char*>(dy.raw());
   const auto* xs = static_cast<const char*>(x.raw());
   auto* dxs = ctx.has_out(0) ? static_cast<char*>(ctx.out(0).raw()) : nullptr;
-  const BatchChunks chunks = batch_chunks(batch, ctx.threads().num_threads());
+  const BatchChunks chunks = batch_chunks(batch, ctx.threads().num_threads(), dy.numel() / (batch * m));
   // f32 partial (dW, dB) sums, (chunks.count, w_size + m). In f32, chunk 0 sums straight into the
   // outputs it has. (A thread_local named inside the lambda would be each worker's own: take the
   // pointer here.)

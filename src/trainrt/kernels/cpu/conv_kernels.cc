@@ -56,7 +56,7 @@ void conv(ConvKernelState& state, KernelContext& ctx) {
   const int64_t x_image = x.numel() / p.x[0] * element, y_image = y.numel() / p.y[0] * element;  // bytes
   const auto* xs = static_cast<const char*>(x.raw());
   auto* ys = static_cast<char*>(y.raw());
-  const BatchChunks chunks = batch_chunks(p.x[0], ctx.threads().num_threads());
+  const BatchChunks chunks = batch_chunks(p.x[0], ctx.threads().num_threads(), y.numel() / (p.y[0] * p.y[1]));
   ctx.threads().parallel_for(chunks.count, 1, [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
       const int64_t n0 = c * chunks.size, n = std::min(chunks.size, p.x[0] - n0);

@@ -232,10 +232,11 @@ ConvProblem conv_problem(const std::string& where, const ConvParams& params, con
   return p;
 }
 
-BatchChunks batch_chunks(int64_t n, int threads) {
+BatchChunks batch_chunks(int64_t n, int threads, int64_t image_outputs) {
   const int64_t count = std::max<int64_t>(1, std::min<int64_t>(n, int64_t{4} * threads));
-  const int64_t size = (n + count - 1) / count;
-  return {(n + size - 1) / std::max<int64_t>(size, 1), size};
+  const int64_t least = (kMinChunkOutputs + image_outputs - 1) / std::max<int64_t>(image_outputs, 1);
+  const int64_t size = std::min(std::max((n + count - 1) / count, least), std::max<int64_t>(n, 1));
+  return {(n + size - 1) / size, size};
 }
 
 ConvProblem with_batch(ConvProblem p, int64_t n) {

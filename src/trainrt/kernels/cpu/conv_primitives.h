@@ -45,12 +45,16 @@ ConvProblem with_batch(ConvProblem p, int64_t n);
 
 // The batch of n images split into `count` chunks of `size` images (the last may be smaller, so a
 // node meets at most two chunk problems): up to 4 per thread, so the pool can balance the chunks
-// when a thread is preempted. A batch of one image runs on one thread.
+// when a thread is preempted, but at least kMinChunkOutputs output positions per chunk: oneDNN's
+// kernels lose 10-25% per image on chunks of 8 images of a 4x4 map (CNN bench shapes, 128
+// channels, against 16 images). A batch of one image runs on one thread. `image_outputs` is the
+// product of Y's spatial dims.
+inline constexpr int64_t kMinChunkOutputs = 256;
 struct BatchChunks {
   int64_t count = 1;
   int64_t size = 0;
 };
-BatchChunks batch_chunks(int64_t n, int threads);
+BatchChunks batch_chunks(int64_t n, int threads, int64_t image_outputs);
 
 // Y = conv(X, W) + B on the calling thread, every pointer to p.dtype elements. b is read only when
 // p.bias.
