@@ -117,6 +117,10 @@ std::vector<ConvCase> cases() {
                {1, 1}, {1, 1}, {1, 1}, {9, 4, 17, 17}});
   v.push_back({"batch 23, 4x4 map: chunks of 16 and 7", {23, 8, 4, 4}, {6, 8, 3, 3}, {{"pads", ints({1, 1, 1, 1})}},
                true, 1, {1, 1}, {1, 1}, {1, 1}, {23, 6, 4, 4}});
+  // 16+ channels: oneDNN's blocked layouts, W reordered once for both chunk sizes (8 and 5 with
+  // 2 threads).
+  v.push_back({"32 -> 48 channels, blocked layouts, batch 21", {21, 32, 6, 6}, {48, 32, 3, 3},
+               {{"pads", ints({1, 1, 1, 1})}}, true, 1, {1, 1}, {1, 1}, {1, 1}, {21, 48, 6, 6}});
   // auto_pad: in 7, k 4, s 2 -> out 4, total pad 3 (UPPER 1 + 2, LOWER 2 + 1); in 8, k 3 -> out 4, total 1
   v.push_back({"SAME_UPPER", {2, 2, 7, 8}, {3, 2, 4, 3},
                {{"auto_pad", Attribute::of_string("SAME_UPPER")}, {"strides", ints({2, 2})}}, true, 1, {2, 2}, {1, 1},
