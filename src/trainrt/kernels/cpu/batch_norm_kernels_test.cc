@@ -111,11 +111,13 @@ TEST(BatchNormKernels, BadChannelCountNamesTheNodeAndInput) {
 }
 
 // dX, dScale, dBias of the training-mode forward, from the formulas of the kernel's header
-// written out directly in double.
-TEST(BatchNormGradKernels, TrainingAndEvalAgainstReference) {
-  const Tensor x = random_tensor({3, 4, 5, 2}, 15, -1.f, 2.f), dy = random_tensor({3, 4, 5, 2}, 16);
-  const Tensor scale = random_tensor({4}, 17);
-  const int64_t c = 4, s = 10, m = 30;
+// written out directly in double; and the eval-mode map of given statistics. Shapes cover the
+// kernel's channel loops: rows of 16 (4x4 maps), rows with a scalar tail (5x5, 7x7, 10), a channel
+// longer than one float partial sum (64 x 8x8 = 4096 values), and (N, C) columns.
+void check_grad_against_reference(const std::vector<int64_t>& dims) {
+  const Tensor x = random_tensor(dims, 15, -1.f, 2.f), dy = random_tensor(dims, 16);
+  const int64_t c = dims[1], s = x.numel() / (dims[0] * c), m = dims[0] * s;
+  const Tensor scale = random_tensor({c}, 17);
   const Stats st = channel_stats(x);
   for (bool training : {true, false}) {
     NodeSpec spec{.op = "BatchNormalizationGrad",
@@ -147,10 +149,29 @@ TEST(BatchNormGradKernels, TrainingAndEvalAgainstReference) {
       const double k = scale.to_double(ch) * inv_std[ch];
       dx[i] = training ? k * (dy.to_double(i) - sum_dy[ch] / m - xhat * sum_dy_xhat[ch] / m) : k * dy.to_double(i);
     }
-    const std::string what = training ? "training" : "eval";
+    const std::string what = to_string(dims) + (training ? " training" : " eval");
     expect_values(out[0], dx, 1e-4, 1e-5, what + " dX");
-    expect_values(out[1], sum_dy_xhat, 1e-4, 1e-5, what + " dScale");
-    expect_values(out[2], sum_dy, 1e-5, 1e-5, what + " dBias");
+    expect_values(out[1], sum_dy_xhat, 1e-4, 1e-4, what + " dScale");
+    expect_values(out[2], sum_dy, 1e-5, 1e-4, what + " dBias");
+  }
+}
+
+TEST(BatchNormGradKernels, TrainingAndEvalAgainstReference) {
+  for (std::vector<int64_t> dims : {std::vector<int64_t>{3, 4, 5, 2}, {8, 6, 4, 4}, {5, 3, 5, 5}, {2, 3, 7, 7},
+                                    {64, 3, 8, 8}, {9, 5}, {4, 3, 1, 1}})
+    check_grad_against_reference(dims);
+}
+
+// Training-mode Y on the same shapes (the forward's channel sums and its row-order normalize).
+TEST(BatchNormKernels, TrainingModeOnConvShapes) {
+  for (std::vector<int64_t> dims : {std::vector<int64_t>{8, 6, 4, 4}, {5, 3, 5, 5}, {64, 3, 8, 8}, {2, 3, 33, 1}}) {
+    const Tensor x = random_tensor(dims, 18, -2.f, 4.f);
+    const int64_t c = dims[1];
+    const Tensor scale = random_tensor({c}, 19), b = random_tensor({c}, 20);
+    const Tensor mean = random_tensor({c}, 21), var = random_tensor({c}, 22, 0.5f, 2.f);
+    const Tensor y = run_node(batch_norm_spec(true), {x, scale, b, mean, var}, cpu_kernel_table())[0];
+    expect_values(y, normalized(x, channel_stats(x), scale, b, static_cast<double>(1e-5f)), 1e-5, 1e-5,
+                  to_string(dims));
   }
 }
 

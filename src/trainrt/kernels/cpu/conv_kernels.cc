@@ -56,11 +56,12 @@ void conv(ConvKernelState& state, KernelContext& ctx) {
   const int64_t x_image = x.numel() / p.x[0] * element, y_image = y.numel() / p.y[0] * element;  // bytes
   const auto* xs = static_cast<const char*>(x.raw());
   auto* ys = static_cast<char*>(y.raw());
-  const BatchChunks chunks = batch_chunks(p.x[0], ctx.threads().num_threads());
+  const BatchChunks chunks = batch_chunks(p.x[0], ctx.threads().num_threads(), y.numel() / (p.y[0] * p.y[1]));
+  const ConvWeights wc = conv_weights(ConvWeightsUse::kForward, chunk_problems(p, chunks), w.raw());
   ctx.threads().parallel_for(chunks.count, 1, [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
       const int64_t n0 = c * chunks.size, n = std::min(chunks.size, p.x[0] - n0);
-      conv_forward(with_batch(p, n), xs + n0 * x_image, w.raw(), b ? b->raw() : nullptr, ys + n0 * y_image);
+      conv_forward(with_batch(p, n), xs + n0 * x_image, wc, b ? b->raw() : nullptr, ys + n0 * y_image);
     }
   });
 }

@@ -11,6 +11,7 @@
 #include "trainrt/core/dtype_convert.h"
 #include "trainrt/core/error.h"
 #include "trainrt/core/testing.h"
+#include "trainrt/kernels/cpu/conv_primitives.h"
 #include "trainrt/kernels/cpu/cpu_kernels.h"
 #include "trainrt/kernels/cpu/node_runner.h"
 
@@ -112,8 +113,14 @@ std::vector<ConvCase> cases() {
                {{"group", Attribute::of_int(5)}, {"strides", ints({2, 2})}, {"pads", ints({1, 1, 1, 1})}}, true, 5,
                {2, 2}, {1, 1}, {1, 1}, {2, 10, 4, 4}});
   v.push_back({"batch 1, 1x1", {1, 1, 5, 3}, {1, 1, 1, 1}, {}, true, 1, {1, 1}, {1, 1}, {0, 0}, {1, 1, 5, 3}});
-  v.push_back({"batch 9: uneven chunks", {9, 3, 5, 5}, {4, 3, 3, 3}, {{"pads", ints({1, 1, 1, 1})}}, true, 1, {1, 1},
-               {1, 1}, {1, 1}, {9, 4, 5, 5}});
+  v.push_back({"batch 9: uneven chunks", {9, 3, 17, 17}, {4, 3, 3, 3}, {{"pads", ints({1, 1, 1, 1})}}, true, 1,
+               {1, 1}, {1, 1}, {1, 1}, {9, 4, 17, 17}});
+  v.push_back({"batch 23, 4x4 map: chunks of 16 and 7", {23, 8, 4, 4}, {6, 8, 3, 3}, {{"pads", ints({1, 1, 1, 1})}},
+               true, 1, {1, 1}, {1, 1}, {1, 1}, {23, 6, 4, 4}});
+  // 16+ channels: oneDNN's blocked layouts, W reordered once for both chunk sizes (8 and 5 with
+  // 2 threads).
+  v.push_back({"32 -> 48 channels, blocked layouts, batch 21", {21, 32, 6, 6}, {48, 32, 3, 3},
+               {{"pads", ints({1, 1, 1, 1})}}, true, 1, {1, 1}, {1, 1}, {1, 1}, {21, 48, 6, 6}});
   // auto_pad: in 7, k 4, s 2 -> out 4, total pad 3 (UPPER 1 + 2, LOWER 2 + 1); in 8, k 3 -> out 4, total 1
   v.push_back({"SAME_UPPER", {2, 2, 7, 8}, {3, 2, 4, 3},
                {{"auto_pad", Attribute::of_string("SAME_UPPER")}, {"strides", ints({2, 2})}}, true, 1, {2, 2}, {1, 1},
@@ -177,6 +184,20 @@ TEST(ConvKernels, ChangingBatchSizesMatchReference) {
     const std::vector<Tensor> y = run_node("Conv", {x, w, b}, c.attrs);
     expect_values(y[0], reference(cn, x, w, b, Tensor::zeros(DType::kF32, cn.y)).y, 1e-4, 1e-5, fmt("batch ", n));
   }
+}
+
+TEST(ConvKernels, BatchChunksBalanceThreadsAndKeepSmallMapsTogether) {
+  // Up to 4 chunks per thread on large maps; at least kMinChunkOutputs output positions per chunk.
+  EXPECT_EQ(batch_chunks(64, 2, 32 * 32).size, 8);
+  EXPECT_EQ(batch_chunks(64, 2, 32 * 32).count, 8);
+  EXPECT_EQ(batch_chunks(64, 2, 4 * 4).size, 16);
+  EXPECT_EQ(batch_chunks(64, 2, 4 * 4).count, 4);
+  EXPECT_EQ(batch_chunks(23, 2, 4 * 4).size, 16);
+  EXPECT_EQ(batch_chunks(23, 2, 4 * 4).count, 2);  // 16 + 7
+  EXPECT_EQ(batch_chunks(9, 2, 1).size, 9);  // the whole batch, never more than it
+  EXPECT_EQ(batch_chunks(9, 2, 1).count, 1);
+  EXPECT_EQ(batch_chunks(1, 2, 1).count, 1);
+  EXPECT_EQ(batch_chunks(2, 2, 257).count, 2);  // Bf16SumsInF32 relies on one chunk per image
 }
 
 std::string error_of(const std::vector<Tensor>& inputs, const std::map<std::string, Attribute>& attrs = {}) {

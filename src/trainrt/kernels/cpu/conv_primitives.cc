@@ -180,25 +180,33 @@ std::shared_ptr<const ConvPrimitive> find(ConvKind kind, const ConvProblem& p) {
   return cache.entries.emplace(key, create(kind, p)).first->second;
 }
 
-// Runs one primitive: inputs in0 and in1 and output out in our dense layouts, bias (may be null)
-// as a dense (M) vector; element types as the primitive's operands say (conv_primitives.h).
-void run(ConvKind kind, const ConvProblem& p, const void* in0, const void* in1, void* out, void* bias) {
+// One input of a primitive run: in our dense layout, or (`chosen`) already in the layout the
+// primitive chose.
+struct Input {
+  const void* data = nullptr;
+  bool chosen = false;
+};
+
+// Runs one primitive: inputs in0 and in1, output out in our dense layout, bias (may be null) as a
+// dense (M) vector; element types as the primitive's operands say (conv_primitives.h).
+void run(ConvKind kind, const ConvProblem& p, Input in0, Input in1, void* out, void* bias) {
   SingleThreadedOpenMp one_thread;
   try {
     const auto c = find(kind, p);
     const dnnl::engine& e = onednn_engine();
     dnnl::stream& s = onednn_stream();
     std::unordered_map<int, memory> args;
-    const void* data[3] = {in0, in1, out};
+    const Input data[3] = {in0, in1, {out, false}};
     memory dense_out;
     for (int i = 0; i < 3; ++i) {
       const Operand& o = c->operands[i];
-      memory dense(o.dense, e, const_cast<void*>(data[i]));
-      if (!o.reorder) {
-        args.emplace(c->args[i], dense);
+      void* given = const_cast<void*>(data[i].data);
+      if (!o.reorder || data[i].chosen) {
+        args.emplace(c->args[i], memory(data[i].chosen ? o.chosen : o.dense, e, given));
         continue;
       }
       memory chosen(o.chosen, e, onednn_buffer(o.slot, o.chosen.get_size()));
+      memory dense(o.dense, e, given);
       if (i < 2) o.reorder->execute(s, dense, chosen);
       else dense_out = dense;
       args.emplace(c->args[i], chosen);
@@ -213,6 +221,7 @@ void run(ConvKind kind, const ConvProblem& p, const void* in0, const void* in1, 
     throw InternalError(fmt("oneDNN failed for ", describe(kind, p), ": ", err.what()));
   }
 }
+
 
 }  // namespace
 
@@ -232,10 +241,11 @@ ConvProblem conv_problem(const std::string& where, const ConvParams& params, con
   return p;
 }
 
-BatchChunks batch_chunks(int64_t n, int threads) {
+BatchChunks batch_chunks(int64_t n, int threads, int64_t image_outputs) {
   const int64_t count = std::max<int64_t>(1, std::min<int64_t>(n, int64_t{4} * threads));
-  const int64_t size = (n + count - 1) / count;
-  return {(n + size - 1) / std::max<int64_t>(size, 1), size};
+  const int64_t least = (kMinChunkOutputs + image_outputs - 1) / std::max<int64_t>(image_outputs, 1);
+  const int64_t size = std::min(std::max((n + count - 1) / count, least), std::max<int64_t>(n, 1));
+  return {(n + size - 1) / size, size};
 }
 
 ConvProblem with_batch(ConvProblem p, int64_t n) {
@@ -244,16 +254,44 @@ ConvProblem with_batch(ConvProblem p, int64_t n) {
   return p;
 }
 
-void conv_forward(const ConvProblem& p, const void* x, const void* w, const void* b, void* y) {
-  run(ConvKind::kForward, p, x, w, y, p.bias ? const_cast<void*>(b) : nullptr);
+std::vector<ConvProblem> chunk_problems(const ConvProblem& p, const BatchChunks& chunks) {
+  std::vector<ConvProblem> out{with_batch(p, chunks.size)};
+  const int64_t last = p.x[0] - (chunks.count - 1) * chunks.size;
+  if (last != chunks.size) out.push_back(with_batch(p, last));
+  return out;
 }
 
-void conv_backward_data(const ConvProblem& p, const void* dy, const void* w, void* dx) {
-  run(ConvKind::kBackwardData, p, dy, w, dx, nullptr);
+ConvWeights conv_weights(ConvWeightsUse use, const std::vector<ConvProblem>& chunks, const void* w) {
+  const ConvKind kind = use == ConvWeightsUse::kForward ? ConvKind::kForward : ConvKind::kBackwardData;
+  SingleThreadedOpenMp one_thread;
+  try {
+    const auto c = find(kind, chunks.at(0));
+    const Operand& o = c->operands[1];
+    if (!o.reorder) return {w, false};
+    for (const ConvProblem& p : chunks)
+      if (find(kind, p)->operands[1].chosen != o.chosen) return {w, false};
+    void* out = onednn_buffer(kSharedOperandSlot, o.chosen.get_size());
+    const dnnl::engine& e = onednn_engine();
+    dnnl::stream& s = onednn_stream();
+    memory dense(o.dense, e, const_cast<void*>(w)), chosen(o.chosen, e, out);
+    o.reorder->execute(s, dense, chosen);
+    s.wait();
+    return {out, true};
+  } catch (const dnnl::error& err) {
+    throw InternalError(fmt("oneDNN failed reordering W for ", describe(kind, chunks.at(0)), ": ", err.what()));
+  }
+}
+
+void conv_forward(const ConvProblem& p, const void* x, ConvWeights w, const void* b, void* y) {
+  run(ConvKind::kForward, p, {x}, {w.data, w.reordered}, y, p.bias ? const_cast<void*>(b) : nullptr);
+}
+
+void conv_backward_data(const ConvProblem& p, const void* dy, ConvWeights w, void* dx) {
+  run(ConvKind::kBackwardData, p, {dy}, {w.data, w.reordered}, dx, nullptr);
 }
 
 void conv_backward_weights(const ConvProblem& p, const void* dy, const void* x, float* dw, float* db) {
-  run(ConvKind::kBackwardWeights, p, dy, x, dw, p.bias ? db : nullptr);
+  run(ConvKind::kBackwardWeights, p, {dy}, {x}, dw, p.bias ? db : nullptr);
 }
 
 }  // namespace trainrt

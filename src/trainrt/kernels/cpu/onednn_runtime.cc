@@ -20,9 +20,9 @@ dnnl::stream& onednn_stream() {
 }
 
 void* onednn_buffer(int slot, size_t bytes) {
-  TRAINRT_CHECK(slot >= 0 && slot < 4, "oneDNN buffer slot ", slot);
-  thread_local std::shared_ptr<void> buffers[4];
-  thread_local size_t sizes[4] = {0, 0, 0, 0};
+  TRAINRT_CHECK(slot >= 0 && slot < 5, "oneDNN buffer slot ", slot);
+  thread_local std::shared_ptr<void> buffers[5];
+  thread_local size_t sizes[5] = {0, 0, 0, 0, 0};
   if (bytes > sizes[slot]) {
     buffers[slot] = aligned_storage(bytes);
     sizes[slot] = bytes;

@@ -20,10 +20,12 @@ const dnnl::engine& onednn_engine();
 // The calling thread's in-order stream on that engine.
 dnnl::stream& onednn_stream();
 
-// A thread-local, 64-byte aligned buffer of at least `bytes`; `slot` (0-3) tells apart buffers in
+// A thread-local, 64-byte aligned buffer of at least `bytes`; `slot` (0-4) tells apart buffers in
 // use at once. Valid until the same thread asks for the same slot again; it keeps its largest
-// size, so steady-state runs do not allocate. Slot 0 is the primitives' scratchpad.
+// size, so steady-state runs do not allocate. Slot 0 is the primitives' scratchpad; slot 4 holds
+// an operand the calling thread prepares for the pool's workers (conv_primitives.h: ConvWeights).
 inline constexpr int kScratchpadSlot = 0;
+inline constexpr int kSharedOperandSlot = 4;
 void* onednn_buffer(int slot, size_t bytes);
 
 // Sets the calling thread's OpenMP team size to 1 for its lifetime, then restores it (torch's ops
