@@ -14,81 +14,102 @@ namespace {
 // the right, is split into its sw phases (phase r holds the padded columns r, r + sw, r + 2 sw,
 // ...), each wq long. Tap kx of output column ox reads padded column ox * sw + kx * dw, which is
 // element ox + kx * dw / sw of phase kx * dw % sw. (Strided loads straight from the plane are
-// peeled by GCC into scalar code on rows shorter than 17 windows, the common case.)
+// peeled by GCC into scalar code on rows shorter than 17 windows, the common case.) Planes are
+// small (a CNN's 32x32), so the work per call is kept to one call per plane and per output row.
 
-// The padded row: pad_begin values, the w values of src, then `after` values; the padding is -inf
-// (any value would do: border columns are recomputed from the plane).
-void pad_row(const float* src, int64_t w, int64_t before, int64_t after, float* dst) {
-  std::fill(dst, dst + before, -std::numeric_limits<float>::infinity());
-  std::copy(src, src + w, dst + before);
-  std::fill(dst + before + w, dst + before + w + after, -std::numeric_limits<float>::infinity());
-}
+// Phase r of input row y starts at data + (r * height + y) * wq.
+struct Phases {
+  int64_t wq = 0, height = 0;
+  const float* data = nullptr;
+  const float* row(int64_t y, int64_t r) const { return data + (r * height + y) * wq; }
+};
 
 // even[j] = src[2 j], odd[j] = src[2 j + 1] for j < n (a full group of two loads: no peeling).
-TRAINRT_SIMD_CLONES void deinterleave(const float* src, float* even, float* odd, int64_t n) {
+[[gnu::always_inline]] inline void deinterleave(const float* src, float* __restrict even, float* __restrict odd,
+                                                int64_t n) {
   for (int64_t j = 0; j < n; ++j) {
     even[j] = src[2 * j];
     odd[j] = src[2 * j + 1];
   }
 }
 
-// Over n windows of an output row, from the tap of window i at src[i] (plane offset base + i * s):
-//   first_tap    best = the tap, at = its offset
-//   fold_max     best = the tap where it beats best
-//   fold_argmax  best, at = the tap and its offset where it beats best
-TRAINRT_SIMD_CLONES void first_tap(const float* src, int32_t base, int32_t s, float* __restrict best,
-                                   int32_t* __restrict at, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) best[i] = src[i];
-  if (at)
-    for (int64_t i = 0; i < n; ++i) at[i] = base + static_cast<int32_t>(i) * s;
-}
-TRAINRT_SIMD_CLONES void fold_max(const float* src, float* __restrict best, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = src[i], b = best[i];
-    best[i] = beats(v, b) ? v : b;
-  }
-}
-TRAINRT_SIMD_CLONES void fold_argmax(const float* src, int32_t base, int32_t s, float* __restrict best,
-                                     int32_t* __restrict at, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = src[i], b = best[i];
-    const bool take = beats(v, b);
-    best[i] = take ? v : b;
-    at[i] = take ? base + static_cast<int32_t>(i) * s : at[i];
+// Unpadded rows whose width is a multiple of sw: the plane split as one long row.
+TRAINRT_SIMD_CLONES void split_whole(const float* x, int64_t n, int64_t sw, float* __restrict dst) {
+  if (sw == 2) {
+    deinterleave(x, dst, dst + n / 2, n / 2);
+  } else {
+    for (int64_t r = 0; r < sw; ++r)
+      for (int64_t j = 0; j < n / sw; ++j) dst[r * (n / sw) + j] = x[j * sw + r];
   }
 }
 
-// The phase layout of a plane (see above): rows of wq elements, row (y * sw + r) holding phase r
-// of input row y.
-struct Phases {
-  int64_t wq = 0;
-  const float* data = nullptr;
-};
-
-Phases split_plane(const Windows& w, const float* x) {
-  const int64_t sw = w.stride[2], before = w.pad_begin[2];
-  // The padded row must reach the last tap of the last window.
-  const int64_t reach = (w.out[2] - 1) * sw + (w.kernel[2] - 1) * w.dilation[2] + 1;
-  const int64_t wq = (std::max(reach, before + w.in[2]) + sw - 1) / sw, padded = wq * sw;
-  static thread_local std::vector<float> buffer;  // keeps its largest size: no steady-state allocation
-  buffer.resize(static_cast<size_t>(std::max<int64_t>(padded * (w.in[1] + 1), 0)));
-  float* out = buffer.data();
-  float* row = out + padded * w.in[1];  // (padded) staging row, for sw > 1
-  for (int64_t y = 0; y < w.in[1]; ++y) {
-    float* dst = out + y * padded;
+// Row by row through a padded staging row (before + w + after = wq * sw, padding -inf: any value
+// would do, border columns are recomputed from the plane).
+TRAINRT_SIMD_CLONES void split_padded(const float* x, int64_t height, int64_t w, int64_t before, int64_t wq,
+                                      int64_t sw, float* __restrict staging, float* __restrict dst) {
+  const int64_t padded = wq * sw;
+  for (int64_t i = 0; i < padded; ++i) staging[i] = -std::numeric_limits<float>::infinity();
+  for (int64_t y = 0; y < height; ++y) {
+    const float* src = x + y * w;
+    for (int64_t i = 0; i < w; ++i) staging[before + i] = src[i];
+    float* out = dst + y * wq;  // phase r at out + r * height * wq
     if (sw == 1) {
-      pad_row(x + y * w.in[2], w.in[2], before, padded - before - w.in[2], dst);
-      continue;
-    }
-    pad_row(x + y * w.in[2], w.in[2], before, padded - before - w.in[2], row);
-    if (sw == 2) {
-      deinterleave(row, dst, dst + wq, wq);
+      for (int64_t j = 0; j < wq; ++j) out[j] = staging[j];
+    } else if (sw == 2) {
+      deinterleave(staging, out, out + height * wq, wq);
     } else {
       for (int64_t r = 0; r < sw; ++r)
-        for (int64_t j = 0; j < wq; ++j) dst[r * wq + j] = row[j * sw + r];
+        for (int64_t j = 0; j < wq; ++j) out[r * height * wq + j] = staging[j * sw + r];
     }
   }
-  return {wq, out};
+}
+
+Phases split_plane(const Windows& w, const float* x) {
+  const int64_t sw = w.stride[2], before = w.pad_begin[2], height = w.in[1], width = w.in[2];
+  // The padded row must reach the last tap of the last window.
+  const int64_t reach = (w.out[2] - 1) * sw + (w.kernel[2] - 1) * w.dilation[2] + 1;
+  const int64_t wq = (std::max(reach, before + width) + sw - 1) / sw;
+  if (before == 0 && wq * sw == width && sw == 1) return {wq, height, x};
+  static thread_local std::vector<float> buffer;  // keeps its largest size: no steady-state allocation
+  buffer.resize(static_cast<size_t>(wq * sw * (height + 1)));
+  float* out = buffer.data();
+  if (before == 0 && wq * sw == width) split_whole(x, height * width, sw, out);
+  else split_padded(x, height, width, before, wq, sw, out + wq * sw * height, out);
+  return {wq, height, out};
+}
+
+// One output row: for n = out_w windows, best = the first largest tap (beats()), at = its plane
+// offset (when not null). All taps of the in-bounds kernel rows, from the phases; the caller then
+// redoes the border columns.
+TRAINRT_SIMD_CLONES void max_row(const Windows& w, const Phases& ph, int64_t oy, float* __restrict best,
+                                 int32_t* __restrict at) {
+  const int64_t n = w.out[2], sw = w.stride[2], dw = w.dilation[2];
+  const TapRange rows = w.taps_of[1][oy];
+  const auto s = static_cast<int32_t>(sw);
+  for (int64_t ky = rows.lo; ky < rows.hi; ++ky) {
+    const int64_t in_y = w.start_of[1][oy] + ky * w.dilation[1];
+    for (int64_t kx = 0; kx < w.kernel[2]; ++kx) {
+      const float* src = ph.row(in_y, kx * dw % sw) + kx * dw / sw;
+      const auto base = static_cast<int32_t>(in_y * w.in[2] + kx * dw - w.pad_begin[2]);
+      if (ky == rows.lo && kx == 0) {
+        for (int64_t i = 0; i < n; ++i) best[i] = src[i];
+        if (at)
+          for (int64_t i = 0; i < n; ++i) at[i] = base + static_cast<int32_t>(i) * s;
+      } else if (at) {
+        for (int64_t i = 0; i < n; ++i) {
+          const float v = src[i], b = best[i];
+          const bool take = beats(v, b);
+          best[i] = take ? v : b;
+          at[i] = take ? base + static_cast<int32_t>(i) * s : at[i];
+        }
+      } else {
+        for (int64_t i = 0; i < n; ++i) {
+          const float v = src[i], b = best[i];
+          best[i] = beats(v, b) ? v : b;
+        }
+      }
+    }
+  }
 }
 
 // [lo, hi): the output columns whose taps along W all lie in the input (contiguous: window
@@ -115,7 +136,7 @@ bool max_pool_rows_apply(const Windows& w) {
 }
 
 void max_pool_plane_rows(const Windows& w, const float* x, float* y, int32_t* argmax) {
-  const int64_t width = w.in[2], out_w = w.out[2], kw = w.kernel[2], sw = w.stride[2], dw = w.dilation[2];
+  const int64_t width = w.in[2], out_w = w.out[2], dw = w.dilation[2];
   const TapRange inner = interior_columns(w);
   const Phases phases = split_plane(w, x);
   for (int64_t oy = 0; oy < w.out[1]; ++oy) {
@@ -123,23 +144,11 @@ void max_pool_plane_rows(const Windows& w, const float* x, float* y, int32_t* ar
     int32_t* at = argmax ? argmax + oy * out_w : nullptr;
     const TapRange rows = w.taps_of[1][oy];
     const int64_t sy = w.start_of[1][oy];
-    // All columns, one vectorized pass per tap; the border ones are redone below.
-    if (inner.lo < inner.hi && rows.lo < rows.hi) {
-      for (int64_t ky = rows.lo; ky < rows.hi; ++ky) {
-        const int64_t in_y = sy + ky * w.dilation[1];
-        for (int64_t kx = 0; kx < kw; ++kx) {
-          const float* src = phases.data + (in_y * sw + kx * dw % sw) * phases.wq + kx * dw / sw;
-          const auto base = static_cast<int32_t>(in_y * width + kx * dw - w.pad_begin[2]);
-          const auto s = static_cast<int32_t>(sw);
-          if (ky == rows.lo && kx == 0) first_tap(src, base, s, best, at, out_w);
-          else if (at) fold_argmax(src, base, s, best, at, out_w);
-          else fold_max(src, best, out_w);
-        }
-      }
-    }
+    const bool vectorized = inner.lo < inner.hi && rows.lo < rows.hi;
+    if (vectorized) max_row(w, phases, oy, best, at);
     // Border columns (and every column of a row wholly in padding): tap by tap from the plane.
     for (int64_t ox = 0; ox < out_w; ++ox) {
-      if (ox == inner.lo && rows.lo < rows.hi) ox = inner.hi;
+      if (ox == inner.lo && vectorized) ox = inner.hi;
       if (ox >= out_w) break;
       const TapRange cols = w.taps_of[2][ox];
       int32_t best_at = -1;
