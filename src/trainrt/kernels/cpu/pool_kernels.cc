@@ -1,22 +1,23 @@
 // CPU kernels of MaxPool, AveragePool, GlobalMaxPool, GlobalAveragePool (ONNX opset 22) and of
 // their gradient ops MaxPoolGrad and AveragePoolGrad (TrainRT domain).
 //
-// The windows come from ops/pool_windows.h; 1-D and 2-D pools are run as 3-D ones with leading
-// spatial dims of extent 1. Work is split over the N * C planes; each plane is walked window by
-// window, each window over its in-bounds taps only (their range per dim computed up front, no
-// per-tap bounds test), except f32 max pooling of 1 or 2 spatial dims, vectorized along the output
-// rows (max_pool_rows.h; same values and argmax). Per window:
+// The windows come from ops/pool_geometry.h, walked as pool_windows.h says: 1-D and 2-D pools
+// are run as 3-D ones with leading spatial dims of extent 1. Work is split over the N * C planes;
+// each plane is walked window by window, each window over its in-bounds taps only (their range per
+// dim computed up front, no per-tap bounds test), except f32 max pooling of 1 or 2 spatial dims,
+// vectorized along the output rows (max_pool_rows.h; same values and argmax). Per window:
 //   MaxPool      y = the largest tap; its index is the first largest in row-major order, a NaN
-//                counting as larger than anything (the first NaN of a window wins; PyTorch
-//                max_pool2d also prefers NaN), so MaxPoolGrad routes dY where torch does.
+//                counting as larger than anything (PyTorch max_pool2d), so MaxPoolGrad routes
+//                dY where torch does; only a window with several NaNs differs (ours: the first,
+//                torch's CPU kernel: the last).
 //                Indices: (n * C + c) * plane + the tap's offset within the plane, row major
 //                (storage_order 0) or column major (1) as ONNX defines it.
 //   AveragePool  y = sum of the in-bounds taps / count: count_include_pad=0 counts those taps,
 //                1 also the taps on explicit or automatic padding (not those past it, which
 //                ceil_mode can add: PyTorch avg_pool2d's divisor)
 //   MaxPoolGrad(dY, X)          dX[argmax of window] += dY[window]  (argmax found again in X:
-//                               X is saved for the forward's ReLU anyway, and int64 indices
-//                               would be half of X's bytes again for a 2x2 pool)
+//                               conv-BN-ReLU-MaxPool saves X anyway for ReluGrad(dY, Y), and
+//                               saved int64 indices would add half of X's bytes for a 2x2 pool)
 //   AveragePoolGrad(dY, shape)  dX[tap] += dY[window] / count for every in-bounds tap
 // The global pools reduce each contiguous plane with the vectorized row reductions.
 // MaxPool: f32, f64, bf16, i8, u8; the others f32, f64, bf16 (bf16 computes in f32 per plane).

@@ -99,7 +99,7 @@ struct Windows {
 
 // Whether tap value v replaces the running maximum `best` of a window: larger, or a NaN over a
 // non-NaN (a NaN counts as larger than anything, as in PyTorch max_pool2d; of several NaNs the
-// first wins). Ties keep the earlier tap.
+// first wins, where torch's CPU kernel takes the last). Ties keep the earlier tap.
 template <typename T>
 inline bool beats(T v, T best) {
   if constexpr (std::is_floating_point_v<T>) return v > best || (v != v && best == best);
