@@ -37,7 +37,7 @@ Shape pooled_shape(InferenceContext& ctx, const Shape& x) {
 }
 
 void infer_max_pool(InferenceContext& ctx) {
-  ctx.expect_dtype(0, {DType::kF32, DType::kF64, DType::kI8, DType::kU8});
+  ctx.expect_dtype(0, {DType::kF32, DType::kF64, DType::kBF16, DType::kI8, DType::kU8});
   if (ctx.node().attr_int("storage_order", 0) != 0 && ctx.node().attr_int("storage_order", 0) != 1)
     ctx.fail("storage_order must be 0 (row major) or 1 (column major)");
   const Shape y = pooled_shape(ctx, ctx.input_shape(0));
@@ -46,7 +46,7 @@ void infer_max_pool(InferenceContext& ctx) {
 }
 
 void infer_average_pool(InferenceContext& ctx) {
-  ctx.expect_dtype(0, {DType::kF32, DType::kF64});
+  ctx.expect_dtype(0, {DType::kF32, DType::kF64, DType::kBF16});
   ctx.set_output(0, ctx.input_dtype(0), pooled_shape(ctx, ctx.input_shape(0)));
 }
 
@@ -64,7 +64,7 @@ void expect_pooled(InferenceContext& ctx, const Shape& x) {
 }
 
 void infer_max_pool_grad(InferenceContext& ctx) {
-  ctx.expect_dtype(0, {DType::kF32, DType::kF64});
+  ctx.expect_dtype(0, {DType::kF32, DType::kF64, DType::kBF16});
   if (ctx.input_dtype(1) != ctx.input_dtype(0))
     ctx.fail(fmt("input 1 (X) has dtype ", dtype_name(ctx.input_dtype(1)), ", expected ",
                  dtype_name(ctx.input_dtype(0)), " like input 0"));
@@ -73,7 +73,7 @@ void infer_max_pool_grad(InferenceContext& ctx) {
 }
 
 void infer_average_pool_grad(InferenceContext& ctx) {
-  ctx.expect_dtype(0, {DType::kF32, DType::kF64});
+  ctx.expect_dtype(0, {DType::kF32, DType::kF64, DType::kBF16});
   ctx.expect_dtype(1, {DType::kI64});
   Shape x = Shape::unknown_rank();
   if (const Tensor* dims = ctx.input_value(1)) {

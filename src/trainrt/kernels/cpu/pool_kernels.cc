@@ -1,21 +1,26 @@
 // CPU kernels of MaxPool, AveragePool, GlobalMaxPool, GlobalAveragePool (ONNX opset 22) and of
 // their gradient ops MaxPoolGrad and AveragePoolGrad (TrainRT domain).
 //
-// The windows come from ops/pool_geometry.h; 1-D and 2-D pools are run as 3-D ones with leading
-// spatial dims of extent 1. Work is split over the N * C planes; each plane is walked window by
-// window, each window over its in-bounds taps only (their range per dim computed up front, no
-// per-tap bounds test). Per window:
+// The windows come from ops/pool_geometry.h, walked as pool_windows.h says: 1-D and 2-D pools
+// are run as 3-D ones with leading spatial dims of extent 1. Work is split over the N * C planes;
+// each plane is walked window by window, each window over its in-bounds taps only (their range per
+// dim computed up front, no per-tap bounds test), except f32 max pooling of 1 or 2 spatial dims,
+// vectorized along the output rows (max_pool_rows.h; same values and argmax). Per window:
 //   MaxPool      y = the largest tap; its index is the first largest in row-major order, a NaN
-//                counting as larger than anything (PyTorch max_pool2d, so MaxPoolGrad routes
-//                dY where torch does). Indices: (n * C + c) * plane + the tap's offset within
-//                the plane, row major (storage_order 0) or column major (1) as ONNX defines it.
+//                counting as larger than anything (PyTorch max_pool2d), so MaxPoolGrad routes
+//                dY where torch does; only a window with several NaNs differs (ours: the first,
+//                torch's CPU kernel: the last).
+//                Indices: (n * C + c) * plane + the tap's offset within the plane, row major
+//                (storage_order 0) or column major (1) as ONNX defines it.
 //   AveragePool  y = sum of the in-bounds taps / count: count_include_pad=0 counts those taps,
 //                1 also the taps on explicit or automatic padding (not those past it, which
 //                ceil_mode can add: PyTorch avg_pool2d's divisor)
-//   MaxPoolGrad(dY, X)          dX[argmax of window] += dY[window]  (argmax found again in X)
+//   MaxPoolGrad(dY, X)          dX[argmax of window] += dY[window]  (argmax found again in X:
+//                               conv-BN-ReLU-MaxPool saves X anyway for ReluGrad(dY, Y), and
+//                               saved int64 indices would add half of X's bytes for a 2x2 pool)
 //   AveragePoolGrad(dY, shape)  dX[tap] += dY[window] / count for every in-bounds tap
 // The global pools reduce each contiguous plane with the vectorized row reductions.
-// MaxPool: f32, f64, i8, u8; the others f32, f64.
+// MaxPool: f32, f64, bf16, i8, u8; the others f32, f64, bf16 (bf16 computes in f32 per plane).
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -25,6 +30,8 @@
 #include "trainrt/core/error.h"
 #include "trainrt/core/shape.h"
 #include "trainrt/kernels/cpu/cpu_kernels.h"
+#include "trainrt/kernels/cpu/max_pool_rows.h"
+#include "trainrt/kernels/cpu/pool_windows.h"
 #include "trainrt/kernels/cpu/reduce_math.h"
 #include "trainrt/kernels/cpu/reduce_util.h"
 #include "trainrt/kernels/kernel.h"
@@ -32,81 +39,6 @@
 
 namespace trainrt {
 namespace {
-
-// [lo, hi): the taps j of a window starting at `start` with 0 <= start + j * dilation < extent.
-struct TapRange {
-  int64_t lo = 0, hi = 0;
-};
-TapRange taps(int64_t start, int64_t kernel, int64_t dilation, int64_t extent) {
-  TapRange r;
-  r.lo = start >= 0 ? 0 : (-start + dilation - 1) / dilation;
-  r.hi = extent <= start ? 0 : std::min(kernel, (extent - start + dilation - 1) / dilation);
-  r.hi = std::max(r.hi, r.lo);
-  return r;
-}
-
-// A PoolGeometry as exactly three spatial dims (leading ones of extent 1).
-struct Windows {
-  int64_t planes = 0;
-  std::array<int64_t, 3> in{1, 1, 1}, out{1, 1, 1}, kernel{1, 1, 1}, stride{1, 1, 1}, dilation{1, 1, 1},
-      pad_begin{0, 0, 0}, pad_end{0, 0, 0};
-  // Per dim and output index: the window's first input position and its in-bounds taps, computed
-  // once per call (taps() divides; per window and plane it cost more than the pooling itself).
-  std::array<std::vector<int64_t>, 3> start_of;
-  std::array<std::vector<TapRange>, 3> taps_of;
-  int64_t in_plane() const { return in[0] * in[1] * in[2]; }
-  int64_t out_plane() const { return out[0] * out[1] * out[2]; }
-
-  // g has 1 to 3 spatial dims (windows_of makes sure).
-  explicit Windows(const PoolGeometry& g) : planes(g.planes) {
-    const size_t off = 3 - g.in.size();
-    for (size_t i = 0; i < g.in.size(); ++i) {
-      in[off + i] = g.in[i], out[off + i] = g.out[i], kernel[off + i] = g.kernel[i];
-      stride[off + i] = g.stride[i], dilation[off + i] = g.dilation[i];
-      pad_begin[off + i] = g.pad_begin[i], pad_end[off + i] = g.pad_end[i];
-    }
-    for (int d = 0; d < 3; ++d)
-      for (int64_t o = 0; o < out[d]; ++o) {
-        start_of[d].push_back(o * stride[d] - pad_begin[d]);
-        taps_of[d].push_back(taps(start_of[d].back(), kernel[d], dilation[d], in[d]));
-      }
-  }
-
-  // Calls f(out_offset, range per dim, start per dim) for every output position of a plane.
-  template <typename F>
-  void for_each_window(F&& f) const {
-    int64_t o = 0;
-    for (int64_t a = 0; a < out[0]; ++a)
-      for (int64_t b = 0; b < out[1]; ++b)
-        for (int64_t c = 0; c < out[2]; ++c, ++o)
-          f(o, std::array<TapRange, 3>{taps_of[0][a], taps_of[1][b], taps_of[2][c]},
-            std::array<int64_t, 3>{start_of[0][a], start_of[1][b], start_of[2][c]});
-  }
-
-  // The window's divisor for AveragePool.
-  int64_t count(const std::array<TapRange, 3>& r, const std::array<int64_t, 3>& start, bool include_pad) const {
-    int64_t n = 1;
-    for (int i = 0; i < 3; ++i) {
-      const TapRange t = include_pad ? taps(start[i] + pad_begin[i], kernel[i], dilation[i],
-                                            in[i] + pad_begin[i] + pad_end[i])
-                                     : r[i];
-      n *= t.hi - t.lo;
-    }
-    return n;
-  }
-
-  // Calls f(offset within the plane) for every in-bounds tap, in row-major order.
-  template <typename F>
-  void for_each_tap(const std::array<TapRange, 3>& r, const std::array<int64_t, 3>& start, F&& f) const {
-    for (int64_t i = r[0].lo; i < r[0].hi; ++i) {
-      const int64_t p0 = (start[0] + i * dilation[0]) * in[1];
-      for (int64_t j = r[1].lo; j < r[1].hi; ++j) {
-        const int64_t p1 = (p0 + start[1] + j * dilation[1]) * in[2] + start[2];
-        for (int64_t k = r[2].lo; k < r[2].hi; ++k) f(p1 + k * dilation[2]);
-      }
-    }
-  }
-};
 
 struct PoolSpec {
   std::string node;
@@ -144,67 +76,101 @@ Pooling pooling_of(const PoolSpec& s, const std::vector<int64_t>& x_dims) {
   return {Windows(g), std::move(y_dims)};
 }
 
-template <typename T>
-bool is_nan(T v) {
-  if constexpr (std::is_floating_point_v<T>) return std::isnan(v);
-  else return false;
-}
-
-// The first largest tap of a window (NaN wins), as an offset in the plane; -1 when the window
-// lies wholly in padding.
-template <typename T>
-int64_t argmax(const Windows& w, const T* plane, const std::array<TapRange, 3>& r,
-               const std::array<int64_t, 3>& start) {
-  int64_t best = -1;
-  T best_value = std::numeric_limits<T>::lowest();
-  w.for_each_tap(r, start, [&](int64_t p) {
-    const T v = plane[p];
-    if (best < 0 || v > best_value || (is_nan(v) && !is_nan(best_value))) {
-      best = p;
-      best_value = v;
-    }
-  });
-  return best;
-}
-
 // Converts a row-major offset within the plane to the column-major one.
 int64_t column_major_offset(const Windows& w, int64_t p) {
   const int64_t c = p % w.in[2], b = p / w.in[2] % w.in[1], a = p / (w.in[2] * w.in[1]);
   return c * w.in[1] * w.in[0] + b * w.in[0] + a;
 }
 
+// ---- Planes ----
+// Each kernel runs plane by plane in its compute type: f32 and f64 (and MaxPool's i8, u8) in
+// their own, bf16 in f32 on a widened copy of the plane (exact: pooling only compares, adds and
+// divides; outputs are rounded once).
+
+template <typename T>
+using pool_t = std::conditional_t<std::is_same_v<T, BFloat16>, float, T>;
+
+// The n elements at src as pool_t<T>: src itself, or for bf16 a widened copy in scratch `slot`.
+template <typename T>
+const pool_t<T>* plane_in(const T* src, int64_t n, int slot) {
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    float* buf = scratch<float>(slot, n);
+    widen(src, buf, n);
+    return buf;
+  } else {
+    return src;
+  }
+}
+// Where to compute n elements of dst; plane_commit then moves them into place.
+template <typename T>
+pool_t<T>* plane_out(T* dst, int64_t n, int slot) {
+  if constexpr (std::is_same_v<T, BFloat16>) return scratch<float>(slot, n);
+  else return dst;
+}
+template <typename T>
+void plane_commit(const pool_t<T>* src, T* dst, int64_t n) {
+  if constexpr (std::is_same_v<T, BFloat16>) narrow(src, dst, n);
+}
+
+// The window maxima of plane x into y (out_plane) and, with kArgmax, each window's first largest
+// tap to each(o, offset in the plane; -1 for a window wholly in padding). f32 planes of 1 or 2
+// spatial dims take the vectorized rows (max_pool_rows.h); the rest walk window by window.
+template <bool kArgmax, typename C, typename F>
+void max_plane(const Windows& w, const C* x, C* y, F&& each) {
+  if constexpr (std::is_same_v<C, float>) {
+    if (max_pool_rows_apply(w)) {
+      int32_t* at = kArgmax ? scratch<int32_t>(0, w.out_plane()) : nullptr;
+      max_pool_plane_rows(w, x, y, at);
+      if constexpr (kArgmax)
+        for (int64_t o = 0; o < w.out_plane(); ++o) each(o, at[o]);
+      return;
+    }
+  }
+  w.for_each_window([&](int64_t o, const std::array<TapRange, 3>& r, const std::array<int64_t, 3>& start) {
+    const int64_t best = argmax(w, x, r, start);
+    y[o] = best < 0 ? std::numeric_limits<C>::lowest() : x[best];
+    if constexpr (kArgmax) each(o, best);
+  });
+}
+
+// ---- Kernels ----
+
 template <typename T>
 void max_pool(const PoolSpec& s, KernelContext& ctx) {
+  using C = pool_t<T>;
   const Tensor& x = ctx.in(0);
   const Windows w = pooling_of(s, x.dims()).windows;
   const T* xd = x.data<T>();
   T* yd = ctx.out(0).data<T>();
   int64_t* indices = ctx.has_out(1) ? ctx.out(1).data<int64_t>() : nullptr;
   const int64_t in_plane = w.in_plane(), out_plane = w.out_plane();
-  if (s.attrs.global && !indices && std::is_floating_point_v<T>) {
-    ctx.threads().parallel_for(w.planes, rows_per_task(in_plane), [&](int64_t begin, int64_t end) {
-      for (int64_t p = begin; p < end; ++p) {
-        if constexpr (std::is_floating_point_v<T>) yd[p] = row_max(xd + p * in_plane, in_plane);
-      }
-    });
-    return;
-  }
   ctx.threads().parallel_for(w.planes, rows_per_task(in_plane), [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
-      const T* plane = xd + p * in_plane;
-      w.for_each_window([&](int64_t o, const std::array<TapRange, 3>& r, const std::array<int64_t, 3>& start) {
-        const int64_t best = argmax(w, plane, r, start);
-        yd[p * out_plane + o] = best < 0 ? std::numeric_limits<T>::lowest() : plane[best];
-        if (indices)
+      const C* plane = plane_in(xd + p * in_plane, in_plane, 0);
+      C* y = plane_out(yd + p * out_plane, out_plane, 1);
+      if constexpr (std::is_floating_point_v<C>) {
+        if (s.attrs.global && !indices) {
+          y[0] = row_max(plane, in_plane);
+          plane_commit(y, yd + p * out_plane, out_plane);
+          continue;
+        }
+      }
+      if (indices) {
+        max_plane<true>(w, plane, y, [&](int64_t o, int64_t best) {
           indices[p * out_plane + o] =
               best < 0 ? -1 : p * in_plane + (s.column_major ? column_major_offset(w, best) : best);
-      });
+        });
+      } else {
+        max_plane<false>(w, plane, y, [](int64_t, int64_t) {});
+      }
+      plane_commit(y, yd + p * out_plane, out_plane);
     }
   });
 }
 
 template <typename T>
 void average_pool(const PoolSpec& s, KernelContext& ctx) {
+  using C = pool_t<T>;
   const Tensor& x = ctx.in(0);
   const Windows w = pooling_of(s, x.dims()).windows;
   const T* xd = x.data<T>();
@@ -212,17 +178,19 @@ void average_pool(const PoolSpec& s, KernelContext& ctx) {
   const int64_t in_plane = w.in_plane(), out_plane = w.out_plane();
   ctx.threads().parallel_for(w.planes, rows_per_task(in_plane), [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
-      const T* plane = xd + p * in_plane;
+      const C* plane = plane_in(xd + p * in_plane, in_plane, 0);
+      C* y = plane_out(yd + p * out_plane, out_plane, 1);
       if (s.attrs.global) {
-        yd[p] = row_sum(plane, in_plane) / static_cast<T>(in_plane);
-        continue;
+        y[0] = row_sum(plane, in_plane) / static_cast<C>(in_plane);
+      } else {
+        w.for_each_window([&](int64_t o, const std::array<TapRange, 3>& r, const std::array<int64_t, 3>& start) {
+          C sum = 0;
+          w.for_each_tap(r, start, [&](int64_t t) { sum += plane[t]; });
+          const int64_t n = w.count(r, start, s.count_include_pad);
+          y[o] = n == 0 ? C(0) : sum / static_cast<C>(n);
+        });
       }
-      w.for_each_window([&](int64_t o, const std::array<TapRange, 3>& r, const std::array<int64_t, 3>& start) {
-        T sum = 0;
-        w.for_each_tap(r, start, [&](int64_t t) { sum += plane[t]; });
-        const int64_t n = w.count(r, start, s.count_include_pad);
-        yd[p * out_plane + o] = n == 0 ? T(0) : sum / static_cast<T>(n);
-      });
+      plane_commit(y, yd + p * out_plane, out_plane);
     }
   });
 }
@@ -238,6 +206,7 @@ Windows grad_windows(const PoolSpec& s, const Tensor& dy, const std::vector<int6
 
 template <typename T>
 void max_pool_grad(const PoolSpec& s, KernelContext& ctx) {
+  using C = pool_t<T>;
   const Tensor& dy = ctx.in(0);
   const Tensor& x = ctx.in(1);
   const Windows w = grad_windows(s, dy, x.dims());
@@ -247,19 +216,22 @@ void max_pool_grad(const PoolSpec& s, KernelContext& ctx) {
   const int64_t in_plane = w.in_plane(), out_plane = w.out_plane();
   ctx.threads().parallel_for(w.planes, rows_per_task(in_plane), [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
-      const T* plane = xd + p * in_plane;
-      T* dplane = dxd + p * in_plane;
-      std::fill(dplane, dplane + in_plane, T(0));
-      w.for_each_window([&](int64_t o, const std::array<TapRange, 3>& r, const std::array<int64_t, 3>& start) {
-        const int64_t best = argmax(w, plane, r, start);
-        if (best >= 0) dplane[best] += dyd[p * out_plane + o];
+      const C* plane = plane_in(xd + p * in_plane, in_plane, 0);
+      const C* dyp = plane_in(dyd + p * out_plane, out_plane, 1);
+      C* dx = plane_out(dxd + p * in_plane, in_plane, 2);
+      C* y = scratch<C>(3, out_plane);  // the maxima, unused
+      std::fill(dx, dx + in_plane, C(0));
+      max_plane<true>(w, plane, y, [&](int64_t o, int64_t best) {
+        if (best >= 0) dx[best] += dyp[o];
       });
+      plane_commit(dx, dxd + p * in_plane, in_plane);
     }
   });
 }
 
 template <typename T>
 void average_pool_grad(const PoolSpec& s, KernelContext& ctx) {
+  using C = pool_t<T>;
   const Tensor& dy = ctx.in(0);
   const std::vector<int64_t> x_dims = ctx.in(1).to_i64_vector();
   const Windows w = grad_windows(s, dy, x_dims);
@@ -268,18 +240,20 @@ void average_pool_grad(const PoolSpec& s, KernelContext& ctx) {
   const int64_t in_plane = w.in_plane(), out_plane = w.out_plane();
   ctx.threads().parallel_for(w.planes, rows_per_task(in_plane), [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
-      T* dplane = dxd + p * in_plane;
+      const C* dyp = plane_in(dyd + p * out_plane, out_plane, 1);
+      C* dx = plane_out(dxd + p * in_plane, in_plane, 2);
       if (s.attrs.global) {
-        std::fill(dplane, dplane + in_plane, dyd[p] / static_cast<T>(in_plane));
-        continue;
+        std::fill(dx, dx + in_plane, dyp[0] / static_cast<C>(in_plane));
+      } else {
+        std::fill(dx, dx + in_plane, C(0));
+        w.for_each_window([&](int64_t o, const std::array<TapRange, 3>& r, const std::array<int64_t, 3>& start) {
+          const int64_t n = w.count(r, start, s.count_include_pad);
+          if (n == 0) return;
+          const C g = dyp[o] / static_cast<C>(n);
+          w.for_each_tap(r, start, [&](int64_t t) { dx[t] += g; });
+        });
       }
-      std::fill(dplane, dplane + in_plane, T(0));
-      w.for_each_window([&](int64_t o, const std::array<TapRange, 3>& r, const std::array<int64_t, 3>& start) {
-        const int64_t n = w.count(r, start, s.count_include_pad);
-        if (n == 0) return;
-        const T g = dyd[p * out_plane + o] / static_cast<T>(n);
-        w.for_each_tap(r, start, [&](int64_t t) { dplane[t] += g; });
-      });
+      plane_commit(dx, dxd + p * in_plane, in_plane);
     }
   });
 }
@@ -307,17 +281,21 @@ void register_pool_kernels(KernelTable& t) {
   for (const char* op : {"MaxPool", "GlobalMaxPool"}) {
     t.add("", op, DType::kF32, make_max_pool<float>);
     t.add("", op, DType::kF64, make_max_pool<double>);
+    t.add("", op, DType::kBF16, make_max_pool<BFloat16>);
     t.add("", op, DType::kI8, make_max_pool<int8_t>);
     t.add("", op, DType::kU8, make_max_pool<uint8_t>);
   }
   for (const char* op : {"AveragePool", "GlobalAveragePool"}) {
     t.add("", op, DType::kF32, make_average_pool<float>);
     t.add("", op, DType::kF64, make_average_pool<double>);
+    t.add("", op, DType::kBF16, make_average_pool<BFloat16>);
   }
   t.add(kTrainrtDomain, "MaxPoolGrad", DType::kF32, make_max_pool_grad<float>);
   t.add(kTrainrtDomain, "MaxPoolGrad", DType::kF64, make_max_pool_grad<double>);
+  t.add(kTrainrtDomain, "MaxPoolGrad", DType::kBF16, make_max_pool_grad<BFloat16>);
   t.add(kTrainrtDomain, "AveragePoolGrad", DType::kF32, make_average_pool_grad<float>);
   t.add(kTrainrtDomain, "AveragePoolGrad", DType::kF64, make_average_pool_grad<double>);
+  t.add(kTrainrtDomain, "AveragePoolGrad", DType::kBF16, make_average_pool_grad<BFloat16>);
 }
 
 }  // namespace trainrt

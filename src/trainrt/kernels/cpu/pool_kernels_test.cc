@@ -4,6 +4,7 @@
 #include <limits>
 #include <string>
 
+#include "trainrt/core/dtype_convert.h"
 #include "trainrt/core/error.h"
 #include "trainrt/core/testing.h"
 #include "trainrt/kernels/cpu/cpu_kernels.h"
@@ -12,6 +13,7 @@
 namespace trainrt {
 namespace {
 
+using testing::expect_close;
 using testing::expect_values;
 using testing::make_tensor;
 using testing::random_tensor;
@@ -118,6 +120,11 @@ std::vector<Case> cases() {
       {{1, 2, 7, 8}, {3, 3}, {3, 3}, {1, 1}, {1, 1, 1, 1}, true, true},     // last window on pad
       {{1, 2, 9, 9}, {2, 3}, {1, 2}, {2, 2}, {0, 1, 2, 1}, false, true},    // dilation, include pad
       {{2, 2, 5, 6, 4}, {2, 3, 2}, {2, 2, 1}, {1, 1, 2}, {1, 0, 0, 0, 1, 1}, true},  // 3-D
+      // Rows of 17 windows and more (max_pool_rows.h's vector passes, with a remainder):
+      {{2, 3, 11, 37}, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}},               // stem: k 3, s 2, pad 1
+      {{1, 2, 6, 34}, {2, 2}, {2, 2}, {1, 1}, {0, 0, 0, 0}},                // CNN stem: k 2, s 2
+      {{1, 2, 5, 19}, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, true},          // s 1, ceil
+      {{1, 2, 50}, {3}, {3}, {2}, {2, 1}, true},                            // 1-D, s 3, dilation
   };
 }
 
@@ -163,6 +170,67 @@ TEST(PoolKernels, TiesGoToTheFirstMaximum) {
   const Tensor dy = make_tensor<float>({1, 1, 1, 1}, {3});
   NodeSpec spec{.op = "MaxPoolGrad", .attrs = {{"kernel_shape", ints({2, 2})}}, .domain = std::string(kTrainrtDomain)};
   expect_values(run_node(spec, {dy, x}, cpu_kernel_table())[0], {3, 0, 0, 0}, 0, 0, "tie");
+}
+
+TEST(PoolKernels, NanWinsAndTheFirstNanTakesTheGradient) {
+  // Windows of 2 (k 2, s 2) over 20 values: (NaN, 5), (5, NaN), (NaN, NaN), then ties of 1.
+  std::vector<float> values(40, 1.f);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  values[0] = nan, values[1] = 5, values[2] = 5, values[3] = nan, values[4] = nan, values[5] = nan;
+  const Tensor x = make_tensor<float>({1, 1, 1, 40}, values);
+  const std::vector<Tensor> mp = run_node("MaxPool", {x}, {{"kernel_shape", ints({1, 2})}, {"strides", ints({1, 2})}}, 2);
+  std::vector<double> y(20, 1.0), indices;
+  y[0] = y[1] = y[2] = std::nan("");
+  for (int64_t o = 0; o < 20; ++o) indices.push_back(static_cast<double>(2 * o));
+  indices[1] = 3;
+  expect_values(mp[0], y, 0, 0, "NaN MaxPool");
+  expect_values(mp[1], indices, 0, 0, "NaN Indices");
+  NodeSpec spec{.op = "MaxPoolGrad",
+                .attrs = {{"kernel_shape", ints({1, 2})}, {"strides", ints({1, 2})}},
+                .domain = std::string(kTrainrtDomain)};
+  std::vector<double> dx(40, 0.0);
+  for (double i : indices) dx[static_cast<size_t>(i)] = 1;
+  expect_values(run_node(spec, {make_tensor<float>({1, 1, 1, 20}, std::vector<float>(20, 1.f)), x},
+                         cpu_kernel_table())[0],
+                dx, 0, 0, "NaN MaxPoolGrad");
+}
+
+Tensor to_bf16(const Tensor& f32) {
+  Tensor t = Tensor::zeros(DType::kBF16, f32.dims());
+  convert_from_f32(f32.data<float>(), t.data<BFloat16>(), f32.numel());
+  return t;
+}
+Tensor to_f32(const Tensor& bf16) {
+  Tensor t = Tensor::zeros(DType::kF32, bf16.dims());
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = static_cast<float>(bf16.to_double(i));
+  return t;
+}
+
+// bf16 pools compute in f32 on the exact bf16 values: the f32 kernels on those values, up to the one
+// rounding of each output to bf16 (2^-9 relative; maxima and their routing are exact).
+TEST(PoolKernels, BFloat16MatchesFloat32) {
+  for (const Case& c : cases()) {
+    const Tensor x = to_bf16(random_tensor(c.x, 8)), x32 = to_f32(x);
+    const std::string what = to_string(c.x) + " kernel " + to_string(c.kernel) + " bf16";
+    auto attrs = attrs_of(c);
+    attrs["count_include_pad"] = Attribute::of_int(c.include_pad);
+    const std::vector<Tensor> mp = run_node("MaxPool", {x}, attrs_of(c), 2);
+    ASSERT_EQ(mp[0].dtype(), DType::kBF16) << what;
+    const std::vector<Tensor> mp32 = run_node("MaxPool", {x32}, attrs_of(c), 2);
+    expect_close(to_f32(mp[0]), mp32[0], 0, 0);
+    expect_close(mp[1], mp32[1], 0, 0);
+    expect_close(to_f32(run_node("AveragePool", {x}, attrs)[0]), run_node("AveragePool", {x32}, attrs)[0], 1.0 / 256, 0);
+    const Tensor dy = to_bf16(random_tensor(mp[0].dims(), 9)), dy32 = to_f32(dy);
+    NodeSpec max_grad{.op = "MaxPoolGrad", .attrs = attrs_of(c), .domain = std::string(kTrainrtDomain)};
+    expect_close(to_f32(run_node(max_grad, {dy, x}, cpu_kernel_table())[0]),
+                 run_node(max_grad, {dy32, x32}, cpu_kernel_table())[0], 1.0 / 256, 0);
+    NodeSpec avg_grad{.op = "AveragePoolGrad", .attrs = attrs, .domain = std::string(kTrainrtDomain)};
+    expect_close(to_f32(run_node(avg_grad, {dy, Tensor::from_i64(c.x)}, cpu_kernel_table())[0]),
+                 run_node(avg_grad, {dy32, Tensor::from_i64(c.x)}, cpu_kernel_table())[0], 1.0 / 256, 0);
+  }
+  const Tensor g = to_bf16(random_tensor({2, 3, 5, 7}, 10)), g32 = to_f32(g);
+  expect_close(to_f32(run_node("GlobalMaxPool", {g})[0]), run_node("GlobalMaxPool", {g32})[0], 0, 0);
+  expect_close(to_f32(run_node("GlobalAveragePool", {g})[0]), run_node("GlobalAveragePool", {g32})[0], 1.0 / 256, 0);
 }
 
 TEST(PoolKernels, AutoPadAndColumnMajorIndices) {
