@@ -96,5 +96,20 @@ TEST(ThreadPool, CoversEveryIndexOnceAndRethrowsErrors) {
   EXPECT_GE(ThreadPool::default_num_threads(), 1);
 }
 
+// Back-to-back small loops with more workers than cores: workers are often descheduled on their way
+// out of one job while the next starts. Every index of every job must run exactly once, and run()
+// must return (a chunk of a new job taken by a straggler of the old one used to be lost).
+TEST(ThreadPool, BackToBackLoopsRunEachChunkOnce) {
+  ThreadPool pool(8);
+  std::vector<std::atomic<int>> hits(16);
+  for (int job = 0; job < 20000; ++job) {
+    const int64_t n = 2 + job % 15;
+    pool.parallel_for(n, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)]++;
+    });
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].exchange(0), 1) << "job " << job;
+  }
+}
+
 }  // namespace
 }  // namespace trainrt

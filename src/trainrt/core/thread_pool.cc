@@ -73,8 +73,13 @@ void ThreadPool::worker_loop(int) {
       wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
       if (stop_) return;
       seen = generation_;
+      ++active_workers_;  // under the lock: run() resets the job only when no worker is inside one
     }
     work_on_current_job();
+    if (active_workers_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_.notify_all();
+    }
   }
 }
 
@@ -90,7 +95,11 @@ void ThreadPool::run(int64_t n, int64_t grain, RangeFn fn) {
   // A few chunks per thread balances uneven chunks without much overhead.
   int64_t chunks = std::min<int64_t>(max_chunks, num_threads() * 4);
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    // A worker that finished its last chunk of the previous job may still be on its way out of
+    // work_on_current_job; resetting next_chunk_ under it could let it take (and count) a chunk of
+    // this job before chunks_done_ is reset, and run() would then wait forever.
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, [&] { return active_workers_.load(std::memory_order_acquire) == 0; });
     job_ = &fn;
     job_n_ = n;
     job_chunk_ = (n + chunks - 1) / chunks;

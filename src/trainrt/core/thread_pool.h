@@ -76,6 +76,7 @@ class ThreadPool {
   int64_t job_chunks_ = 0;
   std::atomic<int64_t> next_chunk_{0};
   std::atomic<int64_t> chunks_done_{0};
+  std::atomic<int> active_workers_{0};  // workers inside work_on_current_job
   std::exception_ptr error_;
   std::mutex run_mutex_;  // one parallel loop at a time from outside the pool
 };
