@@ -25,7 +25,7 @@ import torch
 
 import trainrt
 from trainrt import _C
-from trainrt.optim import AdamWMode, FusedAdam, FusedSGD
+from trainrt.optim import AdamWMode, FusedAdam, FusedLamb, FusedSGD
 
 # Scalar, empty, odd sizes, 2-d and 3-d shapes, and ~1M elements (as the C++ tests).
 SHAPES = [(), (0,), (1,), (7,), (3, 5), (2, 0, 3), (17, 33), (64, 16), (33, 65, 7), (1024, 1025)]
@@ -530,6 +530,15 @@ def test_unsupported_dtype_names_the_parameter(cls, dtype):
     dtype_name = str(dtype).replace(".", r"\.")
     assert_untouched_after(opt, [good, bad], TypeError,
                            rf"parameter 1 of param_groups\[0\] \({dtype_name}, shape \(2, 3\)\)")
+
+
+@pytest.mark.parametrize("cls", [FusedAdam, FusedSGD, FusedLamb])
+def test_bad_parameter_in_a_later_group_leaves_every_group_untouched(cls):
+    first = torch.nn.Parameter(torch.ones(4))
+    bad = torch.nn.Parameter(torch.ones(3, dtype=torch.float64))
+    first.grad, bad.grad = torch.ones(4), torch.ones(3, dtype=torch.float64)
+    opt = cls([{"params": [first]}, {"params": [bad]}], lr=0.1)
+    assert_untouched_after(opt, [first, bad], TypeError, rf"{cls.__name__} supports .* param_groups\[1\]")
 
 
 def test_sparse_gradient_is_refused():
