@@ -499,6 +499,23 @@ def test_one_engine_call_per_group_in_place(monkeypatch):
         assert before[id(p)] == pointers(p)
 
 
+def test_gradients_that_require_grad_step_like_torch():
+    """A gradient may itself require grad (backward(create_graph=True)); the engine reads it as it is."""
+    torch.manual_seed(0)
+    ours = [torch.nn.Parameter(torch.randn(3, 5)), torch.nn.Parameter(torch.randn(3))]
+    ref = [torch.nn.Parameter(p.detach().clone()) for p in ours]
+    fused = FusedAdam(ours, lr=1e-2, weight_decay=0.1)
+    adamw = torch.optim.AdamW(ref, lr=1e-2, weight_decay=0.1)
+    for step in range(3):
+        for a, b in zip(ours, ref):
+            g = torch.randn(a.shape)
+            a.grad, b.grad = g.clone().requires_grad_(), g
+        fused.step()
+        adamw.step()
+    for a, b in zip(ours, ref):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=0)
+
+
 def test_zero_grad_follows_set_grad_none():
     p = torch.nn.Parameter(torch.ones(3))
     p.grad = torch.ones(3)

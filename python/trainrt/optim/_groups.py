@@ -55,9 +55,12 @@ def params_with_grads(optimizer: str, group_index: int, group: dict) -> CheckedG
                 and g.is_cpu and p.is_contiguous()):
             _refuse(optimizer, group_index, i, p, g)
         names.append(f"param_groups[{group_index}][{i}]")
-        params.append(to_dlpack(p.detach()))
+        # to_dlpack takes a tensor that requires grad as it is: p.detach() would only add a tensor
+        # object of the same storage (~0.3 us, 90 us a step over GPT-2's 148 parameters and grads).
+        # The engine's in-place writes bypass autograd's version counter either way.
+        params.append(to_dlpack(p))
         # A gradient is only read: a rare non-contiguous one is copied rather than refused.
-        grads.append(to_dlpack(g.detach().contiguous()))
+        grads.append(to_dlpack(g.contiguous()))
         indices.append(i)
     return CheckedGroup(names, params, grads, indices)
 

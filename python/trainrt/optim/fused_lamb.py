@@ -60,7 +60,7 @@ class FusedLamb(FusedOptimizer):
         one engine pass, then Apex's g / (norm / max_grad_norm) when the norm exceeds max_grad_norm."""
         names = [n for _, checked in groups for n in checked.names]
         # The step's own capsules are consumed by the step: the norm pass gets capsules of its own.
-        grads = [to_dlpack(group["params"][i].grad.detach().contiguous())
+        grads = [to_dlpack(group["params"][i].grad.contiguous())
                  for group, checked in groups for i in checked.indices]
         norm, _ = _C.unscale_and_norm(names, grads, grad_scale)
         max_grad_norm = float(self.defaults["max_grad_norm"])
