@@ -25,7 +25,7 @@ import torch
 
 import trainrt
 from trainrt import _C
-from trainrt.optim import AdamWMode, FusedAdam, FusedSGD
+from trainrt.optim import AdamWMode, FusedAdam, FusedLamb, FusedSGD
 
 # Scalar, empty, odd sizes, 2-d and 3-d shapes, and ~1M elements (as the C++ tests).
 SHAPES = [(), (0,), (1,), (7,), (3, 5), (2, 0, 3), (17, 33), (64, 16), (33, 65, 7), (1024, 1025)]
@@ -499,6 +499,23 @@ def test_one_engine_call_per_group_in_place(monkeypatch):
         assert before[id(p)] == pointers(p)
 
 
+def test_gradients_that_require_grad_step_like_torch():
+    """A gradient may itself require grad (backward(create_graph=True)); the engine reads it as it is."""
+    torch.manual_seed(0)
+    ours = [torch.nn.Parameter(torch.randn(3, 5)), torch.nn.Parameter(torch.randn(3))]
+    ref = [torch.nn.Parameter(p.detach().clone()) for p in ours]
+    fused = FusedAdam(ours, lr=1e-2, weight_decay=0.1)
+    adamw = torch.optim.AdamW(ref, lr=1e-2, weight_decay=0.1)
+    for step in range(3):
+        for a, b in zip(ours, ref):
+            g = torch.randn(a.shape)
+            a.grad, b.grad = g.clone().requires_grad_(), g
+        fused.step()
+        adamw.step()
+    for a, b in zip(ours, ref):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=0)
+
+
 def test_zero_grad_follows_set_grad_none():
     p = torch.nn.Parameter(torch.ones(3))
     p.grad = torch.ones(3)
@@ -530,6 +547,15 @@ def test_unsupported_dtype_names_the_parameter(cls, dtype):
     dtype_name = str(dtype).replace(".", r"\.")
     assert_untouched_after(opt, [good, bad], TypeError,
                            rf"parameter 1 of param_groups\[0\] \({dtype_name}, shape \(2, 3\)\)")
+
+
+@pytest.mark.parametrize("cls", [FusedAdam, FusedSGD, FusedLamb])
+def test_bad_parameter_in_a_later_group_leaves_every_group_untouched(cls):
+    first = torch.nn.Parameter(torch.ones(4))
+    bad = torch.nn.Parameter(torch.ones(3, dtype=torch.float64))
+    first.grad, bad.grad = torch.ones(4), torch.ones(3, dtype=torch.float64)
+    opt = cls([{"params": [first]}, {"params": [bad]}], lr=0.1)
+    assert_untouched_after(opt, [first, bad], TypeError, rf"{cls.__name__} supports .* param_groups\[1\]")
 
 
 def test_sparse_gradient_is_refused():

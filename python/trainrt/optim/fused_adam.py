@@ -22,7 +22,7 @@ import enum
 import torch
 
 from trainrt import _C
-from trainrt.optim._groups import FusedOptimizer, adopt, params_with_grads, state_view, view
+from trainrt.optim._groups import CheckedGroup, FusedOptimizer, scalar_dtype, step_with_state
 
 
 class AdamWMode(enum.IntEnum):
@@ -38,11 +38,6 @@ _ENGINE_MODE = {
     AdamWMode.ADAMW_TRANSFORMERS: _C.WeightDecayMode.HUGGING_FACE,
     AdamWMode.ADAMW_TORCH: _C.WeightDecayMode.DECOUPLED,
 }
-
-
-def _scalar_dtype() -> torch.dtype:
-    """torch.optim's dtype for state["step"]: float32 unless the default dtype is float64."""
-    return torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
 
 
 class FusedAdam(FusedOptimizer):
@@ -77,7 +72,7 @@ class FusedAdam(FusedOptimizer):
             for p in group["params"]:
                 s = self.state.get(p)
                 if s and "step" in s and not torch.is_tensor(s["step"]):  # very old torch checkpoints
-                    s["step"] = torch.tensor(float(s["step"]), dtype=_scalar_dtype())
+                    s["step"] = torch.tensor(float(s["step"]), dtype=scalar_dtype())
 
     def add_param_group(self, param_group: dict) -> None:
         if "adam_w_mode" in param_group:
@@ -87,31 +82,23 @@ class FusedAdam(FusedOptimizer):
     def zero_grad(self, set_to_none: bool | None = None) -> None:
         super().zero_grad(self.set_grad_none if set_to_none is None else set_to_none)
 
-    def _step_group(self, group_index: int, group: dict, grad_scale: float = 1.0) -> None:
-        names, params, grads, indices = params_with_grads("FusedAdam", group_index, group)
-        if not params:
-            return
-        amsgrad = bool(group["amsgrad"])
-        states = [self.state[group["params"][i]] for i in indices]
-        for s in states:
-            if "step" not in s:
-                s["step"] = torch.tensor(0.0, dtype=_scalar_dtype())
+    def _step_group(self, group: dict, checked: CheckedGroup, grad_scale: float) -> None:
         options = _C.AdamOptions()
         options.lr = float(group["lr"])
         options.beta1, options.beta2 = (float(b) for b in group["betas"])
         options.eps = float(group["eps"])
         options.weight_decay = float(group["weight_decay"])
-        options.amsgrad = amsgrad
+        options.amsgrad = bool(group["amsgrad"])
         options.bias_correction = bool(group["bias_correction"])
         options.mode = _ENGINE_MODE[AdamWMode(group["adam_w_mode"])]
-        exp_avgs = [state_view(s, "exp_avg") for s in states]
-        exp_avg_sqs = [state_view(s, "exp_avg_sq") for s in states]
-        max_exp_avg_sqs = [state_view(s, "max_exp_avg_sq") for s in states] if amsgrad else []
-        created = _C.adam_step(names, params, grads, [view(s["step"]) for s in states], exp_avgs, exp_avg_sqs,
-                               max_exp_avg_sqs, options,
-                               grad_scale=-grad_scale if group["maximize"] else grad_scale)
-        for key, arrays in zip(("exp_avg", "exp_avg_sq", "max_exp_avg_sq"), created):
-            adopt(arrays, states, key)
+        grad_scale = -grad_scale if group["maximize"] else grad_scale
+
+        def engine_step(steps, exp_avgs, exp_avg_sqs, max_exp_avg_sqs=()):
+            return _C.adam_step(checked.names, checked.params, checked.grads, steps, exp_avgs, exp_avg_sqs,
+                                list(max_exp_avg_sqs), options, grad_scale=grad_scale)
+
+        keys = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq") if options.amsgrad else ("exp_avg", "exp_avg_sq")
+        step_with_state(self.state, group, checked.indices, keys, engine_step)
 
 
 def _check_options(lr, betas, eps, weight_decay, adam_w_mode) -> None:

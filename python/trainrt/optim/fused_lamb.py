@@ -23,12 +23,10 @@ twice (global norm, then the step) and writes nothing but the parameters and the
 
 from __future__ import annotations
 
-import torch
 from torch.utils.dlpack import to_dlpack
 
 from trainrt import _C
-from trainrt.optim._groups import FusedOptimizer, adopt, params_with_grads, state_view, view
-from trainrt.optim.fused_adam import _scalar_dtype
+from trainrt.optim._groups import CheckedGroup, FusedOptimizer, step_with_state
 
 
 class FusedLamb(FusedOptimizer):
@@ -57,36 +55,20 @@ class FusedLamb(FusedOptimizer):
     def zero_grad(self, set_to_none: bool | None = None) -> None:
         super().zero_grad(self.set_grad_none if set_to_none is None else set_to_none)
 
-    @torch.no_grad()
-    def step(self, closure=None, *, grad_scale: float = 1.0):
-        """One LAMB step: the global norm of every gradient (times grad_scale) in one engine pass, then
-        one engine call per group with the clip folded into its grad_scale."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        groups = [params_with_grads("FusedLamb", gi, group) for gi, group in enumerate(self.param_groups)]
-        names = [n for checked in groups for n in checked[0]]
+    def _global_grad_scale(self, groups: list[tuple[dict, CheckedGroup]], grad_scale: float) -> float:
+        """grad_scale with the clip folded in: the global norm of every gradient (times grad_scale) in
+        one engine pass, then Apex's g / (norm / max_grad_norm) when the norm exceeds max_grad_norm."""
+        names = [n for _, checked in groups for n in checked.names]
         # The step's own capsules are consumed by the step: the norm pass gets capsules of its own.
-        grads = [to_dlpack(group["params"][i].grad.detach().contiguous())
-                 for group, checked in zip(self.param_groups, groups) for i in checked[3]]
+        grads = [to_dlpack(group["params"][i].grad.contiguous())
+                 for group, checked in groups for i in checked.indices]
         norm, _ = _C.unscale_and_norm(names, grads, grad_scale)
         max_grad_norm = float(self.defaults["max_grad_norm"])
-        factor = grad_scale
         if max_grad_norm > 0 and norm > max_grad_norm:
-            factor = grad_scale / (norm / max_grad_norm)  # Apex: g / (norm / max_grad_norm)
-        for group, checked in zip(self.param_groups, groups):
-            self._step_checked(group, checked, factor)
-        return loss
+            return grad_scale / (norm / max_grad_norm)
+        return grad_scale
 
-    def _step_checked(self, group: dict, checked, grad_scale: float) -> None:
-        names, params, grads, indices = checked
-        if not params:
-            return
-        states = [self.state[group["params"][i]] for i in indices]
-        for s in states:
-            if "step" not in s:
-                s["step"] = torch.tensor(0.0, dtype=_scalar_dtype())
+    def _step_group(self, group: dict, checked: CheckedGroup, grad_scale: float) -> None:
         options = _C.LambOptions()
         options.lr = float(group["lr"])
         options.beta1, options.beta2 = (float(b) for b in group["betas"])
@@ -95,9 +77,7 @@ class FusedLamb(FusedOptimizer):
         options.bias_correction = bool(group["bias_correction"])
         options.adam_w_mode = bool(group["adam_w_mode"])
         options.use_nvlamb = bool(group["use_nvlamb"])
-        exp_avgs = [state_view(s, "exp_avg") for s in states]
-        exp_avg_sqs = [state_view(s, "exp_avg_sq") for s in states]
-        created = _C.lamb_step(names, params, grads, [view(s["step"]) for s in states], exp_avgs, exp_avg_sqs,
-                               options, grad_scale=grad_scale)
-        for key, arrays in zip(("exp_avg", "exp_avg_sq"), created):
-            adopt(arrays, states, key)
+        step_with_state(self.state, group, checked.indices, ("exp_avg", "exp_avg_sq"),
+                        lambda steps, exp_avgs, exp_avg_sqs: _C.lamb_step(
+                            checked.names, checked.params, checked.grads, steps, exp_avgs, exp_avg_sqs, options,
+                            grad_scale=grad_scale))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 
 from trainrt import _C
-from trainrt.optim._groups import FusedOptimizer, adopt, params_with_grads, state_view
+from trainrt.optim._groups import CheckedGroup, FusedOptimizer, adopt, state_view
 
 
 class FusedSGD(FusedOptimizer):
@@ -39,10 +39,7 @@ class FusedSGD(FusedOptimizer):
             group.setdefault("nesterov", False)
             group.setdefault("maximize", False)
 
-    def _step_group(self, group_index: int, group: dict, grad_scale: float = 1.0) -> None:
-        names, params, grads, indices = params_with_grads("FusedSGD", group_index, group)
-        if not params:
-            return
+    def _step_group(self, group: dict, checked: CheckedGroup, grad_scale: float) -> None:
         options = _C.SgdOptions()
         options.lr = float(group["lr"])
         options.momentum = float(group["momentum"])
@@ -50,7 +47,7 @@ class FusedSGD(FusedOptimizer):
         options.weight_decay = float(group["weight_decay"])
         options.nesterov = bool(group["nesterov"])
         options.maximize = bool(group["maximize"])
-        states = [self.state[group["params"][i]] for i in indices] if options.momentum != 0 else []
+        states = [self.state[group["params"][i]] for i in checked.indices] if options.momentum != 0 else []
         buffers = [state_view(s, "momentum_buffer") for s in states]
-        adopt(_C.sgd_step(names, params, grads, buffers, options, grad_scale=grad_scale), states,
-              "momentum_buffer")
+        adopt(_C.sgd_step(checked.names, checked.params, checked.grads, buffers, options, grad_scale=grad_scale),
+              states, "momentum_buffer")

@@ -67,18 +67,12 @@ void validate(const AdamOptions& o) {
 
 void adam_step(std::span<const ParamSlot> slots, const AdamOptions& options, float grad_scale) {
   validate(options);
-  StateBuffers buffers;
-  for (const ParamSlot& s : slots) {
-    check_param_and_grad(s, kCaller);
-    buffers.require(s.state.exp_avg, s, kCaller, "exp_avg");
-    buffers.require(s.state.exp_avg_sq, s, kCaller, "exp_avg_sq");
-    if (options.amsgrad) buffers.require(s.state.max_exp_avg_sq, s, kCaller, "max_exp_avg_sq");
-  }
-  buffers.allocate();
-
-  std::vector<AdamCoefficients> coefficients;
-  coefficients.reserve(slots.size());
-  for (const ParamSlot& s : slots) coefficients.push_back(coefficients_for(options, s.state.step + 1, grad_scale));
+  const StateBufferUse moments[] = {{&OptimizerState::exp_avg, "exp_avg"},
+                                    {&OptimizerState::exp_avg_sq, "exp_avg_sq"},
+                                    {&OptimizerState::max_exp_avg_sq, "max_exp_avg_sq"}};  // amsgrad only
+  const std::vector<AdamCoefficients> coefficients =
+      prepare_moment_step(slots, kCaller, std::span(moments, options.amsgrad ? 3 : 2),
+                          [&](int64_t t) { return coefficients_for(options, t, grad_scale); });
 
   MultiTensorPlan(slot_numels(slots)).run([&](int64_t, const TensorSegment& seg) {
     const ParamSlot& s = slots[static_cast<size_t>(seg.tensor)];

@@ -56,17 +56,10 @@ void validate(const LambOptions& o) {
 
 void lamb_step(std::span<const ParamSlot> slots, const LambOptions& options, float grad_scale) {
   validate(options);
-  StateBuffers buffers;
-  for (const ParamSlot& s : slots) {
-    check_param_and_grad(s, kCaller);
-    buffers.require(s.state.exp_avg, s, kCaller, "exp_avg");
-    buffers.require(s.state.exp_avg_sq, s, kCaller, "exp_avg_sq");
-  }
-  buffers.allocate();
-
-  std::vector<LambCoefficients> coefficients;
-  coefficients.reserve(slots.size());
-  for (const ParamSlot& s : slots) coefficients.push_back(coefficients_for(options, s.state.step + 1, grad_scale));
+  const StateBufferUse moments[] = {{&OptimizerState::exp_avg, "exp_avg"},
+                                    {&OptimizerState::exp_avg_sq, "exp_avg_sq"}};
+  const std::vector<LambCoefficients> coefficients = prepare_moment_step(
+      slots, kCaller, moments, [&](int64_t t) { return coefficients_for(options, t, grad_scale); });
 
   // Pass 1: moments, and the squared norms of p and u per segment (summed per parameter below, in
   // segment order, so the result does not depend on thread timing).
