@@ -13,4 +13,13 @@ NB_MODULE(_C, m) {
   trainrt::python::bind_training(m);
   trainrt::python::bind_module_programs(m);
   trainrt::python::bind_optim(m);
+  m.def("storage_bytes", [] {
+    trainrt::StorageBytes b = trainrt::storage_bytes();
+    nanobind::dict d;
+    d["live"] = b.live;
+    d["peak"] = b.peak;
+    return d;
+  }, "Engine tensor storage (owned tensors, arenas, optimizer state): bytes live now, and the peak since "
+     "reset_storage_peak().");
+  m.def("reset_storage_peak", &trainrt::reset_storage_peak, "Sets the storage_bytes() peak to the bytes live now.");
 }

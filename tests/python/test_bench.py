@@ -26,6 +26,7 @@ def test_suite_runs_eager_and_rtmodule_and_writes_json_and_markdown(tmp_path, ca
     results = json.loads(out_json.read_text())
 
     by_name = {m["model"]: m for m in results["models"]}
+    entry_grad_bytes = {name: 4 * sum(p.numel() for p in MODELS[name]().make().parameters()) for name in SMOKE_MODELS}
     assert set(by_name) == set(SMOKE_MODELS)
     for name in SMOKE_MODELS:
         entry = by_name[name]
@@ -39,6 +40,12 @@ def test_suite_runs_eager_and_rtmodule_and_writes_json_and_markdown(tmp_path, ca
             assert r["step_p10_s"] <= r["step_median_s"] <= r["step_p90_s"]
             assert 0 < r["fraction_of_peak"]
             assert r["peak_rss_increase_bytes"] >= 0
+            # A step holds at least its gradients (one per parameter element, f32) beyond the parameters.
+            assert r["peak_tensor_bytes"] == r["torch_peak_bytes"] + r["engine_peak_bytes"]
+            assert r["peak_tensor_bytes"] >= entry_grad_bytes[name], f"{name}/{mode}"
+        # The engine's tensors are counted for RTModule; eager runs none.
+        assert entry["modes"]["eager"]["engine_peak_bytes"] == 0
+        assert entry["modes"]["rtmodule"]["engine_peak_bytes"] >= entry_grad_bytes[name]
         # Same initial weights and batches: the first losses agree across modes.
         first = [r["first_loss"] for r in entry["modes"].values()]
         assert abs(first[0] - first[1]) <= 1e-4 * abs(first[0])
@@ -48,7 +55,7 @@ def test_suite_runs_eager_and_rtmodule_and_writes_json_and_markdown(tmp_path, ca
     markdown = out_md.read_text()
     for name in SMOKE_MODELS:
         assert name in printed and name in markdown
-    assert "step / eager" in markdown
+    assert "step / eager" in markdown and "peak tensor MiB" in markdown and "tensor / eager" in printed
 
 
 def test_every_suite_model_is_defined():

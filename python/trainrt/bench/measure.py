@@ -6,7 +6,9 @@ Order of events, per model:
   2. each mode in turn runs its first step (timed: capture / compile / build happen here) and its
      warm-up steps; the process's peak RSS (VmHWM, reset through /proc/self/clear_refs) is read
      around this phase, so each mode's number is the RSS growth of its own first steps;
-  3. the timed steps, interleaved: step i runs every mode on the same batch before step i + 1, in
+  3. one more step of each mode, untimed, under torch.profiler's memory events: its peak tensor
+     bytes (tensor_memory.py; the same measure for every mode, engine storage included);
+  4. the timed steps, interleaved: step i runs every mode on the same batch before step i + 1, in
      an order that rotates each step, so machine noise and position in the round hit all modes alike.
 A mode that raises (torch.compile without a working compiler, say) is reported with its error and
 the others go on.
@@ -22,9 +24,11 @@ import traceback
 import numpy as np
 import torch
 
+from trainrt import _C
 from trainrt.bench.models import ModelSpec
 from trainrt.bench.modes import MODES
 from trainrt.bench.rss import reset_peak_rss, status_kib
+from trainrt.bench.tensor_memory import engine_bytes_held, step_tensor_bytes
 
 
 def _first_steps(mode, spec: ModelSpec, warmup: int) -> dict:
@@ -54,9 +58,13 @@ def run_model(spec: ModelSpec, mode_names: list[str], warmup: int, steps: int, p
     running = {}
     for name in mode_names:
         try:
+            engine_before = _C.storage_bytes()["live"]
             mode = MODES[name](model)
             results[name] = _first_steps(mode, spec, warmup)
             problem = mode.problem()
+            if not problem:
+                results[name].update(step_tensor_bytes(mode, spec.batch(1 + warmup),
+                                                       engine_bytes_held(engine_before, mode)))
         except Exception as err:  # a broken mode is a result, not the end of the suite
             problem = f"{type(err).__name__}: {err}".strip()
             traceback.print_exc()
@@ -69,7 +77,7 @@ def run_model(spec: ModelSpec, mode_names: list[str], warmup: int, steps: int, p
     losses = {}
     order = list(running)
     for i in range(steps if order else 0):
-        args = spec.batch(1 + warmup + i)
+        args = spec.batch(2 + warmup + i)
         shift = i % len(order)
         for name in order[shift:] + order[:shift]:
             start = time.perf_counter()

@@ -49,6 +49,10 @@ class Mode:
         """The engine's planned memory, for modes that have one."""
         return None
 
+    def engine_optimizer_state_bytes(self) -> int:
+        """Bytes of optimizer state in engine storage (trainrt's optimizers keep it there)."""
+        return 0
+
 
 class Eager(Mode):
     name = "eager"
@@ -77,6 +81,10 @@ class RT(Mode):
     def problem(self):
         reason = self.model._fallback_reason
         return None if reason is None else f"fell back to PyTorch: {reason}"
+
+    def engine_optimizer_state_bytes(self):
+        return sum(t.untyped_storage().nbytes() for state in self.optimizer.state.values()
+                   for t in state.values() if isinstance(t, torch.Tensor))
 
     def engine_memory(self):
         """Planned arena and dynamic peak bytes of the forward and backward programs, summed over engines."""

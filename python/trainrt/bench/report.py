@@ -6,7 +6,7 @@ import json
 
 _MIB = 1 << 20
 _HEADER = ["model", "mode", "step ms (median)", "p10-p90 ms", "step / eager", "first step s", "first / eager",
-           "peak RSS +MiB", "RSS / eager", "engine arena MiB", "GFLOP/s", "% peak", "loss first -> last"]
+           "peak RSS +MiB", "RSS / eager", "peak tensor MiB", "tensor / eager", "engine arena MiB", "GFLOP/s", "% peak", "loss first -> last"]
 
 
 def _ratio(value, base) -> str:
@@ -31,6 +31,8 @@ def rows(results: dict) -> list[list[str]]:
                 _ratio(r["first_step_s"], eager.get("first_step_s")),
                 f"{r['peak_rss_increase_bytes'] / _MIB:.0f}",
                 _ratio(r["peak_rss_increase_bytes"], eager.get("peak_rss_increase_bytes")),
+                f"{r['peak_tensor_bytes'] / _MIB:.1f}",
+                _ratio(r["peak_tensor_bytes"], eager.get("peak_tensor_bytes")),
                 f"{(engine['planned_arena_bytes'] + engine['peak_dynamic_bytes']) / _MIB:.1f}" if engine else "-",
                 f"{r['flops_per_s'] / 1e9:.1f}",
                 f"{100 * r['fraction_of_peak']:.1f}",
@@ -50,6 +52,9 @@ def _notes(results: dict) -> list[str]:
             "peak RSS +MiB: VmHWM growth over each mode's first and warm-up steps (modes run one after another; "
             "memory freed by an earlier mode can be reused by a later one, so later modes can read low; "
             "torch.compile's compile workers run in other processes and are not counted). "
+            "peak tensor MiB: the most tensor bytes live at once in one step beyond parameters and optimizer "
+            "state (torch.profiler memory events for torch's allocator, plus the engine's own storage count: "
+            "arenas, saved values, gradients and what it keeps between steps). "
             "engine arena: RTModule's planned arena + dynamic peak bytes, forward + backward programs."]
 
 

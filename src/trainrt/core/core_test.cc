@@ -67,6 +67,23 @@ TEST(Tensor, OwnsAlignedStorageAndViewsShareIt) {
   EXPECT_EQ(describe(t), "f32(3, 5)");
 }
 
+TEST(Tensor, StorageBytesCountLiveAndPeakStorage) {
+  reset_storage_peak();
+  const StorageBytes before = storage_bytes();
+  EXPECT_EQ(before.peak, before.live);
+  {
+    Tensor a = Tensor::empty(DType::kF32, {1000});  // 4000 bytes, 4032 with alignment
+    Tensor b = Tensor::empty(DType::kU8, {1});      // 1 byte, 64 with alignment
+    EXPECT_EQ(storage_bytes().live, before.live + 4032 + 64);
+    Tensor view = a.reshaped({10, 100});            // shares a's storage: no bytes
+    EXPECT_EQ(storage_bytes().live, before.live + 4032 + 64);
+  }
+  EXPECT_EQ(storage_bytes().live, before.live);
+  EXPECT_EQ(storage_bytes().peak, before.live + 4032 + 64);
+  reset_storage_peak();
+  EXPECT_EQ(storage_bytes().peak, before.live);
+}
+
 TEST(Arena, GrowsAlignedAndReportsMoves) {
   Arena arena;
   EXPECT_TRUE(arena.reserve(100));

@@ -1,5 +1,6 @@
 #include "trainrt/core/tensor.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -7,14 +8,36 @@
 #include "trainrt/core/shape.h"
 
 namespace trainrt {
+namespace {
+
+std::atomic<size_t> g_live_bytes{0};
+std::atomic<size_t> g_peak_bytes{0};
+
+void raise_peak(size_t live) {
+  size_t peak = g_peak_bytes.load(std::memory_order_relaxed);
+  while (live > peak && !g_peak_bytes.compare_exchange_weak(peak, live, std::memory_order_relaxed)) {
+  }
+}
+
+}  // namespace
 
 std::shared_ptr<void> aligned_storage(size_t nbytes) {
   size_t rounded = (nbytes + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
   if (rounded == 0) rounded = kTensorAlignment;
   void* p = std::aligned_alloc(kTensorAlignment, rounded);
   if (!p) throw OutOfMemory(fmt("could not allocate ", nbytes, " bytes for a tensor"));
-  return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  raise_peak(g_live_bytes.fetch_add(rounded, std::memory_order_relaxed) + rounded);
+  return std::shared_ptr<void>(p, [rounded](void* q) {
+    std::free(q);
+    g_live_bytes.fetch_sub(rounded, std::memory_order_relaxed);
+  });
 }
+
+StorageBytes storage_bytes() {
+  return {g_live_bytes.load(std::memory_order_relaxed), g_peak_bytes.load(std::memory_order_relaxed)};
+}
+
+void reset_storage_peak() { g_peak_bytes.store(g_live_bytes.load(std::memory_order_relaxed), std::memory_order_relaxed); }
 
 static int64_t checked_numel(const std::vector<int64_t>& dims) {
   int64_t n = 1;

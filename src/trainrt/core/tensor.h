@@ -23,6 +23,16 @@ inline constexpr size_t kTensorAlignment = 64;
 // 64-byte aligned heap storage; throws OutOfMemory naming the size on failure.
 std::shared_ptr<void> aligned_storage(size_t nbytes);
 
+// Bytes of aligned_storage (owned tensors, arenas, optimizer state) live now, and the most live at
+// once since the last reset_storage_peak(): the engine's tensor memory, which torch's allocator
+// and profiler do not see (benchmarks read it around a training step).
+struct StorageBytes {
+  size_t live = 0;
+  size_t peak = 0;
+};
+StorageBytes storage_bytes();
+void reset_storage_peak();  // peak := live
+
 class Tensor {
  public:
   Tensor() = default;

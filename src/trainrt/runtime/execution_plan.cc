@@ -73,7 +73,10 @@ class PlanBuilder {
                                to_string(v->shape)));
       }
       int s = add_slot(v, SlotKind::kInput);
-      plan_->slots[static_cast<size_t>(s)].tensor = t;
+      // A view, not a copy of `t`: a copy would share t's storage and keep it alive as long as the
+      // plan lives (the first forward's saved values, for the backward program's plan). Every run
+      // binds the slot to that run's input anyway.
+      plan_->slots[static_cast<size_t>(s)].tensor = Tensor::view(t.dtype(), t.dims(), const_cast<void*>(t.raw()));
       plan_->input_slots.push_back(s);
       const Tensor* value = nullptr;
       if (options_.value_inputs.count(v->name)) {

@@ -230,5 +230,19 @@ TEST(Session, OutputStorageIsReusedOnlyOnceTheCallerReleasedIt) {
   EXPECT_EQ(other_shape.dims(), (std::vector<int64_t>{5, 3}));
 }
 
+// The caller's inputs are read in place and not retained: once run() returns, storage the caller
+// drops is freed. (A plan that kept the input it was built with pinned the first forward's saved
+// values for as long as the backward program lived, and the second forward, unable to reuse them,
+// took a second set.)
+TEST(Session, RunDoesNotKeepTheCallersInputsAlive) {
+  auto g = linear_relu_graph();
+  Session session(g);
+  for (int64_t batch : {3, 3, 5}) {  // the run that builds the plan, a cached run, another plan
+    Tensor x = random_tensor({batch, 4}, 21);
+    session.run({x});
+    EXPECT_TRUE(x.sole_owner()) << "batch " << batch;
+  }
+}
+
 }  // namespace
 }  // namespace trainrt

@@ -52,5 +52,29 @@ TEST(ModulePrograms, MissingOutputGradientIsZeroAndInferKeepsNothing) {
   EXPECT_EQ(p.infer({w, b, x}, 0)[0].dims(), (std::vector<int64_t>{1, 3}));
 }
 
+// The second step's forward writes its saved values and outputs over the first step's, once
+// backward and the caller released them: one step's activations in memory, not two.
+TEST(ModulePrograms, SecondForwardReusesTheFirstsOutputStorage) {
+  auto g = linear_graph();  // relu = Relu(x @ w + b): the backward reads a saved value
+  Value* y = g->mutable_outputs()[0];
+  g->mutable_outputs()[0] = g->add_node("Relu", {y}, {"relu"})->output(0);
+  ModulePrograms p(g, {"relu"}, {"w", "b"});
+  Tensor w = make_tensor<float>({2, 3}, {1, 2, 3, 4, 5, 6});
+  Tensor b = make_tensor<float>({3}, {0.5f, 0, -0.5f});
+  Tensor x = make_tensor<float>({2, 2}, {1, 0, 2, 1});
+  Tensor dy = make_tensor<float>({2, 3}, {1, 1, 1, 1, 0, 2});
+  const void* first = nullptr;
+  for (int step = 0; step < 3; ++step) {
+    ForwardState state;
+    auto out = p.forward({w, b, x}, state, 1);
+    expect_close(out[0], make_tensor<float>({2, 3}, {1.5f, 2, 2.5f, 6.5f, 9, 11.5f}));  // all positive
+    if (step == 0) first = out[0].raw();
+    EXPECT_EQ(out[0].raw(), first) << "step " << step;
+    out.clear();
+    auto grads = p.backward(state, {dy});
+    expect_close(grads[0], make_tensor<float>({2, 3}, {3, 1, 5, 1, 0, 2}));  // x^T dY (all relu > 0)
+  }
+}
+
 }  // namespace
 }  // namespace trainrt
