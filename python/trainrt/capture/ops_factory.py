@@ -38,8 +38,10 @@ def fill_tensor(ctx: OpContext) -> str:
     return ctx.emit("Expand", [value, ctx.ints(ctx.out.shape)])
 
 
-@translates("aten.zeros.default", "aten.zeros_like.default", "aten.new_zeros.default")
+@translates("aten.zeros.default", "aten.zeros_like.default", "aten.new_zeros.default",
+            "aten.empty.memory_format", "aten.empty_like.default", "aten.new_empty.default")
 def zeros(ctx: OpContext) -> str:
+    """Zeros; torch.empty's contents are unspecified, so zeros are a valid (deterministic) choice."""
     return _fill(ctx, 0)
 
 
