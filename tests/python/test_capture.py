@@ -122,6 +122,27 @@ def test_split_chunk_cat_stack_slice_select_and_gather():
     assert_like_torch(Lambda(fn), lambda b: (randn(b, 2, 6), torch.tensor([[5, 0, 2]] * b)))
 
 
+def test_trigonometry_elementwise_min_max_and_in_place_writes():
+    """sin / cos (rotary embeddings), torch.min / max of two tensors (T5's bucket clamp), and
+    in-place writes that export turns into slice_scatter, select_scatter and fill (T5's shift of
+    the labels into decoder inputs), negative and open-ended bounds included."""
+    def fn(x, y, n):
+        trig = torch.sin(x) * torch.cos(y * 40)
+        ext = torch.min(x, y) + torch.maximum(x, y) + torch.minimum(x, y.abs()) - torch.max(x, 0.5 * y)
+        z = x.clone()
+        z[:, 1:] = y[:, :-1]
+        z[:, 0] = 7.0
+        z[..., -1] = y[..., 0]
+        z[:, 2:-2] = x[:, 1:-3] * 2
+        m = n.new_zeros(n.shape)
+        m[:, 1:] = n[:, :-1].clone()
+        m[:, 0] = 3
+        m.masked_fill_(m == 5, 0)
+        f = torch.empty_like(x).fill_(x[0, 0]).fill_(y.sum())
+        return trig, ext, torch.min(n, 6 - n), z, m, f + torch.zeros_like(x).fill_(2.5)
+    assert_like_torch(Lambda(fn), lambda b: (randn(b, 6), randn(b, 6, seed=1), torch.arange(b * 6).view(b, 6) % 7))
+
+
 def test_advanced_indexing_with_several_index_tensors_and_constant_pad():
     """x[i, j] with broadcasting index tensors (how transformers builds padding masks), after a
     leading full slice, with negative indices; F.pad with widths of both signs and a fill value."""

@@ -36,19 +36,21 @@ def run_in_engine(module, *inputs):
     return out
 
 
-def check_like_torch(kwargs, q_shape, kv_shape, v_dim=None, mask=None, rtol=1e-4, atol=1e-5):
-    """Output and dQ, dK, dV of the engine equal torch's for one call."""
+def check_like_torch(kwargs, q_shape, kv_shape, v_dim=None, mask=None, rtol=1e-4, atol=1e-5, learn_mask=False):
+    """Output and dQ, dK, dV of the engine equal torch's for one call; with learn_mask the float
+    mask requires grad too and its gradient equals torch's."""
     v_shape = kv_shape[:-1] + (v_dim or kv_shape[-1],)
     q, k, v = randn(*q_shape, seed=1), randn(*kv_shape, seed=2), randn(*v_shape, seed=3)
-    ours = [t.clone().requires_grad_() for t in (q, k, v)]
-    theirs = [t.clone().requires_grad_() for t in (q, k, v)]
-    got = run_in_engine(Attention(**kwargs), *ours, mask)
-    want = Attention(**kwargs)(*theirs, mask)
+    leaves = (q, k, v, mask) if learn_mask else (q, k, v)
+    ours = [t.clone().requires_grad_() for t in leaves]
+    theirs = [t.clone().requires_grad_() for t in leaves]
+    got = run_in_engine(Attention(**kwargs), *ours[:3], ours[3] if learn_mask else mask)
+    want = Attention(**kwargs)(*theirs[:3], theirs[3] if learn_mask else mask)
     torch.testing.assert_close(got, want, rtol=rtol, atol=atol)
     d_out = randn(*want.shape, seed=4)
     got.backward(d_out)
     want.backward(d_out)
-    for name, a, b in zip("qkv", ours, theirs):
+    for name, a, b in zip(["q", "k", "v", "mask"], ours, theirs):
         torch.testing.assert_close(a.grad, b.grad, rtol=rtol, atol=atol, msg=lambda m, n=name: f"d{n}: {m}")
 
 
@@ -99,11 +101,13 @@ def test_capture_emits_the_fused_op():
     assert "Softmax" in ops5 and "ScaledDotProductAttention" not in ops5, ops5
 
 
-def test_a_mask_that_needs_a_gradient_falls_back_with_the_reason():
-    q, mask = randn(1, 1, 4, 8, seed=1), randn(4, 4, seed=2).requires_grad_()
-    model = trainrt.RTModule(Attention())
-    model(q, q, q, mask)
-    assert model._fallback_reason is not None and "mask" in model._fallback_reason, model._fallback_reason
+@pytest.mark.parametrize("kwargs, mask_shape", [({}, (20, 33)), ({}, (2, 3, 20, 33)), ({}, (1, 3, 20, 33)),
+                                                ({"scale": 0.3}, (3, 1, 33)), ({"enable_gqa": True}, (2, 1, 1, 33))])
+def test_a_learned_float_mask_gets_the_gradient_torch_gives_it(kwargs, mask_shape):
+    """A mask that requires grad (a learned position bias, as T5's) runs in the engine: its
+    gradient is the scores' gradient summed over the axes the mask was broadcast along."""
+    kv_heads = 1 if kwargs.get("enable_gqa") else 3
+    check_like_torch(kwargs, (2, 3, 20, 16), (2, kv_heads, 33, 16), mask=randn(*mask_shape, seed=8), learn_mask=True)
 
 
 def identity_values(batch, heads, size):

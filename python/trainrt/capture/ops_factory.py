@@ -25,8 +25,23 @@ def full(ctx: OpContext) -> str:
     return _fill(ctx, ctx["fill_value"])
 
 
-@translates("aten.zeros.default", "aten.zeros_like.default", "aten.new_zeros.default")
+@translates("aten.fill.Scalar")
+def fill_scalar(ctx: OpContext) -> str:
+    """The functional form of `x.fill_(value)` (and of `x[..., i] = value` after select)."""
+    return _fill(ctx, ctx["value"])
+
+
+@translates("aten.fill.Tensor")
+def fill_tensor(ctx: OpContext) -> str:
+    """x.fill_(value) with a 0-d tensor value: value in x's dtype, expanded to x's shape."""
+    value = ctx.cast(ctx.tensor("value"), ctx.out_dtype)
+    return ctx.emit("Expand", [value, ctx.ints(ctx.out.shape)])
+
+
+@translates("aten.zeros.default", "aten.zeros_like.default", "aten.new_zeros.default",
+            "aten.empty.memory_format", "aten.empty_like.default", "aten.new_empty.default")
 def zeros(ctx: OpContext) -> str:
+    """Zeros; torch.empty's contents are unspecified, so zeros are a valid (deterministic) choice."""
     return _fill(ctx, 0)
 
 

@@ -106,6 +106,8 @@ _UNARY = {
     "aten.sigmoid.default": "Sigmoid",
     "aten.relu.default": "Relu",
     "aten.erf.default": "Erf",
+    "aten.sin.default": "Sin",
+    "aten.cos.default": "Cos",
     "aten.floor.default": "Floor",
     "aten.ceil.default": "Ceil",
     "aten.sign.default": "Sign",
@@ -163,6 +165,17 @@ def clamp(ctx: OpContext) -> str:
     return ctx.emit("Clip", [ctx.operand(ctx["self"], t),
                              None if lo is None else ctx.operand(lo, t),
                              None if hi is None else ctx.operand(hi, t)])
+
+
+@translates("aten.minimum.default", "aten.min.other")
+def minimum(ctx: OpContext) -> str:
+    """Elementwise min of both operands in the output dtype (torch.min(a, b), T5's bucket clamp)."""
+    return _arith(ctx, "Min", ctx["self"], ctx["other"])
+
+
+@translates("aten.maximum.default", "aten.max.other")
+def maximum(ctx: OpContext) -> str:
+    return _arith(ctx, "Max", ctx["self"], ctx["other"])
 
 
 def _compare(op: str, negate: bool = False):

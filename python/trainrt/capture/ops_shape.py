@@ -272,3 +272,42 @@ def gather(ctx: OpContext) -> str:
     """torch.gather is ONNX GatherElements (the index has the output's shape)."""
     x = ctx.tensor("self")
     return ctx.emit("GatherElements", [x, ctx.tensor("index")], axis=dim_axis(ctx["dim"], x.rank))
+
+
+def _scatter_range(ctx: OpContext, base: TensorValue, src: str, axis: int, start, end) -> str:
+    """base with base[start:end] along axis replaced by src (step 1), as Concat(base[:start], src,
+    base[end:]): Python slice bounds (negative counts back), and Slice and Concat have gradient
+    rules, so both base and src train. Parts that are statically empty are left out."""
+    parts = []
+    if not (is_static(start) and int(start) == 0):
+        parts.append(ctx.emit("Slice", [base, ctx.ints([0]), ctx.ints([start]), ctx.ints([axis])]))
+    parts.append(src)
+    size = base.shape[axis]
+    to_end = is_static(end) and (int(end) >= 2**62 or (is_static(size) and int(end) >= int(size)))
+    if not to_end:
+        parts.append(ctx.emit("Slice", [base, ctx.ints([end]), ctx.ints([INT64_MAX]), ctx.ints([axis])]))
+    return parts[0] if len(parts) == 1 else ctx.emit("Concat", parts, axis=axis)
+
+
+@translates("aten.slice_scatter.default")
+def slice_scatter(ctx: OpContext) -> str:
+    """The functional form of `x[..., start:end] = src` (T5's shift of labels to decoder inputs)."""
+    base = ctx.tensor("self")
+    if ctx["step"] != 1:
+        raise ctx.unsupported(f"with step={ctx['step']} has no TrainRT translation (step 1 only)")
+    start = 0 if ctx["start"] is None else ctx["start"]
+    end = INT64_MAX if ctx["end"] is None else ctx["end"]
+    src = ctx.cast(ctx.tensor("src"), base.dtype)
+    return _scatter_range(ctx, base, src, dim_axis(ctx["dim"], base.rank), start, end)
+
+
+@translates("aten.select_scatter.default")
+def select_scatter(ctx: OpContext) -> str:
+    """The functional form of `x[..., index] = src`: src (x's shape without the axis) unsqueezed
+    and written over the one-wide slice [index, index + 1); index -1 runs to the end."""
+    base = ctx.tensor("self")
+    axis = dim_axis(ctx["dim"], base.rank)
+    index = ctx["index"]
+    end = INT64_MAX if is_static(index) and int(index) == -1 else index + 1
+    src = ctx.emit("Unsqueeze", [ctx.cast(ctx.tensor("src"), base.dtype), ctx.ints([axis])])
+    return _scatter_range(ctx, base, src, axis, index, end)

@@ -1,10 +1,9 @@
 // The gradient of ScaledDotProductAttention against f64 finite differences: both outputs (O and
-// logsumexp) weighted into the loss, over masks, causal blocks, grouped heads, fully masked rows
-// and dropout with a fixed seed.
+// logsumexp) weighted into the loss, over masks (float masks learned too), causal blocks, grouped
+// heads, fully masked rows and dropout with a fixed seed.
 #include <gtest/gtest.h>
 
 #include "trainrt/autodiff/gradient_builder.h"
-#include "trainrt/core/error.h"
 #include "trainrt/kernels/cpu/attention_blocks.h"
 #include "trainrt/testing/gradient_check.h"
 
@@ -84,10 +83,24 @@ TEST(AttentionGradients, DropoutWithAFixedSeedMatchesFiniteDifferences) {
   worst.check(causal, {random_f64({1, 2, 5, 2}, 24), random_f64({1, 1, 5, 2}, 25), random_f64({1, 1, 5, 2}, 26)});
 }
 
-TEST(AttentionGradients, AMaskThatNeedsAGradientIsRefused) {
-  EXPECT_THROW(testing::expect_gradients_match(attention(), {random_f64({1, 1, 2, 2}, 27), random_f64({1, 1, 3, 2}, 28),
-                                                             random_f64({1, 1, 3, 2}, 29), random_f64({2, 3}, 30)}),
-               UnsupportedOp);
+// A learned float mask (T5's relative position bias) gets dS summed over its broadcast axes.
+TEST(AttentionGradients, FloatMaskMatchesFiniteDifferences) {
+  WorstErrors worst;
+  const Tensor q = random_f64({2, 2, 4, 3}, 32), k = random_f64({2, 2, 5, 3}, 33), v = random_f64({2, 2, 5, 2}, 34);
+  // (L, S), (B, 1, 1, S), (1, H, L, S) and the full (B, H, L, S).
+  for (std::vector<int64_t> dims : {std::vector<int64_t>{4, 5}, std::vector<int64_t>{2, 1, 1, 5},
+                                    std::vector<int64_t>{1, 2, 4, 5}, std::vector<int64_t>{2, 2, 4, 5}})
+    worst.check(attention(), {q, k, v, random_f64(dims, 35, -2, 2)});
+  // Grouped heads and causal across blocks: a (S,) mask sums dS over every row, so a skipped block
+  // whose dS were not 0 would show.
+  const int64_t l = kRowBlock + 3, s = kColBlock + 2;
+  worst.check(attention({{"is_causal", Attribute::of_int(1)}}),
+              {random_f64({1, 2, l, 2}, 36), random_f64({1, 1, s, 2}, 37), random_f64({1, 1, s, 2}, 38),
+               random_f64({s}, 39)});
+  worst.check(attention({{"dropout_p", Attribute::of_float(0.25f)}, {"seed", Attribute::of_int(3)}}, 3),
+              {q, k, v, random_f64({4, 5}, 40)});
+  // Only the mask learns: dQ, dK and dV are not asked for.
+  worst.check(attention(), {q, k, v, random_f64({4, 5}, 41)}, {.wrt = {3}});
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 //   Neg, Abs         dX = -dY, dY sign(X)
 //   Exp, Log         dX = dY Y, dY / X
 //   Sqrt             dX = dY / (2 Y)
+//   Sin, Cos         dX = dY cos(X), -dY sin(X)
 //   Reciprocal       dX = -dY Y^2
 //   Sum, Mean        dXi = dY, dY / n
 //   Max, Min         dXi = dY [Xi == Y] / (number of inputs equal to Y): the selected input takes
@@ -142,6 +143,15 @@ void exp_grad(GradContext& ctx) { ctx.set_input_grad(0, ctx.emit("Mul", {ctx.out
 
 void log_grad(GradContext& ctx) { ctx.set_input_grad(0, ctx.emit("Div", {ctx.output_grad(0), ctx.input(0)})); }
 
+void sin_grad(GradContext& ctx) {
+  ctx.set_input_grad(0, ctx.emit("Mul", {ctx.output_grad(0), ctx.emit("Cos", {ctx.input(0)})}));
+}
+
+void cos_grad(GradContext& ctx) {
+  Value* g = ctx.emit("Mul", {ctx.output_grad(0), ctx.emit("Sin", {ctx.input(0)})});
+  ctx.set_input_grad(0, ctx.emit("Neg", {g}));
+}
+
 void sqrt_grad(GradContext& ctx) {
   Value* y = ctx.output(0);
   ctx.set_input_grad(0, ctx.emit("Div", {ctx.output_grad(0), ctx.emit("Mul", {y, ctx.scalar_like(y, 2)})}));
@@ -239,6 +249,8 @@ void register_elementwise_gradients(GradientRegistry& r) {
   r.add("", "Exp", exp_grad);
   r.add("", "Log", log_grad);
   r.add("", "Sqrt", sqrt_grad);
+  r.add("", "Sin", sin_grad);
+  r.add("", "Cos", cos_grad);
   r.add("", "Reciprocal", reciprocal_grad);
   r.add("", "Sum", sum_grad);
   r.add("", "Mean", mean_grad);

@@ -89,7 +89,7 @@ TEST(ElementwiseGradients, UnaryMath) {
   WorstErrors worst;
   uint32_t seed = 40;
   for (std::vector<int64_t> dims : {std::vector<int64_t>{2, 3, 4}, std::vector<int64_t>{}}) {
-    for (const char* op : {"Neg", "Abs", "Exp", "Erf", "Identity"})
+    for (const char* op : {"Neg", "Abs", "Exp", "Erf", "Identity", "Sin", "Cos"})
       worst.check({.op = op}, {random_f64(dims, seed++, -2, 2)});
     for (const char* op : {"Log", "Sqrt"}) worst.check({.op = op}, {random_f64(dims, seed++, 0.2, 2)});
     worst.check({.op = "Reciprocal"}, {random_f64(dims, seed++, 0.5, 2)});

@@ -9,6 +9,9 @@
 //                                into zeros at the sliced positions (either opset form)
 //   Gather(X, indices, axis)     dX = GatherGrad(dims(X), indices, dY, axis): dY's rows
 //                                scatter-added into zeros; repeated indices accumulate
+//   GatherElements(X, indices, axis)
+//                                dX = GatherElementsGrad(dims(X), indices, dY, axis): each dY
+//                                element added where it was read (torch.gather's scatter_add)
 //   Embedding(W, indices, padding_idx)
 //                                dW = GatherGrad(dims(W), indices, dY, axis=0, padding_idx): row
 //                                padding_idx gets no gradient (torch's embedding_backward)
@@ -101,6 +104,13 @@ void gather_grad(GradContext& ctx) {
   ctx.set_input_grad(0, with_shape_of(dx, x));
 }
 
+void gather_elements_grad(GradContext& ctx) {
+  Value* x = ctx.input(0);
+  Value* dx = ctx.emit("GatherElementsGrad", {dims_of(ctx, x), ctx.input(1), ctx.output_grad(0)},
+                       {{"axis", Attribute::of_int(ctx.node().attr_int("axis", 0))}}, kTrainrtDomain);
+  ctx.set_input_grad(0, with_shape_of(dx, x));
+}
+
 void embedding_grad(GradContext& ctx) {
   Value* w = ctx.input(0);
   const int64_t padding_idx = ctx.node().attr_int("padding_idx", 0);
@@ -117,6 +127,7 @@ void register_select_gradients(GradientRegistry& r) {
   r.add("", "Split", split_grad);
   r.add("", "Slice", slice_grad);
   r.add("", "Gather", gather_grad);
+  r.add("", "GatherElements", gather_elements_grad);
   r.add(kTrainrtDomain, "Embedding", embedding_grad);
 }
 

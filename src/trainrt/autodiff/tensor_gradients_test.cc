@@ -119,6 +119,17 @@ TEST(TensorGradients, GatherMatchesFiniteDifferences) {
   worst.check({.op = "Gather"}, {random_f64({4, 3}, 23), make_tensor<int32_t>({3}, {3, 3, -1})});
 }
 
+TEST(TensorGradients, GatherElementsMatchesFiniteDifferences) {
+  WorstErrors worst;
+  worst.check({.op = "GatherElements"},
+              {random_f64({3, 4}, 24), make_tensor<int64_t>({2, 4}, {2, 0, -1, 1, 2, 2, 0, 1})});  // repeats
+  worst.check({.op = "GatherElements", .attrs = {{"axis", int_attr(-1)}}},
+              {random_f64({2, 3, 5}, 25), make_tensor<int32_t>({2, 2, 3}, {4, 0, 4, 1, 1, -5, 2, 3, 0, 4, 4, 4})});
+  // The indices cover only part of the other dims: the rest of dX stays 0.
+  worst.check({.op = "GatherElements", .attrs = {{"axis", int_attr(1)}}},
+              {random_f64({3, 4}, 26), make_tensor<int64_t>({2, 2}, {3, 3, 0, 1})});
+}
+
 // Embedding(padding_idx=p) differentiates as Gather on rows except row p, which gets no gradient
 // (torch's semantics: not the finite difference of row p, so the indices here avoid p; the zero
 // row is checked by the GatherGrad kernel tests and against torch in tests/python).

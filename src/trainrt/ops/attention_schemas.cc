@@ -1,13 +1,15 @@
 // Schemas of TrainRT's fused attention (torch.nn.functional.scaled_dot_product_attention):
 //   ScaledDotProductAttention(Q, K, V, [mask]) -> (O, logsumexp, [seed])
 //   ScaledDotProductAttentionGrad(dO, Q, K, V, O, logsumexp, [mask], [seed], [dlogsumexp])
-//     -> (dQ, dK, dV)
+//     -> (dQ, dK, dV, [dS])
 //
 // Q (B, H, L, E), K (B, Hkv, S, E), V (B, Hkv, S, Ev) with H a multiple of Hkv (grouped-query
 // attention: query head h reads key/value head h / (H / Hkv), torch's enable_gqa). The mask, bool
 // (true = keep) or of Q's dtype (added to the scores), broadcasts to (B, H, L, S).
 // O is (B, H, L, Ev); logsumexp (B, H, L) is each row's log sum exp of the scaled, masked scores,
-// which the gradient needs to recompute the probabilities block by block. seed (an i64 scalar) is
+// which the gradient needs to recompute the probabilities block by block. dS (B, H, L, S) is the
+// gradient of the scaled, masked scores, i.e. of a float mask broadcast to (B, H, L, S): the
+// gradient rule sums it to the mask's shape when the mask is learned (T5's position bias). seed (an i64 scalar) is
 // the seed the forward's dropout drew its mask from, so the gradient redraws the same mask.
 // Attributes: is_causal (0/1, torch's top-left aligned tril), scale (default 1/sqrt(E)),
 // dropout_p (default 0), seed (optional: a fixed dropout seed instead of the run's, as Dropout's
@@ -126,6 +128,7 @@ void infer_attention_grad(InferenceContext& ctx) {
   if (ctx.node().attr_float("dropout_p", 0.f) > 0.f && !ctx.has_input(7))
     ctx.fail("dropout_p > 0 needs input 7 (the forward's dropout seed)");
   for (int i = 1; i <= 3; ++i) ctx.set_output(i - 1, t, ctx.input_shape(i));
+  ctx.set_output(3, t, Shape({d.b, d.h, d.l, d.s}));
 }
 
 }  // namespace
@@ -136,7 +139,7 @@ void register_attention_schemas(OpRegistry& r) {
   r.add({.domain = trainrt, .name = "ScaledDotProductAttention", .min_inputs = 3, .max_inputs = 4,
          .min_outputs = 1, .max_outputs = 3, .infer = infer_attention, .deterministic = false});
   r.add({.domain = trainrt, .name = "ScaledDotProductAttentionGrad", .min_inputs = 6, .max_inputs = 9,
-         .min_outputs = 1, .max_outputs = 3, .infer = infer_attention_grad});
+         .min_outputs = 1, .max_outputs = 4, .infer = infer_attention_grad});
 }
 
 }  // namespace trainrt

@@ -176,7 +176,7 @@ void register_elementwise_schemas(OpRegistry& r) {
   add_unary(r, "Relu", infer_unary<Types::kSigned>);
   add_unary(r, "Not", infer_unary<Types::kBool>);
   for (const char* name : {"Exp", "Log", "Sqrt", "Reciprocal", "Floor", "Ceil", "Sigmoid", "Tanh", "Erf",
-                           "Softplus", "LeakyRelu", "HardSigmoid", "Elu", "Selu"})
+                           "Sin", "Cos", "Softplus", "LeakyRelu", "HardSigmoid", "Elu", "Selu"})
     add_unary(r, name, infer_unary<Types::kFloat>);
   add_unary(r, "Gelu", infer_gelu);
   add_unary(r, "Cast", infer_cast);

@@ -6,6 +6,9 @@
 //   GatherGrad(shape, indices, dY) -> dX                          dims `shape`, attribute axis;
 //       dY's slices summed into the rows `indices` name (repeated indices accumulate); optional
 //       attribute padding_idx: that row of dX stays zero (Embedding's gradient, as torch's)
+//   GatherElementsGrad(shape, indices, dY) -> dX                  dims `shape`, attribute axis; dY
+//       (the indices' shape) added at the positions GatherElements read (kernel in
+//       kernels/cpu/gather_elements_kernels.cc)
 //   DropoutGrad(dY, mask, [ratio], [training_mode]) -> dX         dY's shape; dY * mask / (1 - ratio)
 //       when training_mode is given and true, else dY (ratio defaults to 0.5 as in Dropout-12)
 #include "trainrt/ops/op_schema.h"
@@ -64,6 +67,31 @@ void infer_gather_grad(InferenceContext& ctx) {
   ctx.set_output(0, ctx.input_dtype(2), std::move(dx));
 }
 
+// Whether a and b (ranks known) can be one shape: same rank, equal dims where both are static.
+bool may_equal(const Shape& a, const Shape& b) {
+  if (a.rank() != b.rank()) return false;
+  for (size_t k = 0; k < a.dims.size(); ++k)
+    if (a.dims[k].is_static() && b.dims[k].is_static() && a.dims[k].value != b.dims[k].value) return false;
+  return true;
+}
+
+// dX has `shape`; indices and dY share one shape of dX's rank.
+void infer_gather_elements_grad(InferenceContext& ctx) {
+  ctx.expect_dtype(1, {DType::kI64, DType::kI32});
+  ctx.expect_dtype(2, {DType::kF32, DType::kF64});
+  Shape dx = shape_from_input(ctx, 0);
+  const Shape& indices = ctx.input_shape(1);
+  const Shape& dy = ctx.input_shape(2);
+  if (indices.rank_known && dy.rank_known && !may_equal(indices, dy))
+    ctx.fail(fmt("input 2 (dY) has shape ", to_string(dy), ", expected the indices' ", to_string(indices)));
+  if (dx.rank_known) {
+    if (dy.rank_known && dy.rank() != dx.rank())
+      ctx.fail(fmt("input 2 (dY) has shape ", to_string(dy), ", expected rank ", dx.rank(), " like the shape"));
+    checked_axis(ctx, ctx.node().attr_int("axis", 0), dx.rank(), "axis");
+  }
+  ctx.set_output(0, ctx.input_dtype(2), std::move(dx));
+}
+
 void infer_dropout_grad(InferenceContext& ctx) {
   expect_float(ctx, 0);
   ctx.expect_dtype(1, {DType::kBool});
@@ -87,6 +115,8 @@ void register_tensor_grad_schemas(OpRegistry& r) {
          .inplace = {{0, 0}}});
   r.add({.domain = trainrt, .name = "SliceGrad", .min_inputs = 4, .max_inputs = 6, .infer = infer_slice_grad});
   r.add({.domain = trainrt, .name = "GatherGrad", .min_inputs = 3, .max_inputs = 3, .infer = infer_gather_grad});
+  r.add({.domain = trainrt, .name = "GatherElementsGrad", .min_inputs = 3, .max_inputs = 3,
+         .infer = infer_gather_elements_grad});
   // dX[i] depends on dY[i] and mask[i] only.
   r.add({.domain = trainrt, .name = "DropoutGrad", .min_inputs = 2, .max_inputs = 4, .infer = infer_dropout_grad,
          .inplace = {{0, 0}}});

@@ -57,6 +57,20 @@ TEST(TensorGradSchemas, GatherGradChecksAxisAndDyRank) {
   EXPECT_THROW(n.infer("GatherGrad", {n.ints({50, 8}), n.input(DType::kF32, Shape({3})), dy}), ShapeError);
 }
 
+TEST(TensorGradSchemas, GatherElementsGradChecksAxisAndDyShape) {
+  GradNode n;
+  Value* indices = n.input(DType::kI64, Shape({kBatch, 3}));
+  Value* dy = n.input(DType::kF32, Shape({kBatch, 3}));
+  auto out = n.infer("GatherElementsGrad", {n.ints({7, 8}), indices, dy}, {{"axis", Attribute::of_int(-1)}});
+  EXPECT_EQ(out.dtype, DType::kF32);
+  EXPECT_EQ(to_string(out.shape), "(7, 8)");
+  EXPECT_THROW(n.infer("GatherElementsGrad", {n.ints({7, 8}), indices, dy}, {{"axis", Attribute::of_int(2)}}),
+               ShapeError);
+  EXPECT_THROW(n.infer("GatherElementsGrad", {n.ints({7, 8, 2}), indices, dy}), ShapeError);  // rank 3 vs 2
+  EXPECT_THROW(n.infer("GatherElementsGrad", {n.ints({7, 8}), indices, n.input(DType::kF32, Shape({kBatch, 4}))}),
+               ShapeError);  // dY is not the indices' shape
+}
+
 TEST(TensorGradSchemas, GatherGradPaddingIdxMustNameARow) {
   GradNode n;
   Value* indices = n.input(DType::kI64, Shape({kBatch, 3}));

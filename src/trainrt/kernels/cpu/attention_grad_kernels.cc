@@ -1,5 +1,5 @@
 // CPU kernel of ScaledDotProductAttentionGrad (schema: ops/attention_schemas.cc):
-//   (dO, Q, K, V, O, logsumexp, [mask], [seed], [dlogsumexp]) -> (dQ, dK, dV)
+//   (dO, Q, K, V, O, logsumexp, [mask], [seed], [dlogsumexp]) -> (dQ, dK, dV, [dS])
 // FlashAttention-2's backward (Dao 2023, Algorithm 2): the probabilities are recomputed one
 // (rows, cols) block at a time from Q, K and the forward's logsumexp, never stored whole.
 // With Z the dropout's keep / (1 - p) (1 without dropout) and D[i] = dO[i] . O[i]:
@@ -8,7 +8,9 @@
 //   dS = P * (dP - D + dlogsumexp)           (softmax backward: D[i] = sum_j P[i][j] dP[i][j];
 //                                             d logsumexp[i] / d S[i][j] = P[i][j])
 //   dQ[i] += scale * dS K                    dK[j] += scale * dS^T Q
-// D = rowsum(dO * O) holds with dropout too, since O = (P * Z) V.
+// D = rowsum(dO * O) holds with dropout too, since O = (P * Z) V. When the node has output 3, each
+// block's dS is also stored into it (B, H, L, S): the gradient of the scores and so of a float
+// mask; blocks that causal attention skips stay 0.
 //
 // One task per (batch, key/value head): it owns that head's dK and dV and the dQ of the query
 // heads reading it (H / Hkv of them with grouped-query attention), so tasks never write the same
@@ -29,6 +31,7 @@ struct GradData {
   const C *d_o, *q, *k, *v, *o, *lse;
   const C* d_lse;  // null when no gradient flows into logsumexp
   C *dq, *dk, *dv;
+  C* ds;  // (B, H, L, S); null when the node does not want dS
 };
 
 // dS, dQ and dK of one (rows, cols) block of query head (b, h); s holds P on entry.
@@ -61,6 +64,7 @@ void block_grad(const Attention& a, const GradData<C>& t, int64_t head, int64_t 
     const C* dpr = dp + r * cols;
     const C dr = d[i0 + r];
     for (int64_t j = 0; j < cols; ++j) sr[j] *= dpr[j] - dr;
+    if (t.ds) std::copy(sr, sr + cols, t.ds + (head * a.q_len + i0 + r) * a.kv_len + j0);
   }
   block_gemm(false, false, rows, e, cols, scale, s, cols, k, e, C(1), t.dq + (head * a.q_len + i0) * e, e);
   block_gemm(true, false, cols, e, rows, scale, s, cols, q, e, C(1), t.dk + (kv_head * a.kv_len + j0) * e, e);
@@ -74,6 +78,7 @@ void grad_kv_head(const Attention& a, const GradData<C>& t, int64_t kv_head) {
   std::fill(t.dk + kv_head * a.kv_len * e, t.dk + (kv_head + 1) * a.kv_len * e, C(0));
   std::fill(t.dv + kv_head * a.kv_len * ev, t.dv + (kv_head + 1) * a.kv_len * ev, C(0));
   std::fill(t.dq + first_head * a.q_len * e, t.dq + (first_head + g) * a.q_len * e, C(0));
+  if (t.ds) std::fill(t.ds + first_head * a.q_len * a.kv_len, t.ds + (first_head + g) * a.q_len * a.kv_len, C(0));
   C* s = scratch<C>(0, kRowBlock * kColBlock);
   C* dp = scratch<C>(1, kRowBlock * kColBlock);
   C* d = scratch<C>(2, g * a.q_len);  // D - dlogsumexp of each row of the group's heads
@@ -117,7 +122,7 @@ KernelFn make_attention_grad(const Node& node) {
     }
     const GradData<C> t{ctx.in(0).data<C>(), ctx.in(1).data<C>(), ctx.in(2).data<C>(), ctx.in(3).data<C>(),
                         ctx.in(4).data<C>(), ctx.in(5).data<C>(), ctx.has_in(8) ? ctx.in(8).data<C>() : nullptr,
-                        grads[0], grads[1], grads[2]};
+                        grads[0], grads[1], grads[2], ctx.has_out(3) ? ctx.out(3).data<C>() : nullptr};
     ctx.threads().parallel_for(a.batch * a.kv_heads, 1, [&](int64_t begin, int64_t end) {
       for (int64_t kv_head = begin; kv_head < end; ++kv_head) grad_kv_head(a, t, kv_head);
     });

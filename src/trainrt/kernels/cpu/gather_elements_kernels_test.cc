@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "trainrt/core/testing.h"
+#include "trainrt/kernels/cpu/cpu_kernels.h"
 #include "trainrt/kernels/cpu/node_runner.h"
 
 namespace trainrt {
@@ -8,6 +9,12 @@ namespace {
 
 using testing::expect_close;
 using testing::make_tensor;
+
+std::vector<Tensor> run_grad(const std::vector<Tensor>& inputs, int64_t axis) {
+  NodeSpec spec{.op = "GatherElementsGrad", .attrs = {{"axis", Attribute::of_int(axis)}},
+                .domain = std::string(kTrainrtDomain)};
+  return run_node(spec, inputs, cpu_kernel_table());
+}
 
 TEST(GatherElementsKernel, PicksAlongEachAxisWithNegativeIndices) {
   Tensor data = make_tensor<float>({3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9});
@@ -22,6 +29,21 @@ TEST(GatherElementsKernel, PicksAlongEachAxisWithNegativeIndices) {
 TEST(GatherElementsKernel, OutOfRangeIndexIsAShapeErrorNamingTheNode) {
   Tensor data = make_tensor<float>({2, 2}, {1, 2, 3, 4});
   EXPECT_THROW(run_node("GatherElements", {data, make_tensor<int64_t>({1, 2}, {0, 2})}), ShapeError);
+}
+
+// dX[idx[i][j]][j] += dY[i][j] for axis 0 (torch.gather's backward, scatter_add): repeated
+// indices add up, unread positions stay 0.
+TEST(GatherElementsKernel, GradAddsEachGradientWhereItWasReadWithRepeats) {
+  Tensor idx = make_tensor<int64_t>({2, 3}, {1, 2, 0, 1, -1, 0});
+  Tensor dy = make_tensor<double>({2, 3}, {1, 2, 3, 10, 20, 30});
+  auto axis0 = run_grad({Tensor::from_i64({3, 3}), idx, dy}, 0);
+  expect_close(axis0[0], make_tensor<double>({3, 3}, {0, 0, 33, 11, 0, 0, 0, 22, 0}));
+  Tensor idx1 = make_tensor<int32_t>({2, 2}, {3, 3, 0, -4});  // row 0 twice at column 3; row 1 twice at 0
+  Tensor dy1 = make_tensor<float>({2, 2}, {1, 2, 4, 8});
+  auto axis1 = run_grad({Tensor::from_i64({2, 4}), idx1, dy1}, -1);
+  expect_close(axis1[0], make_tensor<float>({2, 4}, {0, 0, 0, 3, 12, 0, 0, 0}));
+  const Tensor out_of_range = make_tensor<int64_t>({1, 2}, {0, 2});  // index 2 on an axis of 2
+  EXPECT_THROW(run_grad({Tensor::from_i64({2, 2}), out_of_range, make_tensor<float>({1, 2}, {1, 1})}, 1), ShapeError);
 }
 
 }  // namespace

@@ -121,6 +121,20 @@ struct ErfOp {
   double operator()(double x) const { return std::erf(x); }
 };
 
+// glibc's sinf / cosf (under 1 ulp, with full argument reduction: rotary embeddings take angles
+// up to the context length in radians).
+struct SinOp {
+  static constexpr DTypeSet kTypes = kFloatTypes;
+  template <typename T>
+  T operator()(T x) const { return std::sin(x); }
+};
+
+struct CosOp {
+  static constexpr DTypeSet kTypes = kFloatTypes;
+  template <typename T>
+  T operator()(T x) const { return std::cos(x); }
+};
+
 // Gelu-20, approximate="none": x Phi(x).
 struct GeluOp {
   static constexpr DTypeSet kTypes = kFloatTypes;
@@ -286,6 +300,8 @@ void register_unary_kernels(KernelTable& t) {
   add_kernels(t, "Sigmoid", SigmoidOp::kTypes, make_unary<SigmoidOp>);
   add_kernels(t, "Tanh", TanhOp::kTypes, make_unary<TanhOp>);
   add_kernels(t, "Erf", ErfOp::kTypes, make_unary<ErfOp>);
+  add_kernels(t, "Sin", SinOp::kTypes, make_unary<SinOp>);
+  add_kernels(t, "Cos", CosOp::kTypes, make_unary<CosOp>);
   add_kernels(t, "Gelu", kFloatTypes, make_gelu);
   add_kernels(t, "Softplus", SoftplusOp::kTypes, make_unary<SoftplusOp>);
   add_kernels(t, "HardSigmoid", HardSigmoidOp::kTypes, make_unary<HardSigmoidOp>);
