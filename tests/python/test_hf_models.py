@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import trainrt
+from parity import assert_params_close
 
 transformers = pytest.importorskip("transformers")
 
@@ -82,17 +83,6 @@ def train_both(kind: str, attn: str, shapes, dropout: float = 0.0, lr: float = 1
             opt.step()
             losses.append(loss.item())
     return losses_e, losses_o, eager, ours
-
-
-def assert_params_close(eager, ours, rtol, atol=1e-5):
-    """Each parameter within rtol of its largest magnitude, plus atol: attention's key bias has an
-    exactly-zero gradient (softmax ignores a shift along the keys), so both sides move it by AdamW
-    steps of rounding noise, which no two implementations share. A wrong gradient moves a weight
-    by about lr = 1e-3 per step, far beyond atol."""
-    for (name, pe), (_, po) in zip(eager.named_parameters(), ours.named_parameters()):
-        scale = pe.detach().abs().max().item()
-        err = (pe.detach() - po.detach()).abs().max().item()
-        assert err <= rtol * scale + atol, f"{name}: max |diff| {err:.3g} vs max |param| {scale:.3g}"
 
 
 @pytest.fixture(autouse=True)
