@@ -124,6 +124,13 @@ def test_split_chunk_cat_stack_slice_select_and_gather():
     assert_like_torch(Lambda(fn), lambda b: (randn(b, 2, 6), torch.tensor([[5, 0, 2]] * b)))
 
 
+def test_flip_reverses_each_given_dim():
+    def fn(x):
+        return torch.flip(x, [0]), x.flip(-1, 1), x.flip([]), x[:1].flip(0)
+    captured = assert_like_torch(Lambda(fn), lambda b: (randn(b, 2, 6),))
+    assert {n.op_type for n in captured.model.graph.node} >= {"Slice"}
+
+
 def test_trigonometry_elementwise_min_max_and_in_place_writes():
     """sin / cos (rotary embeddings), torch.min / max of two tensors (T5's bucket clamp), and
     in-place writes that export turns into slice_scatter, select_scatter and fill (T5's shift of
