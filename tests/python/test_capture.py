@@ -5,6 +5,8 @@ trainrt.Session (parameters, buffers, then user inputs, as numpy arrays in graph
 compares with the module's own forward, at the capture batch size and at others (symbolic batch).
 """
 
+import re
+
 import numpy as np
 import onnx
 import pytest
@@ -14,7 +16,7 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 import trainrt
-from trainrt.capture import CaptureError, UnsupportedATenOp, capture
+from trainrt.capture import CaptureError, UnsupportedATenOp, UnsupportedATenOps, capture
 from trainrt.capture.export import export_program
 from trainrt.capture.translator import translate
 
@@ -120,6 +122,13 @@ def test_split_chunk_cat_stack_slice_select_and_gather():
         s = x[:, 1:, ::2] * 2 + x[:, :-1, 1::2]
         return y, s, x[:, 1], x.select(-1, -1), torch.index_select(x, 2, idx[0]), x[:, :, idx[0]], u - v
     assert_like_torch(Lambda(fn), lambda b: (randn(b, 2, 6), torch.tensor([[5, 0, 2]] * b)))
+
+
+def test_flip_reverses_each_given_dim():
+    def fn(x):
+        return torch.flip(x, [0]), x.flip(-1, 1), x.flip([]), x[:1].flip(0)
+    captured = assert_like_torch(Lambda(fn), lambda b: (randn(b, 2, 6),))
+    assert {n.op_type for n in captured.model.graph.node} >= {"Slice"}
 
 
 def test_trigonometry_elementwise_min_max_and_in_place_writes():
@@ -409,6 +418,31 @@ def test_unsupported_op_names_the_op_the_node_and_the_source_line():
     with pytest.raises(UnsupportedATenOp, match=r"aten\.cumprod\.default \(node 'cumprod', from .*test_capture\.py:\d+ "
                                                 r"`return torch\.cumprod\(x, 0\) \* 2`\) has no TrainRT translation"):
         capture(CumProd(), (randn(3, 4),), {})
+
+
+class SeveralGaps(nn.Module):
+    def forward(self, x):
+        a = torch.cumprod(x, 0)
+        b = torch.special.bessel_j0(a)  # reads an untranslated value: still reported
+        c = torch.cumprod(x, 1) + F.pad(x, (1, 1), mode="reflect")[:, 1:-1]
+        return a.relu() + b + c + torch.cumprod(x.t(), 0).t()
+
+
+def test_every_unsupported_op_of_the_graph_is_reported_at_once():
+    with pytest.raises(UnsupportedATenOps) as info:
+        capture(SeveralGaps(), (randn(3, 4),), {})
+    lines = str(info.value).splitlines()
+    assert lines[0] == "3 ATen ops of the graph cannot be translated (5 nodes):"
+    assert re.fullmatch(r"  aten\.cumprod\.default x3 \(node 'cumprod', from .*test_capture\.py:\d+ "
+                        r"`a = torch\.cumprod\(x, 0\)`; also 'cumprod_1', 'cumprod_2'\) has no TrainRT translation",
+                        lines[1]), lines[1]
+    assert re.fullmatch(r"  aten\.special_bessel_j0\.default \(node 'special_bessel_j0', from .*test_capture\.py:\d+ "
+                        r"`b = .*`\) has no TrainRT translation", lines[2]), lines[2]
+    assert re.fullmatch(r"  aten\.pad\.default \(node 'pad', .*\) with mode 'reflect' has no TrainRT translation.*",
+                        lines[3]), lines[3]
+    assert len(lines) == 4
+    assert [e.node_name for e in info.value.errors] == ["cumprod", "special_bessel_j0", "cumprod_1", "pad", "cumprod_2"]
+    assert info.value.op == "aten.cumprod.default"  # the first one, as a single-op error has it
 
 
 @pytest.mark.parametrize("module, inputs, message", [

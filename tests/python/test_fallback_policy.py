@@ -48,6 +48,23 @@ def test_failed_capture_is_remembered_and_announced_once(capture_count, trainrt_
         torch.testing.assert_close(out, torch.special.bessel_j0(x).sum())
 
 
+class TwoGaps(nn.Module):
+    """bessel_j0 and cumprod have no translation; cumprod reads bessel_j0's output."""
+
+    def forward(self, x):
+        return torch.cumprod(torch.special.bessel_j0(x), 0).sum()
+
+
+def test_fallback_reason_names_every_untranslated_op(trainrt_log):
+    model = trainrt.RTModule(TwoGaps())
+    x = torch.randn(5)
+    torch.testing.assert_close(model(x), TwoGaps()(x))
+    reason = model.fallback_reason
+    assert reason.startswith("2 ATen ops of the graph cannot be translated (2 nodes):"), reason
+    assert "aten.special_bessel_j0.default (node" in reason and "aten.cumprod.default (node" in reason
+    assert "aten.cumprod.default" in trainrt_log.text
+
+
 def test_retry_captures_again_on_every_call_after_a_fallback(capture_count, monkeypatch, trainrt_log):
     monkeypatch.setenv("ORTMODULE_FALLBACK_RETRY", "1")
     model = trainrt.RTModule(Odd())

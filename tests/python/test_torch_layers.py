@@ -1,7 +1,7 @@
 """Plain torch layers beyond the MLP / CNN / GPT blocks train through RTModule as in eager:
-torch.gather (GatherElements and its gradient), nn.MultiheadAttention and
-nn.TransformerEncoderLayer. nn.GRU and nn.LSTM stay out of scope (fused recurrent ATen ops):
-RTModule falls back to torch and the reason names the op."""
+torch.gather (GatherElements and its gradient), torch.flip (Slice with step -1), nn.MultiheadAttention
+and nn.TransformerEncoderLayer. Recurrent layers have their own tests (test_rnn.py); an LSTM with
+projections (proj_size) stays out of scope: RTModule falls back to torch and the reason names the op."""
 
 import pytest
 import torch
@@ -20,6 +20,18 @@ class GatherHead(nn.Module):
 
     def forward(self, x, idx):
         return torch.gather(self.proj(x).tanh(), 1, idx).pow(2).mean()
+
+
+class FlipMix(nn.Module):
+    """Adds a sequence to its time- and feature-reversed self (a bidirectional-style mix)."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.proj(x).tanh()  # (B, T, 8)
+        return (h * torch.arange(8.0) + torch.flip(h, [1, -1]) + h.flip(0)).pow(2).mean()
 
 
 class AttentionLoss(nn.Module):
@@ -64,6 +76,13 @@ def test_gather_trains_as_eager():
     assert_parity(eager, ours, losses)
 
 
+def test_flip_trains_as_eager():
+    def batches(step):
+        return (torch.randn(3, 5, 8, generator=torch.Generator().manual_seed(step)),)
+    eager, ours, losses = train_both(FlipMix, batches, steps=10)
+    assert_parity(eager, ours, losses)
+
+
 @pytest.mark.parametrize("layer", ["mha", "encoder"])
 def test_attention_layers_train_as_eager(layer):
     """Every parameter as eager's but the key third of in_proj_bias: its gradient is exactly zero
@@ -81,28 +100,27 @@ def test_attention_layers_train_as_eager(layer):
         torch.testing.assert_close(po, pe, rtol=1e-3, atol=1e-5, msg=name)
 
 
-class Recurrent(nn.Module):
-    def __init__(self, cell):
+class ProjectedLSTM(nn.Module):
+    def __init__(self):
         super().__init__()
-        self.rnn = cell(8, 16, batch_first=True)
+        self.rnn = nn.LSTM(8, 16, batch_first=True, proj_size=4)
 
     def forward(self, x):
         return self.rnn(x)[0].pow(2).mean()
 
 
-@pytest.mark.parametrize("cell, op", [(nn.GRU, "aten.gru.input"), (nn.LSTM, "aten.lstm.input")])
-def test_recurrent_layers_fall_back_naming_the_op(monkeypatch, cell, op):
-    """The fallback runs the module in torch; the reason names the ATen op and its source line."""
+def test_lstm_with_projections_falls_back_naming_the_op_and_the_reason(monkeypatch):
+    """The fallback runs the module in torch; the reason names the ATen op, its source line and why."""
     monkeypatch.setenv("TRAINRT_FALLBACK_POLICY", "FALLBACK_UNSUPPORTED_ONNX_MODEL")
     torch.manual_seed(0)
-    model = Recurrent(cell)
+    model = ProjectedLSTM()
     ours = trainrt.RTModule(model)
     x = torch.randn(2, 5, 8)
     loss = ours(x)
-    assert op in ours.fallback_reason and "has no TrainRT translation" in ours.fallback_reason
+    assert "aten.lstm.input" in ours.fallback_reason and "proj_size > 0" in ours.fallback_reason
     assert "test_torch_layers.py" in ours.fallback_reason
     torch.testing.assert_close(loss, model(x))
     with monkeypatch.context() as m:
         m.setenv("TRAINRT_FALLBACK_POLICY", "FALLBACK_DISABLE")
-        with pytest.raises(RuntimeError, match=op.replace(".", r"\.")):
-            trainrt.RTModule(Recurrent(cell))(x)
+        with pytest.raises(RuntimeError, match=r"aten\.lstm\.input"):
+            trainrt.RTModule(ProjectedLSTM())(x)

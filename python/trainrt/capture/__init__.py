@@ -11,6 +11,6 @@ CapturedGraph), errors.py.
 """
 
 from trainrt.capture.api import CapturedGraph, capture
-from trainrt.capture.errors import CaptureError, UnsupportedATenOp
+from trainrt.capture.errors import CaptureError, UnsupportedATenOp, UnsupportedATenOps
 
-__all__ = ["CaptureError", "CapturedGraph", "UnsupportedATenOp", "capture"]
+__all__ = ["CaptureError", "CapturedGraph", "UnsupportedATenOp", "UnsupportedATenOps", "capture"]

@@ -103,7 +103,13 @@ def _mutates(ep: ExportedProgram) -> bool:
 
 
 def _export(module, args, kwargs, dynamic_shapes) -> ExportedProgram:
-    return torch.export.export(module, tuple(args), dict(kwargs), dynamic_shapes=dynamic_shapes, strict=False)
+    """torch.export, non-strict. nn.LSTM / GRU / RNN keep a list of their weights (`_flat_weights`)
+    that they rebuild when export swaps the parameters for its fakes, and export warns that tensor
+    attributes were assigned; it puts the real ones back, so that warning is silenced."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"The tensor attributes (\S+\._flat_weights\[\d+\](, )?)+ were "
+                                "assigned during export", category=UserWarning)
+        return torch.export.export(module, tuple(args), dict(kwargs), dynamic_shapes=dynamic_shapes, strict=False)
 
 
 def _by_parameter(module: torch.nn.Module, args: tuple, kwargs: dict, spec) -> dict:

@@ -165,6 +165,18 @@ def slice_(ctx: OpContext) -> str:
     return ctx.emit("Slice", [x, ctx.ints([start]), ctx.ints([end]), ctx.ints([axis]), ctx.ints([step])])
 
 
+@translates("aten.flip.default")
+def flip(ctx: OpContext) -> str:
+    """torch.flip(x, dims): one Slice walking each flipped axis backwards (start -1, end before the
+    first element, step -1); its gradient (SliceGrad) flips dY back. No dims: x itself."""
+    x = ctx.tensor("self")
+    axes = [dim_axis(d, x.rank) for d in ctx["dims"]]
+    if not axes or x.rank == 0:
+        return x.name
+    back = ctx.ints([-1] * len(axes))
+    return ctx.emit("Slice", [x, back, ctx.ints([-INT64_MAX - 1] * len(axes)), ctx.ints(axes), back])
+
+
 @translates("aten.select.int")
 def select(ctx: OpContext) -> str:
     """Gather with a 0-d index drops the axis, as select does (negative indices count back)."""

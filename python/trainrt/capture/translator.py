@@ -6,7 +6,9 @@ Stage invariants:
 - out: graph inputs = parameters, buffers, user tensor inputs (in the order the caller gives);
   graph outputs = buffer mutations, then user outputs; lifted constants are initializers;
 - every FX value maps to a translated value (context.TensorValue, a SymInt, or a Python constant);
-  every ATen op without a translation raises UnsupportedATenOp naming the node and source line;
+  every ATen op without a translation (or in a form its translation refuses) is recorded and the walk goes
+  on, skipping the nodes that read an untranslated value; at the end one UnsupportedATenOp names them all,
+  each with its node and source line;
 - under mixed precision (autocast.py) only the matmul family computes in the low
   dtype, between casts; every FX value keeps the dtype torch.export gave it.
 """
@@ -25,7 +27,7 @@ from torch.export.graph_signature import ConstantArgument, InputKind, OutputKind
 from trainrt.capture.aten_ops import ATEN_OPS
 from trainrt.capture.autocast import Autocast
 from trainrt.capture.context import OpContext, TensorValue, bind_args, op_name, source_line
-from trainrt.capture.errors import CaptureError, UnsupportedATenOp
+from trainrt.capture.errors import CaptureError, UnsupportedATenOp, unsupported_ops
 from trainrt.capture.onnx_builder import GraphBuilder
 from trainrt.capture.symbolic import SymbolTable
 
@@ -39,6 +41,12 @@ _ASSERTS = {aten._assert_scalar.default, aten._assert_tensor_metadata.default,
 # Values of Python arithmetic on sizes (operator.mul on SymInts, ...); the FakeTensor value carries
 # the expression.
 _SIZE_TYPES = (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)
+# The value of a node that was not translated (its op is unsupported, or it reads such a value).
+_UNTRANSLATED = object()
+
+
+class _ReadsUntranslated(Exception):
+    """A node's argument is an untranslated value: the node is skipped, its op was already reported."""
 
 
 @dataclass
@@ -70,14 +78,17 @@ class _Translator:
         self.symbols = SymbolTable(self.b)
         self.env: dict[torch.fx.Node, object] = {}
         self.autocast = Autocast(self.b, autocast) if autocast is not None else None
+        self.unsupported: list[UnsupportedATenOp] = []
 
     def run(self, user_input_order: list[str], batch_name: str | None) -> Translation:
         params, buffers = self._inputs(user_input_order, batch_name)
         for node in self.ep.graph.nodes:
             if node.op == "call_function":
-                self._call(node)
+                self._call_or_record(node)
             elif node.op not in ("placeholder", "output", "get_attr"):  # get_attr: HOP bodies, refused at the HOP
                 raise CaptureError(f"FX node '{node.name}' ({node.op} {node.target}) is not an ATen call")
+        if self.unsupported:
+            raise unsupported_ops(self.unsupported)
         mutations, outputs, differentiable = self._outputs()
         return Translation(self.b.to_model(self.graph_name), params, buffers, list(user_input_order), outputs,
                            differentiable, mutations)
@@ -119,6 +130,16 @@ class _Translator:
         self.env[node] = TensorValue(node.name, val.dtype, tuple(val.shape))
         return self.env[node]
 
+    def _call_or_record(self, node: torch.fx.Node) -> None:
+        """Translates one node; an unsupported op is recorded and its value marked untranslated."""
+        try:
+            self._call(node)
+        except UnsupportedATenOp as err:
+            self.unsupported.append(err)
+            self.env[node] = _UNTRANSLATED
+        except _ReadsUntranslated:
+            self.env[node] = _UNTRANSLATED
+
     def _call(self, node: torch.fx.Node) -> None:
         self.b.scope = node.name
         target = node.target
@@ -156,6 +177,8 @@ class _Translator:
         if isinstance(arg, torch.fx.Node):
             if arg not in self.env:
                 raise CaptureError(f"node '{arg.name}' is used but produced no value")
+            if self.env[arg] is _UNTRANSLATED:
+                raise _ReadsUntranslated(arg.name)
             return self.env[arg]
         if isinstance(arg, (list, tuple)):
             return type(arg)(self._resolve(a) for a in arg)
