@@ -147,6 +147,17 @@ void Graph::remove_node(Node* n) {
   nodes_.erase(std::find_if(nodes_.begin(), nodes_.end(), [&](const auto& p) { return p.get() == n; }));
 }
 
+void Graph::move_before(const Node* n, const Node* anchor) {
+  auto position = [&](const Node* x) {
+    auto it = std::find_if(nodes_.begin(), nodes_.end(), [&](const auto& p) { return p.get() == x; });
+    TRAINRT_CHECK(it != nodes_.end(), "node '", x->name(), "' is not in graph '", name, "'");
+    return it;
+  };
+  auto from = position(n), to = position(anchor);
+  if (from < to) std::rotate(from, from + 1, to);      // n lands just before anchor
+  else if (to < from) std::rotate(to, from, from + 1);  // n lands where anchor was, anchor after it
+}
+
 Value* Graph::find_value(const std::string& name) const {
   auto it = by_name_.find(name);
   return it == by_name_.end() ? nullptr : it->second;

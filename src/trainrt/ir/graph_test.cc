@@ -55,5 +55,20 @@ TEST(GraphTopologicalOrder, NamesANodeOnACycle) {
   }
 }
 
+// A node added last but moved before its reader's sibling runs there, not at the end.
+TEST(GraphTopologicalOrder, FollowsMoveBefore) {
+  Graph g;
+  Value* x = g.add_input("x", DType::kF32, Shape{{4}});
+  Value* a = g.add_node("Relu", {x}, {"a"}, kOnnxDomain, "A")->output(0);
+  Node* b = g.add_node("Neg", {a}, {"b"}, kOnnxDomain, "B");
+  Node* c = g.add_node("Neg", {x}, {"c"}, kOnnxDomain, "C");
+  Node* late = g.add_node("Relu", {x}, {"r"}, kOnnxDomain, "late");
+  g.move_before(late, b);
+  EXPECT_EQ(names(g.topological_order()), (std::vector<std::string>{"A", "late", "B", "C"}));
+  g.move_before(late, c);  // forward again: just before C
+  EXPECT_EQ(names(g.topological_order()), (std::vector<std::string>{"A", "B", "late", "C"}));
+  EXPECT_EQ(names(g.nodes()), names(g.topological_order()));
+}
+
 }  // namespace
 }  // namespace trainrt
