@@ -87,12 +87,13 @@ class RT(Mode):
                    for t in state.values() if isinstance(t, torch.Tensor))
 
     def engine_memory(self):
-        """Planned arena and dynamic peak bytes of the forward and backward programs, summed over engines."""
+        """Planned arena bytes (forward and backward share one block: the larger) and the dynamic peak
+        bytes of both programs, summed over engines."""
         total = {"planned_arena_bytes": 0, "peak_dynamic_bytes": 0}
         for engine in self.model.engines:
-            for program in engine.programs.memory_stats().values():
-                for key in total:
-                    total[key] += program[key]
+            programs = engine.programs.memory_stats().values()
+            total["planned_arena_bytes"] += max(p["planned_arena_bytes"] for p in programs)
+            total["peak_dynamic_bytes"] += sum(p["peak_dynamic_bytes"] for p in programs)
         return total
 
 

@@ -55,7 +55,7 @@ def _notes(results: dict) -> list[str]:
             "peak tensor MiB: the most tensor bytes live at once in one step beyond parameters and optimizer "
             "state (torch.profiler memory events for torch's allocator, plus the engine's own storage count: "
             "arenas, saved values, gradients and what it keeps between steps). "
-            "engine arena: RTModule's planned arena + dynamic peak bytes, forward + backward programs."]
+            "engine arena: RTModule's planned arena (one block the forward and backward programs share) + dynamic peak bytes."]
 
 
 def text_table(results: dict) -> str:

@@ -1,6 +1,7 @@
 #include "trainrt/ir/graph.h"
 
 #include <algorithm>
+#include <queue>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -146,6 +147,17 @@ void Graph::remove_node(Node* n) {
   nodes_.erase(std::find_if(nodes_.begin(), nodes_.end(), [&](const auto& p) { return p.get() == n; }));
 }
 
+void Graph::move_before(const Node* n, const Node* anchor) {
+  auto position = [&](const Node* x) {
+    auto it = std::find_if(nodes_.begin(), nodes_.end(), [&](const auto& p) { return p.get() == x; });
+    TRAINRT_CHECK(it != nodes_.end(), "node '", x->name(), "' is not in graph '", name, "'");
+    return it;
+  };
+  auto from = position(n), to = position(anchor);
+  if (from < to) std::rotate(from, from + 1, to);      // n lands just before anchor
+  else if (to < from) std::rotate(to, from, from + 1);  // n lands where anchor was, anchor after it
+}
+
 Value* Graph::find_value(const std::string& name) const {
   auto it = by_name_.find(name);
   return it == by_name_.end() ? nullptr : it->second;
@@ -181,7 +193,13 @@ std::vector<Node*> Graph::nodes() const {
   return out;
 }
 
-// Kahn's algorithm, stable with respect to insertion order.
+// Kahn's algorithm, stable with respect to insertion order: of the nodes whose inputs are ready,
+// the earliest inserted runs first, so an insertion order that is already a schedule is kept as it
+// is. That order carries the producer's intent: torch.export lists nodes in the order eager ran
+// them, and the gradient builder emits each forward node's gradient nodes together (input grad and
+// weight grad), so a backward runs in eager autograd's order and each output gradient dies at its
+// node. A depth-first order instead follows the longest chain first and leaves side branches (the
+// weight-grad GEMMs) to the end, keeping every layer's (B*T, C) gradient live through the backward.
 std::vector<Node*> Graph::topological_order() const {
   std::unordered_map<const Node*, int> pending;
   std::unordered_map<const Node*, size_t> index;
@@ -192,24 +210,22 @@ std::vector<Node*> Graph::topological_order() const {
       if (v && v->producer) ++count;
     pending[n.get()] = count;
   }
+  // Min-heap of ready nodes by insertion index.
+  auto later = [&](const Node* a, const Node* b) { return index[a] > index[b]; };
+  std::priority_queue<Node*, std::vector<Node*>, decltype(later)> ready(later);
+  for (const auto& n : nodes_)
+    if (pending[n.get()] == 0) ready.push(n.get());
   std::vector<Node*> order;
   order.reserve(nodes_.size());
-  std::vector<Node*> ready;
-  for (auto it = nodes_.rbegin(); it != nodes_.rend(); ++it)
-    if (pending[it->get()] == 0) ready.push_back(it->get());
   while (!ready.empty()) {
-    Node* n = ready.back();
-    ready.pop_back();
+    Node* n = ready.top();
+    ready.pop();
     order.push_back(n);
-    std::vector<Node*> released;
     for (Value* out : n->outputs_) {
       if (!out) continue;
       for (const Use& u : out->uses)
-        if (--pending[u.node] == 0) released.push_back(u.node);
+        if (--pending[u.node] == 0) ready.push(u.node);
     }
-    // Keep insertion order among newly ready nodes: push in reverse so the earliest pops first.
-    std::sort(released.begin(), released.end(), [&](Node* a, Node* b) { return index[a] > index[b]; });
-    for (Node* r : released) ready.push_back(r);
   }
   if (order.size() != nodes_.size()) {
     for (const auto& n : nodes_)

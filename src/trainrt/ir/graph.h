@@ -113,6 +113,9 @@ class Graph {
                               const std::vector<Value*>& outputs, std::string_view domain = kOnnxDomain,
                               std::string node_name = {});
   void remove_node(Node* n);  // detaches it from its inputs; its outputs lose their producer
+  // Moves `n` just before `anchor` in insertion order, which topological_order() keeps where it
+  // can: a node added late (a recompute) then runs where it is needed, not at the end.
+  void move_before(const Node* n, const Node* anchor);
 
   Value* find_value(const std::string& name) const;
   // Gives a value a new, unused name (throws InvalidModel when the name is taken).

@@ -14,6 +14,13 @@
 //      kernel has the log-sum-exp already, so log_prob costs one subtraction pass; the recompute
 //      cost a log-sum-exp pass and that subtraction. The saved bytes do not change: log_prob
 //      replaces scores.
+//   3. A cheap pointwise op whose input the backward reads anyway (so it is saved) and whose output
+//      the backward also reads is run again in the backward on that input, and only the input is
+//      saved: the Inductor / functorch min-cut partitioner's rule of recomputing cheap pointwise
+//      ops instead of saving both ends (never random ops or GEMMs). In a GPT-2 MLP block the GELU
+//      gradient reads fc's output X (B, T, 4C) and the out-projection's weight gradient reads
+//      Gelu(X) (B, T, 4C): one (B, T, 4C) saved instead of two, for one GELU pass in the backward.
+//      The recompute is placed just before its first backward reader, where the schedule runs it.
 //
 //   GradientResult grads = build_gradients(*joint, request);
 //   SavedValueChoices made = choose_saved_values(*joint, grads);  // edits joint, grads.forward_nodes
@@ -28,6 +35,7 @@ namespace trainrt {
 struct SavedValueChoices {
   int shapes_moved_to_forward = 0;  // Shape / Size nodes now in the forward
   int log_probs_kept = 0;           // loss nodes now writing log_prob for their gradient
+  int pointwise_recomputed = 0;     // pointwise outputs recomputed in the backward, not saved
 };
 
 SavedValueChoices choose_saved_values(Graph& joint, GradientResult& gradients);

@@ -149,5 +149,77 @@ TEST(SavedValues, TheRecomputeStaysWhenTheBackwardReadsTheScoresAnyway) {
   expect_same_results(chosen, plain);
 }
 
+// loss = ReduceSum((Gelu(x @ w1) @ w2)^2), x (4, 3), w1 (3, 6), w2 (6, 2): the GELU gradient reads
+// h = x @ w1 and w2's gradient reads g = Gelu(h), so without the choice both are saved.
+std::shared_ptr<Graph> gelu_graph() {
+  auto g = std::make_shared<Graph>();
+  g->set_opset("", 20);
+  Value* x = g->add_input("x", DType::kF32, Shape({4, 3}));
+  Value* w1 = g->add_initializer("w1", random_tensor({3, 6}, 5));
+  Value* w2 = g->add_initializer("w2", random_tensor({6, 2}, 6));
+  Value* h = g->add_node("MatMul", {x, w1}, {"h"})->output(0);
+  Value* gelu = g->add_node("Gelu", {h}, {"g"})->output(0);
+  Value* o = g->add_node("MatMul", {gelu, w2}, {"o"})->output(0);
+  Value* sq = g->add_node("Mul", {o, o}, {"sq"})->output(0);
+  Node* loss = g->add_node("ReduceSum", {sq}, {"loss"});
+  loss->set_attr("keepdims", Attribute::of_int(0));
+  g->add_output(loss->output(0));
+  return g;
+}
+
+TEST(SavedValues, APointwiseOutputIsRecomputedFromItsSavedInput) {
+  const std::map<std::string, Tensor> inputs = {{"x", random_tensor({4, 3}, 7)}};
+  TrainingStep plain = train_step(gelu_graph, {"w1", "w2"}, inputs, false);
+  TrainingStep chosen = train_step(gelu_graph, {"w1", "w2"}, inputs, true);
+  EXPECT_TRUE(saves(plain.programs, "h"));
+  EXPECT_TRUE(saves(plain.programs, "g"));
+  EXPECT_EQ(chosen.made.pointwise_recomputed, 1);
+  EXPECT_TRUE(saves(chosen.programs, "h"));
+  EXPECT_FALSE(saves(chosen.programs, "g"));
+  EXPECT_EQ(count_ops(*plain.programs.backward, "Gelu"), 0);
+  EXPECT_EQ(count_ops(*chosen.programs.backward, "Gelu"), 1);
+  EXPECT_EQ(count_ops(*chosen.programs.forward, "Gelu"), 1);
+  // The recompute runs just before w2's weight-gradient Gemm reads it (its output lives one step),
+  // after the gradient chain reached there, not at the start of the backward or at its end.
+  const std::vector<Node*> order = chosen.programs.backward->topological_order();
+  auto position = [&](const std::string& op) {
+    return std::find_if(order.begin(), order.end(), [&](const Node* n) { return n->op_type() == op; }) - order.begin();
+  };
+  const auto gelu = position("Gelu");
+  ASSERT_LT(gelu + 1, static_cast<std::ptrdiff_t>(order.size()));
+  const Node& reader = *order[static_cast<size_t>(gelu + 1)];
+  EXPECT_EQ(reader.op_type(), "Gemm");
+  EXPECT_TRUE(reader.input(0) == order[static_cast<size_t>(gelu)]->output(0) ||
+              reader.input(1) == order[static_cast<size_t>(gelu)]->output(0));
+  EXPECT_LT(position("Gemm"), gelu);      // o's input gradient first
+  EXPECT_LT(gelu, position("GeluGrad"));
+  expect_same_results(chosen, plain);
+}
+
+// A Relu whose gradient reads its output only: the input is not saved, so recomputing would save
+// the input instead of the output, no fewer bytes. The output stays saved.
+TEST(SavedValues, NothingIsRecomputedWhenItsInputWouldHaveToBeSaved) {
+  auto relu_graph = [] {
+    auto g = std::make_shared<Graph>();
+    g->set_opset("", 18);
+    Value* x = g->add_input("x", DType::kF32, Shape({4, 3}));
+    Value* w1 = g->add_initializer("w1", random_tensor({3, 6}, 5));
+    Value* w2 = g->add_initializer("w2", random_tensor({6, 2}, 6));
+    Value* h = g->add_node("MatMul", {x, w1}, {"h"})->output(0);
+    Value* r = g->add_node("Relu", {h}, {"r"})->output(0);
+    Value* o = g->add_node("MatMul", {r, w2}, {"o"})->output(0);
+    Node* loss = g->add_node("ReduceSum", {g->add_node("Mul", {o, o}, {"sq"})->output(0)}, {"loss"});
+    loss->set_attr("keepdims", Attribute::of_int(0));
+    g->add_output(loss->output(0));
+    return g;
+  };
+  const std::map<std::string, Tensor> inputs = {{"x", random_tensor({4, 3}, 7)}};
+  TrainingStep chosen = train_step(relu_graph, {"w1", "w2"}, inputs, true);
+  EXPECT_EQ(chosen.made.pointwise_recomputed, 0);
+  EXPECT_TRUE(saves(chosen.programs, "r"));
+  EXPECT_FALSE(saves(chosen.programs, "h"));
+  EXPECT_EQ(count_ops(*chosen.programs.backward, "Relu"), 0);
+}
+
 }  // namespace
 }  // namespace trainrt

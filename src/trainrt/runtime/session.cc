@@ -42,7 +42,8 @@ const Tensor& viewed_tensor(const ExecutionPlan& plan, int s) {
 
 Session::Session(std::shared_ptr<Graph> graph, SessionOptions options)
     : graph_(std::move(graph)), options_(std::move(options)),
-      kernels_(options_.kernels ? options_.kernels : &cpu_kernel_table()) {
+      kernels_(options_.kernels ? options_.kernels : &cpu_kernel_table()),
+      arena_(options_.arena ? options_.arena : std::make_shared<Arena>()) {
   TRAINRT_CHECK(graph_ != nullptr);
   for (const std::string& name : options_.mutable_initializers) {
     Value* v = graph_->find_value(name);
@@ -110,11 +111,12 @@ void Session::bind(ExecutionPlan& plan, const std::vector<Tensor>& inputs) {
   }
   for (Slot& s : plan.slots)
     if (s.kind == SlotKind::kMutable) s.tensor = mutable_data_.at(s.value->name);
-  if (arena_.reserve(plan.stats.arena_bytes)) bound_arena_ = nullptr;
-  if (bound_arena_ != arena_.base()) {
+  // A session sharing the arena may have moved it since this plan was bound: compare the base.
+  arena_->reserve(plan.stats.arena_bytes);
+  if (bound_arena_ != arena_->base()) {
     for (Slot& s : plan.slots)
-      if (s.kind == SlotKind::kArena) s.tensor.rebind(arena_.base() + s.arena_offset, s.tensor.dims());
-    bound_arena_ = arena_.base();
+      if (s.kind == SlotKind::kArena) s.tensor.rebind(arena_->base() + s.arena_offset, s.tensor.dims());
+    bound_arena_ = arena_->base();
   }
 }
 
@@ -230,7 +232,7 @@ MemoryStats Session::memory_stats() const {
   MemoryStats m;
   m.planned_arena_bytes = last_stats().arena_bytes;
   m.live_lower_bound = last_stats().live_lower_bound;
-  m.arena_capacity = arena_.capacity();
+  m.arena_capacity = arena_->capacity();
   m.peak_dynamic_bytes = peak_dynamic_bytes_;
   return m;
 }

@@ -39,11 +39,17 @@ struct SessionOptions {
   bool profile = false;        // record per-node timings in profiler()
   const KernelTable* kernels = nullptr;  // defaults to the CPU kernel table
   ThreadPool* threads = nullptr;         // defaults to ThreadPool::global()
+  // The block intermediates live in, when sessions that never run at the same time share one (a
+  // training step's forward and backward programs): each reserves what its plan needs and
+  // re-points its views when another one grew the block. Nothing in it outlives a run: graph
+  // outputs (saved values included) get storage of their own. Defaults to an arena of its own.
+  std::shared_ptr<Arena> arena;
 };
 
 struct MemoryStats {
   size_t planned_arena_bytes = 0;   // the current plan's arena (planned peak of intermediates)
-  size_t arena_capacity = 0;        // bytes actually reserved (max over the plans used)
+  size_t arena_capacity = 0;        // bytes reserved (max over the plans used; of every session
+                                    // sharing the arena)
   size_t peak_dynamic_bytes = 0;    // largest sum of run-time sized intermediates in one run
   size_t live_lower_bound = 0;      // best possible arena size for the current plan
 };
@@ -67,6 +73,7 @@ class Session {
   const PlanStats& last_stats() const;
   MemoryStats memory_stats() const;
   int num_cached_plans() const { return static_cast<int>(plans_.size()); }
+  const Arena& arena() const { return *arena_; }
 
  private:
   ExecutionPlan& plan_for(const std::vector<Tensor>& inputs);
@@ -84,8 +91,8 @@ class Session {
   ExecutionPlan* last_plan_ = nullptr;
   std::vector<int64_t> last_key_;
   std::vector<int64_t> key_scratch_;
-  Arena arena_;
-  void* bound_arena_ = nullptr;
+  std::shared_ptr<Arena> arena_;
+  std::byte* bound_arena_ = nullptr;
   std::map<std::string, Tensor> mutable_data_;
   Profiler profiler_;
   uint64_t run_counter_ = 0;

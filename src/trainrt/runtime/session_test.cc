@@ -246,3 +246,31 @@ TEST(Session, RunDoesNotKeepTheCallersInputsAlive) {
 
 }  // namespace
 }  // namespace trainrt
+
+namespace trainrt {
+namespace {
+
+// Two sessions sharing one arena (a forward and a backward program): the arena is as large as the
+// larger plan, not the sum, and a session whose arena another one moved (grew) re-points its
+// intermediates before it runs. Every result is checked against the reference after each move.
+TEST(Session, SessionsSharingAnArenaReserveTheLargerPlanAndFollowItWhenItMoves) {
+  auto g = linear_relu_graph();
+  SessionOptions options;
+  options.arena = std::make_shared<Arena>();
+  Session small(g, options), large(g, options);
+  Tensor x_small = random_tensor({3, 4}, 31);
+  expect_close(small.run({x_small})[0], linear_relu_reference(*g, x_small), 1e-5, 1e-6);
+  const size_t small_bytes = small.last_stats().arena_bytes;
+  for (int64_t batch : {64, 256}) {  // each grows the shared block: it moves
+    Tensor x = random_tensor({batch, 4}, 32);
+    expect_close(large.run({x})[0], linear_relu_reference(*g, x), 1e-5, 1e-6);
+    expect_close(small.run({x_small})[0], linear_relu_reference(*g, x_small), 1e-5, 1e-6);
+  }
+  EXPECT_GT(large.last_stats().arena_bytes, small_bytes);
+  EXPECT_EQ(options.arena->capacity(), large.last_stats().arena_bytes);
+  EXPECT_EQ(small.memory_stats().arena_capacity, large.memory_stats().arena_capacity);
+  EXPECT_EQ(&small.arena(), &large.arena());
+}
+
+}  // namespace
+}  // namespace trainrt

@@ -45,8 +45,12 @@ ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::st
   for (const auto& [name, grad] : result.grad_of) order.push_back(name);
   for (const std::string& w : wrt_)
     grad_position_.push_back(static_cast<size_t>(std::find(order.begin(), order.end(), w) - order.begin()));
+  // Forward, backward and inference never run at the same time and keep nothing in their arenas
+  // between calls (what backward reads is forward outputs, in storage of their own): one block,
+  // as large as the largest of the three, instead of three held all the time.
   SessionOptions options;
   options.profile = profile;
+  options.arena = std::make_shared<Arena>();
   forward_ = std::make_unique<Session>(programs_.forward, options);
   // Shapes the forward hands over (choose_saved_values) are planned for like constants, so the
   // backward's Reshapes keep static dims (views, no run-time sizing).
@@ -55,7 +59,9 @@ ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::st
         producer && (producer->op_type() == "Shape" || producer->op_type() == "Size"))
       options.value_inputs.insert(name);
   backward_ = std::make_unique<Session>(programs_.backward, options);
-  inference_ = std::make_unique<Session>(graph_);
+  SessionOptions inference_options;
+  inference_options.arena = options.arena;
+  inference_ = std::make_unique<Session>(graph_, inference_options);
 }
 
 std::vector<Tensor> ModulePrograms::forward(const std::vector<Tensor>& inputs, ForwardState& state, uint64_t seed) {

@@ -7,7 +7,8 @@
 // (choose_saved_values, then partition_joint_graph): forward() runs the forward program and keeps, in a ForwardState, the
 // saved values and the input tensors the backward reads; backward() feeds those plus the output
 // gradients to the backward program and returns the gradients of `wrt`, in `wrt` order.
-// infer() runs the plain graph for eval / no-grad calls and keeps nothing.
+// infer() runs the plain graph for eval / no-grad calls and keeps nothing. The three share one
+// arena (they never run at the same time): peak intermediates of the largest, not of all three.
 //
 //   ModulePrograms p(graph, /*grad_outputs=*/{"loss"}, /*wrt=*/{"fc.weight", "fc.bias"});
 //   ForwardState state;
@@ -47,6 +48,8 @@ class ModulePrograms {
   std::vector<Tensor> infer(const std::vector<Tensor>& inputs, uint64_t seed);
 
   const std::vector<std::string>& unreached() const { return unreached_; }
+  // The block the three programs share for their intermediates.
+  const Arena& arena() const { return forward_->arena(); }
   MemoryStats forward_memory() const { return forward_->memory_stats(); }
   MemoryStats backward_memory() const { return backward_->memory_stats(); }
   Profiler& forward_profiler() { return forward_->profiler(); }

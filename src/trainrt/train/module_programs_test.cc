@@ -76,5 +76,61 @@ TEST(ModulePrograms, SecondForwardReusesTheFirstsOutputStorage) {
   }
 }
 
+// y = (Relu(x @ w + b))^2: the backward reads saved intermediates (the Relu output) and has
+// intermediates of its own, all in the arena the three programs share.
+std::shared_ptr<Graph> squared_relu_graph() {
+  auto g = linear_graph();
+  Value* z = g->mutable_outputs()[0];
+  Value* r = g->add_node("Relu", {z}, {"r"})->output(0);
+  g->mutable_outputs()[0] = g->add_node("Mul", {r, r}, {"sq"})->output(0);
+  return g;
+}
+
+bool overlaps(const Tensor& t, const Arena& arena) {
+  const auto* begin = static_cast<const std::byte*>(t.raw());
+  const std::byte* base = const_cast<Arena&>(arena).base();
+  return begin < base + arena.capacity() && base < begin + t.nbytes();
+}
+
+// Forward, backward and inference share one arena, so nothing the backward reads may live there:
+// each forward's saved values and outputs lie outside it, and a backward run after other calls
+// scribbled over the arena (a second forward, an inference) gives bit for bit the gradients of a
+// backward run straight after its own forward.
+TEST(ModulePrograms, BackwardReadsNothingTheSharedArenaHolds) {
+  Tensor w = make_tensor<float>({2, 3}, {1, -2, 3, -4, 5, 6});
+  Tensor b = make_tensor<float>({3}, {0.5f, 0, -0.5f});
+  Tensor x1 = make_tensor<float>({4, 2}, {1, 0, 2, 1, -1, 3, 0.5f, -2});
+  Tensor x2 = make_tensor<float>({8, 2}, {3, 1, -2, 0, 1, 1, 0, -1, 2, 2, -3, 1, 1, -1, 0.5f, 0.25f});
+  auto dy = [](const Tensor& x) { return testing::random_tensor({x.dim(0), 3}, static_cast<uint32_t>(x.dim(0))); };
+  auto alone = [&](const Tensor& x) {  // a fresh engine, backward straight after forward
+    ModulePrograms p(squared_relu_graph(), {"sq"}, {"w", "b"});
+    ForwardState state;
+    p.forward({w, b, x}, state, 1);
+    return p.backward(state, {dy(x)});
+  };
+  ModulePrograms p(squared_relu_graph(), {"sq"}, {"w", "b"});
+  ForwardState s1, s2;
+  p.forward({w, b, x1}, s1, 1);
+  for (const auto& [name, t] : s1.values) EXPECT_FALSE(overlaps(t, p.arena())) << name;
+  p.forward({w, b, x2}, s2, 1);  // larger: grows and moves the arena
+  p.infer({w, b, x2}, 0);
+  for (const auto& [name, t] : s2.values) EXPECT_FALSE(overlaps(t, p.arena())) << name;
+  auto g2 = p.backward(s2, {dy(x2)});
+  // One block for the batch-8 plans of both programs: as large as the larger, less than the sum.
+  const size_t forward_bytes = p.forward_memory().planned_arena_bytes;
+  const size_t backward_bytes = p.backward_memory().planned_arena_bytes;
+  ASSERT_GT(forward_bytes, 0u);
+  ASSERT_GT(backward_bytes, 0u);
+  EXPECT_GE(p.arena().capacity(), std::max(forward_bytes, backward_bytes));
+  EXPECT_LT(p.arena().capacity(), forward_bytes + backward_bytes);
+  EXPECT_EQ(p.forward_memory().arena_capacity, p.backward_memory().arena_capacity);
+  auto g1 = p.backward(s1, {dy(x1)});
+  auto r1 = alone(x1), r2 = alone(x2);
+  for (size_t i = 0; i < 2; ++i) {
+    expect_close(g1[i], r1[i], 0, 0);
+    expect_close(g2[i], r2[i], 0, 0);
+  }
+}
+
 }  // namespace
 }  // namespace trainrt

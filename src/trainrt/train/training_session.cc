@@ -67,6 +67,7 @@ TrainingSession::TrainingSession(std::shared_ptr<Graph> graph, TrainingConfig co
   SessionOptions options;
   options.mutable_initializers = {param_names_.begin(), param_names_.end()};
   options.seed = config_.seed;
+  options.arena = std::make_shared<Arena>();  // train and eval steps never overlap: one block
   train_session_ = std::make_unique<Session>(joint_, options);
   eval_session_ = std::make_unique<Session>(graph_, options);
   grads_.resize(params_.size());
