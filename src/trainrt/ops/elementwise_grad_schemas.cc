@@ -55,11 +55,13 @@ void infer_gelu_grad(InferenceContext& ctx) {
 
 void register_elementwise_grad_schemas(OpRegistry& r) {
   const std::string trainrt(kTrainrtDomain);
+  // dX[i] reads dY[i] and the saved Y[i] (or X[i]) only: dX may overwrite either, the saved one when
+  // the backward donates it (PlanOptions::donated_inputs).
   for (const char* op : {"ReluGrad", "LeakyReluGrad", "SigmoidGrad", "TanhGrad"})
     r.add({.domain = trainrt, .name = op, .min_inputs = 2, .max_inputs = 2, .infer = infer_activation_grad,
-           .inplace = {{0, 0}}});
+           .inplace = {{0, 0}, {1, 0}}});
   r.add({.domain = trainrt, .name = "GeluGrad", .min_inputs = 2, .max_inputs = 2, .infer = infer_gelu_grad,
-         .inplace = {{0, 0}}});
+         .inplace = {{0, 0}, {1, 0}}});
   register_fused_matmul_schemas(r);
 }
 

@@ -259,10 +259,11 @@ class PlanBuilder {
     const int num_steps = static_cast<int>(plan_->steps.size());
     std::unordered_map<int, int> buffer_of_slot;  // arena slots only
     std::vector<StepUses> uses(static_cast<size_t>(num_steps));
-    // A view stands for the slot it views, so reading it keeps that slot's buffer alive.
+    // A view stands for the slot it views, so reading it keeps that slot's buffer alive. Donated
+    // inputs are buffers too (preexisting: no offset), for an in-place op to write over.
     auto buffer_id = [&](int slot) {
       slot = viewed_slot(slot);
-      if (slot < 0 || slots[static_cast<size_t>(slot)].kind != SlotKind::kArena) return -1;
+      if (slot < 0 || !(slots[static_cast<size_t>(slot)].kind == SlotKind::kArena || is_donated(slot))) return -1;
       auto [it, added] = buffer_of_slot.emplace(slot, static_cast<int>(buffer_of_slot.size()));
       return it->second;
     };
@@ -281,13 +282,24 @@ class PlanBuilder {
       spec.size_bytes = slots[static_cast<size_t>(slot)].tensor.nbytes();
       spec.first_step = lifetimes[static_cast<size_t>(b)].first_step;
       spec.last_step = lifetimes[static_cast<size_t>(b)].last_step;
+      spec.preexisting = is_donated(slot);
     }
     for (int s = 0; s < num_steps; ++s) add_inplace_aliases(s, buffers, buffer_of_slot);
 
     MemoryPlan mem = plan_memory(buffers, kTensorAlignment);
+    std::vector<int> slot_of_buffer(static_cast<size_t>(num_buffers));
+    for (auto [slot, b] : buffer_of_slot) slot_of_buffer[static_cast<size_t>(b)] = slot;
     for (auto [slot, b] : buffer_of_slot) {
-      slots[static_cast<size_t>(slot)].arena_offset = mem.offsets[static_cast<size_t>(b)];
+      Slot& home = slots[static_cast<size_t>(slot)];
+      home.arena_offset = mem.offsets[static_cast<size_t>(b)];
       if (mem.kinds[static_cast<size_t>(b)] == AllocKind::kReuse) plan_->stats.num_reused++;
+      if (home.kind != SlotKind::kArena || mem.kinds[static_cast<size_t>(b)] != AllocKind::kPreexisting) continue;
+      // In place over a donated input, through a chain of in-place ops: show the input's bytes.
+      int root = b;
+      while (buffers[static_cast<size_t>(root)].alias_of != kNoAlias) root = buffers[static_cast<size_t>(root)].alias_of;
+      home.kind = SlotKind::kOverInput;
+      home.view_of = slot_of_buffer[static_cast<size_t>(root)];
+      plan_->stats.num_over_inputs++;
     }
     plan_->stats.arena_bytes = mem.arena_bytes;
     plan_->stats.live_lower_bound = live_bytes_lower_bound(buffers);
@@ -310,11 +322,26 @@ class PlanBuilder {
     return false;
   }
 
+  // Whether `slot` is a graph input the caller donated (PlanOptions::donated_inputs).
+  bool is_donated(int slot) const {
+    const Slot& s = plan_->slots[static_cast<size_t>(slot)];
+    return s.kind == SlotKind::kInput && options_.donated_inputs.count(s.value->name) > 0 &&
+           !is_graph_output(s.value);
+  }
+
+  // Outputs written over an input whose buffer dies at step `s`, as the op's schema allows. A
+  // donated input is tried first: the output then takes no arena bytes, and an arena input that
+  // dies here frees its bytes for what comes next.
   void add_inplace_aliases(int s, std::vector<BufferSpec>& buffers,
                            const std::unordered_map<int, int>& buffer_of_slot) {
     const PlanStep& step = plan_->steps[static_cast<size_t>(s)];
+    std::vector<std::pair<int, int>> pairs = step.schema->inplace;
+    std::stable_partition(pairs.begin(), pairs.end(), [&](std::pair<int, int> p) {
+      return p.first < static_cast<int>(step.inputs.size()) && step.inputs[static_cast<size_t>(p.first)] >= 0 &&
+             is_donated(viewed_slot(step.inputs[static_cast<size_t>(p.first)]));
+    });
     std::vector<int> taken;
-    for (auto [in, out] : step.schema->inplace) {
+    for (auto [in, out] : pairs) {
       if (in >= static_cast<int>(step.inputs.size()) || out >= static_cast<int>(step.outputs.size())) continue;
       auto bi = buffer_of_slot.find(viewed_slot(step.inputs[static_cast<size_t>(in)]));
       auto bo = buffer_of_slot.find(step.outputs[static_cast<size_t>(out)]);

@@ -12,8 +12,8 @@
 //      view handed to the caller shares the fresh storage of the value it views);
 //   5. lifetimes from the schedule (a read of a view is a read of the buffer it views, so that
 //      buffer lives as long as any view of it), in-place aliases where the op's schema allows and
-//      the input's buffer dies at that node, then offsets from the memory planner
-//      (plan/memory_plan.h).
+//      the input's buffer dies at that node (a donated input's bytes first: PlanOptions::
+//      donated_inputs), then offsets from the memory planner (plan/memory_plan.h).
 // Executing the plan (executor.h) then allocates nothing for planned intermediates.
 #pragma once
 
@@ -40,6 +40,8 @@ enum class SlotKind : uint8_t {
   kOutput,       // graph output: fresh storage every run, returned to the caller
   kView,         // the bytes of slot view_of, in this slot's dims: pointed there when its step runs;
                  // a graph output only when the slot it views is a kOutput (both handed over)
+  kOverInput,    // written in place over the bytes of donated input slot view_of (its last reader
+                 // has run): pointed there every run, in this slot's dims; takes no arena bytes
 };
 
 // Run-time home of one value.
@@ -47,7 +49,7 @@ struct Slot {
   SlotKind kind = SlotKind::kArena;
   Tensor tensor;            // current binding (view into the arena, input, constant, ...)
   size_t arena_offset = 0;  // for kArena
-  int view_of = -1;         // for kView: the slot whose bytes it shows
+  int view_of = -1;         // for kView, kOverInput: the slot whose bytes it shows
   const Value* value = nullptr;
 };
 
@@ -69,6 +71,7 @@ struct PlanStats {
   int num_steps = 0;
   int num_folded = 0;               // nodes evaluated at plan time
   int num_inplace = 0;              // outputs sharing their input's buffer
+  int num_over_inputs = 0;          // of those, outputs written over a donated input (kOverInput)
   int num_views = 0;                // outputs that view their input's bytes (no buffer, no copy)
   int num_reused = 0;               // buffers placed over dead ones
   int num_dynamic = 0;              // values sized at run time
@@ -90,6 +93,12 @@ struct PlanOptions {
   // Graph inputs whose values (not only dims) the plan is built for, read like constants:
   // shapes handed over from another program (a Session keys its plans on their values).
   std::set<std::string> value_inputs;
+  // Graph inputs whose bytes the run may overwrite once their last reader has run: an in-place op
+  // then writes its output there instead of in the arena (a backward program over the values its
+  // forward saved, as eager autograd frees a saved tensor after its last use). The caller hands
+  // such an input over: no other input, and nothing it reads later, may share those bytes. Never
+  // a graph output (it is copied out at the end of the run).
+  std::set<std::string> donated_inputs;
 };
 
 // Builds a plan for the given concrete inputs (one per graph input, in order). Throws ShapeError

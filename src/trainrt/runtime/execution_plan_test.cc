@@ -105,6 +105,33 @@ TEST(ExecutionPlan, AnOpMayWriteInPlaceOverAViewWhoseBufferDies) {
   for (int64_t i = 0; i < 24; ++i) EXPECT_EQ(out.data<float>()[i], -std::max(-in.data<float>()[i], 0.f));
 }
 
+// Donated input a: Add, its last reader, writes t over a's bytes and Relu writes over t (a chain
+// over the input); nothing takes the arena. When a is read again later (by Mul) it stays intact.
+TEST(ExecutionPlan, AnOpWritesOverADonatedInputOnlyAfterItsLastReader) {
+  for (bool read_again : {false, true}) {
+    auto g = new_graph();
+    Value* a = g->add_input("a", DType::kF32, Shape({4, 6}));
+    Value* b = g->add_input("b", DType::kF32, Shape({4, 6}));
+    Value* t = g->add_node("Add", {a, b}, {"t"})->output(0);
+    Value* r = g->add_node("Relu", {t}, {"r"})->output(0);
+    g->add_output(read_again ? g->add_node("Mul", {r, a}, {"y"})->output(0) : g->add_node("Neg", {r}, {"y"})->output(0));
+    Tensor in_a = random_tensor({4, 6}, 1), in_b = random_tensor({4, 6}, 2);
+    const std::vector<float> a_before = values_of(in_a);
+    PlanOptions options;
+    options.donated_inputs = {"a"};
+    auto plan = build_execution_plan(*g, {in_a, in_b}, cpu_kernel_table(), options);
+    EXPECT_EQ(plan->stats.num_over_inputs, read_again ? 0 : 2) << read_again;
+    EXPECT_EQ(plan->stats.arena_bytes, read_again ? 96u : 0u) << read_again;
+    Session session(g, {.donated_inputs = {"a"}});
+    Tensor out = session.run({in_a, in_b})[0];
+    for (int64_t i = 0; i < 24; ++i) {
+      const float relu = std::max(a_before[i] + in_b.data<float>()[i], 0.f);
+      EXPECT_EQ(out.data<float>()[i], read_again ? relu * a_before[i] : -relu) << i;
+      EXPECT_EQ(in_a.data<float>()[i], read_again ? a_before[i] : relu) << i;  // a's bytes hold r
+    }
+  }
+}
+
 // Views of a graph input and of a parameter show the caller's memory: nothing may write there,
 // and a rebound parameter is seen by its view on the next run.
 TEST(ExecutionPlan, ViewsOfCallerMemoryAreReadOnlyAndFollowRebinding) {

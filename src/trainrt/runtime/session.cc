@@ -91,6 +91,7 @@ ExecutionPlan& Session::plan_for(const std::vector<Tensor>& inputs) {
     PlanOptions po;
     po.mutable_initializers = options_.mutable_initializers;
     po.value_inputs = options_.value_inputs;
+    po.donated_inputs = options_.donated_inputs;
     auto plan = build_execution_plan(*graph_, inputs, *kernels_, po);
     TRAINRT_LOG(kVerbose) << "planned graph '" << graph_->name << "': " << plan->steps.size()
                           << " steps, " << plan->stats.arena_bytes << " arena bytes";
@@ -109,8 +110,11 @@ void Session::bind(ExecutionPlan& plan, const std::vector<Tensor>& inputs) {
     Tensor& t = plan.slots[static_cast<size_t>(plan.input_slots[i])].tensor;
     t.rebind(const_cast<void*>(inputs[i].raw()), inputs[i].dims());
   }
-  for (Slot& s : plan.slots)
+  for (Slot& s : plan.slots) {
     if (s.kind == SlotKind::kMutable) s.tensor = mutable_data_.at(s.value->name);
+    if (s.kind == SlotKind::kOverInput)  // the donated input (bound above) is written over
+      s.tensor.rebind(const_cast<void*>(plan.slots[static_cast<size_t>(s.view_of)].tensor.raw()), s.tensor.dims());
+  }
   // A session sharing the arena may have moved it since this plan was bound: compare the base.
   arena_->reserve(plan.stats.arena_bytes);
   if (bound_arena_ != arena_->base()) {

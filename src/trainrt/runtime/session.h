@@ -35,6 +35,8 @@ struct SessionOptions {
   // Inputs holding shapes (small i64 tensors): a plan is built per value, which shape inference
   // and constant folding then see (PlanOptions::value_inputs).
   std::set<std::string> value_inputs;
+  // Inputs the run may write over once their last reader has run (PlanOptions::donated_inputs).
+  std::set<std::string> donated_inputs;
   uint64_t seed = 0;           // seeds random ops (Dropout); same seed, same results
   bool profile = false;        // record per-node timings in profiler()
   const KernelTable* kernels = nullptr;  // defaults to the CPU kernel table

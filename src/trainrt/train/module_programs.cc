@@ -58,6 +58,14 @@ ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::st
     if (const Node* producer = joint_->find_value(name)->producer;
         producer && (producer->op_type() == "Shape" || producer->op_type() == "Size"))
       options.value_inputs.insert(name);
+  // The saved values (forward outputs past the model's) are the backward's alone: it may write
+  // over each once its last reader has run (see backward() for the bytes they might share).
+  const auto& forward_outputs = programs_.forward->outputs();
+  for (size_t i = num_outputs_; i < forward_outputs.size(); ++i)
+    if (!options.value_inputs.count(forward_outputs[i]->name)) donated_.insert(forward_outputs[i]->name);
+  for (size_t i = 0; i < num_outputs_; ++i) donated_.erase(forward_outputs[i]->name);
+  for (const Value* v : programs_.forward->inputs()) donated_.erase(v->name);
+  options.donated_inputs = donated_;
   backward_ = std::make_unique<Session>(programs_.backward, options);
   SessionOptions inference_options;
   inference_options.arena = options.arena;
@@ -95,12 +103,34 @@ std::vector<Tensor> ModulePrograms::backward(ForwardState& state, const std::vec
     if (it == state.values.end()) throw InternalError(fmt("backward input '", name, "' was not kept by forward"));
     inputs.push_back(it->second);
   }
-  std::vector<Tensor> grads = backward_->run(inputs);
-  state.values.clear();  // release the saved activations now
+  hand_over_saved_values(state, inputs);
+  // Spent from here on, even if the run throws: the saved values may be written over.
+  state.values.clear();
   state.used = true;
+  std::vector<Tensor> grads = backward_->run(inputs);
   std::vector<Tensor> out;
   for (size_t pos : grad_position_) out.push_back(std::move(grads[pos]));
   return out;
+}
+
+// A donated saved value must be the only holder of its bytes among what the backward reads and
+// what the caller got: a saved value that views a model output (a Reshape of the logits) or that
+// shares storage with another saved value is copied first.
+void ModulePrograms::hand_over_saved_values(const ForwardState& state, std::vector<Tensor>& inputs) const {
+  auto overlaps = [](const Tensor& a, const Tensor& b) {
+    const auto* pa = static_cast<const std::byte*>(a.raw());
+    const auto* pb = static_cast<const std::byte*>(b.raw());
+    return a.nbytes() > 0 && b.nbytes() > 0 && pa < pb + b.nbytes() && pb < pa + a.nbytes();
+  };
+  const auto& forward_outputs = programs_.forward->outputs();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!donated_.count(programs_.backward_inputs[i])) continue;
+    bool shared = false;
+    for (size_t j = 0; j < inputs.size() && !shared; ++j) shared = j != i && overlaps(inputs[i], inputs[j]);
+    for (size_t o = 0; o < num_outputs_ && !shared; ++o)
+      shared = overlaps(inputs[i], state.values.at(forward_outputs[o]->name));
+    if (shared) inputs[i] = inputs[i].clone();
+  }
 }
 
 std::vector<Tensor> ModulePrograms::infer(const std::vector<Tensor>& inputs, uint64_t seed) {

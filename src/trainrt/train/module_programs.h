@@ -7,7 +7,9 @@
 // (choose_saved_values, then partition_joint_graph): forward() runs the forward program and keeps, in a ForwardState, the
 // saved values and the input tensors the backward reads; backward() feeds those plus the output
 // gradients to the backward program and returns the gradients of `wrt`, in `wrt` order.
-// infer() runs the plain graph for eval / no-grad calls and keeps nothing. The three share one
+// The backward may write over each saved value once its last reader has run (SessionOptions
+// donated inputs: an in-place op's output goes there, not in the arena), so a state serves one
+// backward; a second is refused. infer() runs the plain graph for eval / no-grad calls and keeps nothing. The three share one
 // arena (they never run at the same time): peak intermediates of the largest, not of all three.
 //
 //   ModulePrograms p(graph, /*grad_outputs=*/{"loss"}, /*wrt=*/{"fc.weight", "fc.bias"});
@@ -18,6 +20,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -65,7 +68,10 @@ class ModulePrograms {
   std::vector<std::string> grad_outputs_, wrt_;
   std::vector<std::string> output_grad_inputs_;  // per grad_outputs entry
   std::vector<size_t> grad_position_;            // per wrt entry: its index among backward outputs
+  void hand_over_saved_values(const ForwardState& state, std::vector<Tensor>& inputs) const;
+
   std::vector<std::string> unreached_;
+  std::set<std::string> donated_;  // backward inputs that are saved values: written over in place
   size_t num_outputs_ = 0;
   std::unique_ptr<Session> forward_, backward_, inference_;
 };

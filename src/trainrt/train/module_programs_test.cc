@@ -3,7 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "trainrt/core/testing.h"
+#include "trainrt/plan/partition.h"
 
 namespace trainrt {
 namespace {
@@ -130,6 +133,43 @@ TEST(ModulePrograms, BackwardReadsNothingTheSharedArenaHolds) {
     expect_close(g1[i], r1[i], 0, 0);
     expect_close(g2[i], r2[i], 0, 0);
   }
+}
+
+// y = Relu(x @ w + b) @ w2: the backward reads the saved h = Relu(...) last in ReluGrad, which then
+// writes dX over h's bytes instead of the arena. Gradients match bit for bit a plain run of the
+// same backward program on copies of the saved values (nothing was overwritten before its last
+// reader), h's bytes were taken, and the spent state refuses a second backward.
+TEST(ModulePrograms, BackwardWritesOverASavedValueAfterItsLastReader) {
+  auto g = linear_graph();
+  Value* h = g->add_node("Relu", {g->mutable_outputs()[0]}, {"h"})->output(0);
+  Value* w2 = g->add_input("w2", DType::kF32, Shape({3, 2}));
+  g->mutable_outputs()[0] = g->add_node("MatMul", {h, w2}, {"out"})->output(0);
+  ModulePrograms p(g, {"out"}, {"w", "b", "w2"});
+  Tensor w = testing::random_tensor({2, 3}, 1), b = testing::random_tensor({3}, 2);
+  Tensor x = testing::random_tensor({5, 2}, 3), w2_data = testing::random_tensor({3, 2}, 4);
+  Tensor dy = testing::random_tensor({5, 2}, 5);
+  ForwardState state;
+  p.forward({w, b, x, w2_data}, state, 1);
+  ASSERT_TRUE(state.values.count("h"));
+  const Tensor saved_h = state.values.at("h");
+  const Tensor saved_copy = saved_h.clone();
+
+  std::vector<const Node*> nodes;
+  for (const Node* n : p.backward_graph().topological_order()) nodes.push_back(n);
+  std::vector<const Value*> ins(p.backward_graph().inputs().begin(), p.backward_graph().inputs().end());
+  std::vector<const Value*> outs(p.backward_graph().outputs().begin(), p.backward_graph().outputs().end());
+  Session reference(extract_subgraph(p.backward_graph(), nodes, ins, outs, "reference"));
+  std::vector<Tensor> reference_inputs;
+  for (const Value* v : ins)
+    reference_inputs.push_back(v->name == "out_grad" || !state.values.count(v->name) ? dy : state.values.at(v->name).clone());
+  std::vector<Tensor> expected = reference.run(reference_inputs);
+
+  auto grads = p.backward(state, {dy});
+  ASSERT_EQ(grads.size(), 3u);
+  std::vector<Tensor> expected_in_wrt_order = {expected[1], expected[0], expected[2]};  // grad_of: b, w, w2
+  for (size_t i = 0; i < grads.size(); ++i) expect_close(grads[i], expected_in_wrt_order[i], 0, 0);
+  EXPECT_NE(0, std::memcmp(saved_h.raw(), saved_copy.raw(), saved_h.nbytes())) << "dX was not written over h";
+  EXPECT_THROW(p.backward(state, {dy}), InvalidModel);
 }
 
 }  // namespace
