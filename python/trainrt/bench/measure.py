@@ -17,6 +17,7 @@ the others go on.
 from __future__ import annotations
 
 import copy
+import gc
 import statistics
 import time
 import traceback
@@ -58,6 +59,10 @@ def run_model(spec: ModelSpec, mode_names: list[str], warmup: int, steps: int, p
     running = {}
     for name in mode_names:
         try:
+            # An earlier model's RTModule engines hang in reference cycles (autograd graph, module):
+            # freed by the collector only, which would otherwise free them during this mode's first
+            # steps and hide that much of its growth (the cnn after the mlp read 27 MiB, not 50).
+            gc.collect()
             engine_before = _C.storage_bytes()["live"]
             mode = MODES[name](model)
             results[name] = _first_steps(mode, spec, warmup)
