@@ -35,6 +35,7 @@ nb::dict memory(const MemoryStats& m) {
   d["arena_capacity"] = m.arena_capacity;
   d["peak_dynamic_bytes"] = m.peak_dynamic_bytes;
   d["live_lower_bound"] = m.live_lower_bound;
+  d["output_bytes"] = m.output_bytes;
   return d;
 }
 

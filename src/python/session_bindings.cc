@@ -49,6 +49,7 @@ nb::dict memory_stats(const Session& s) {
   d["arena_capacity"] = m.arena_capacity;
   d["peak_dynamic_bytes"] = m.peak_dynamic_bytes;
   d["live_lower_bound"] = m.live_lower_bound;
+  d["output_bytes"] = m.output_bytes;
   d["steps"] = p.num_steps;
   d["folded"] = p.num_folded;
   d["inplace"] = p.num_inplace;

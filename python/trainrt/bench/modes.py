@@ -87,13 +87,20 @@ class RT(Mode):
                    for t in state.values() if isinstance(t, torch.Tensor))
 
     def engine_memory(self):
-        """Planned arena bytes (forward and backward share one block: the larger) and the dynamic peak
-        bytes of both programs, summed over engines."""
-        total = {"planned_arena_bytes": 0, "peak_dynamic_bytes": 0}
+        """Summed over engines: planned arena bytes and the arena reserved (forward and backward share
+        one block: the larger), the dynamic peak bytes of both programs, and the output storage each
+        program keeps to write again next step (forward: the loss and the saved values; backward: the
+        gradients, which torch holds as .grad in between)."""
+        total = {"planned_arena_bytes": 0, "arena_capacity_bytes": 0, "peak_dynamic_bytes": 0,
+                 "saved_value_bytes": 0, "gradient_bytes": 0}
         for engine in self.model.engines:
-            programs = engine.programs.memory_stats().values()
+            stats = engine.programs.memory_stats()
+            programs = stats.values()
             total["planned_arena_bytes"] += max(p["planned_arena_bytes"] for p in programs)
+            total["arena_capacity_bytes"] += max(p["arena_capacity"] for p in programs)
             total["peak_dynamic_bytes"] += sum(p["peak_dynamic_bytes"] for p in programs)
+            total["saved_value_bytes"] += stats["forward"]["output_bytes"]
+            total["gradient_bytes"] += stats["backward"]["output_bytes"]
         return total
 
 

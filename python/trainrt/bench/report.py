@@ -55,7 +55,26 @@ def _notes(results: dict) -> list[str]:
             "peak tensor MiB: the most tensor bytes live at once in one step beyond parameters and optimizer "
             "state (torch.profiler memory events for torch's allocator, plus the engine's own storage count: "
             "arenas, saved values, gradients and what it keeps between steps). "
-            "engine arena: RTModule's planned arena (one block the forward and backward programs share) + dynamic peak bytes."]
+            "engine arena: RTModule's planned arena (one block the forward and backward programs share) + dynamic peak bytes."
+            ] + _engine_breakdown(results)
+
+
+def _engine_breakdown(results: dict) -> list[str]:
+    """Per engine mode, what its peak tensor bytes are made of: the engine keeps its arena, its saved values
+    and its gradients between steps; "other" is the rest of its storage (kernel scratch such as oneDNN's
+    per-thread scratchpads) and torch's part."""
+    lines = []
+    for entry in results["models"]:
+        for mode, r in entry["modes"].items():
+            engine = r.get("engine_memory")
+            if not engine or "peak_tensor_bytes" not in r:
+                continue
+            parts = {"arena": engine["arena_capacity_bytes"], "saved values": engine["saved_value_bytes"],
+                     "gradients": engine["gradient_bytes"]}
+            parts["other"] = r["peak_tensor_bytes"] - sum(parts.values())
+            lines.append(f"{entry['model']} {mode} peak tensor MiB {r['peak_tensor_bytes'] / _MIB:.1f} = "
+                         + " + ".join(f"{name} {b / _MIB:.1f}" for name, b in parts.items()))
+    return lines
 
 
 def text_table(results: dict) -> str:

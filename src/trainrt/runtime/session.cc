@@ -238,6 +238,9 @@ MemoryStats Session::memory_stats() const {
   m.live_lower_bound = last_stats().live_lower_bound;
   m.arena_capacity = arena_->capacity();
   m.peak_dynamic_bytes = peak_dynamic_bytes_;
+  if (last_plan_)
+    for (const Slot& slot : last_plan_->slots)
+      if (slot.kind == SlotKind::kOutput && slot.tensor.raw()) m.output_bytes += slot.tensor.nbytes();
   return m;
 }
 

@@ -54,6 +54,9 @@ struct MemoryStats {
                                     // sharing the arena)
   size_t peak_dynamic_bytes = 0;    // largest sum of run-time sized intermediates in one run
   size_t live_lower_bound = 0;      // best possible arena size for the current plan
+  size_t output_bytes = 0;          // storage of the last run's graph outputs, which the session
+                                    // keeps to write again next run (a training step's saved values
+                                    // or gradients): held between runs, beside the arena
 };
 
 class Session {

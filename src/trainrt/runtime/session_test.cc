@@ -230,6 +230,20 @@ TEST(Session, OutputStorageIsReusedOnlyOnceTheCallerReleasedIt) {
   EXPECT_EQ(other_shape.dims(), (std::vector<int64_t>{5, 3}));
 }
 
+// memory_stats().output_bytes counts the output storage the session keeps to write again: the last
+// run's outputs, whether or not the caller still holds them, and only the current plan's.
+TEST(Session, OutputBytesCountTheOutputsKeptForTheNextRun) {
+  auto g = linear_relu_graph();
+  Session session(g);
+  EXPECT_EQ(session.memory_stats().output_bytes, 0u);
+  Tensor y = session.run({random_tensor({3, 4}, 41)})[0];  // (3, 3) f32
+  EXPECT_EQ(session.memory_stats().output_bytes, y.nbytes());
+  y = Tensor();  // let go: the session still holds the storage, to write it next run
+  EXPECT_EQ(session.memory_stats().output_bytes, 3u * 3u * sizeof(float));
+  session.run({random_tensor({5, 4}, 42)});  // another plan: the first one's outputs are let go
+  EXPECT_EQ(session.memory_stats().output_bytes, 5u * 3u * sizeof(float));
+}
+
 // The caller's inputs are read in place and not retained: once run() returns, storage the caller
 // drops is freed. (A plan that kept the input it was built with pinned the first forward's saved
 // values for as long as the backward program lived, and the second forward, unable to reuse them,
