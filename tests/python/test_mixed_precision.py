@@ -199,3 +199,56 @@ def test_bf16_training_converges_like_f32():
     bf16 = train_losses(trainrt.RTModule(copy.deepcopy(model)), batch, 200, autocast=True)
     assert f32[-1] < 0.5 * f32[0]  # it learned something to compare
     assert abs(bf16[-1] - f32[-1]) <= 0.02 * f32[-1], (bf16[-1], f32[-1])
+
+
+class SelfAttention(nn.Module):
+    """Linear Q, K, V, causal F.scaled_dot_product_attention with a learned additive position bias
+    (T5-like, so the mask gets a gradient), output projection, cross-entropy over a vocabulary."""
+
+    def __init__(self, vocab=32, dim=32, heads=4, seq=12):
+        super().__init__()
+        self.heads = heads
+        self.embed = nn.Embedding(vocab, dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.bias = nn.Parameter(0.1 * torch.randn(heads, seq, seq))
+        self.out = nn.Linear(dim, vocab)
+
+    def forward(self, idx, targets):
+        x = self.embed(idx)  # (B, T, C)
+        b, t, c = x.shape
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in self.qkv(x).chunk(3, -1))
+        y = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=self.bias[:, :t, :t], is_causal=False)
+        y = y.transpose(1, 2).reshape(b, t, c)  # (B, T, C)
+        return nn.functional.cross_entropy(self.out(x + y).flatten(0, 1), targets.flatten())
+
+
+def test_attention_under_autocast_stays_fused_in_bf16():
+    torch.manual_seed(0)
+    batch = gpt_batch(vocab=32)
+    model = capture(SelfAttention(), batch, autocast=torch.bfloat16).model
+    ops = [n.op_type for n in model.graph.node]
+    assert "ScaledDotProductAttention" in ops and "Softmax" not in ops, ops
+    assert "ScaledDotProductAttention" in bf16_consumers(model)
+
+
+def test_attention_autocast_matches_eager_autocast_and_trains_alike():
+    """Loss and gradients (the learned mask's included) within bf16 tolerance of eager autocast,
+    whose CPU attention also runs the flash kernel on bf16 with f32 sums; then 30 AdamW steps."""
+    torch.manual_seed(0)
+    eager = SelfAttention()
+    ours = trainrt.RTModule(copy.deepcopy(eager))
+    batch = gpt_batch(vocab=32)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss_e, loss_o = eager(*batch), ours(*batch)
+    torch.testing.assert_close(loss_o, loss_e, rtol=1e-2, atol=0)
+    loss_e.backward()
+    loss_o.backward()
+    for (name, pe), po in zip(eager.named_parameters(), ours.parameters()):
+        assert po.grad.dtype == torch.float32, name
+        assert (po.grad - pe.grad).abs().max() <= 3e-2 * pe.grad.abs().max(), name
+    eager.zero_grad()
+    ours.zero_grad()
+    losses_e = train_losses(eager, batch, 30, autocast=True)
+    losses_o = train_losses(ours, batch, 30, autocast=True)
+    assert losses_e[-1] < 0.7 * losses_e[0]
+    assert abs(losses_o[-1] - losses_e[-1]) <= 0.03 * losses_e[-1], (losses_o[-1], losses_e[-1])

@@ -17,8 +17,11 @@ captured graph's outputs keep their f32 dtypes. The casts back cost one pass ove
 output; a bf16 value widened to f32 and cast to bf16 again for the next product is taken from the
 first cast (bf16 -> f32 -> bf16 is exact), so a product feeding a product casts nothing twice.
 
-Not on the list although torch's is: scaled_dot_product_attention (TrainRT's fused attention op is
-f32), prelu, and transposed convolutions (not translated at all).
+scaled_dot_product_attention is on the list, as in torch: the fused ScaledDotProductAttention takes
+bf16 Q, K, V and a bf16 float mask (autocast casts the mask too; a bool mask stays bool) and computes
+in f32, like torch's CPU flash kernel, so the attention stays fused; its output is widened like a
+product's. Not on the list although torch's is: prelu, and transposed convolutions (not translated
+at all).
 
     policy = Autocast(builder, torch.bfloat16)
     if policy.applies(name):
@@ -37,12 +40,13 @@ from trainrt.capture.onnx_builder import GraphBuilder, onnx_type
 # ATen overloads of torch's CPU lower-precision list that TrainRT translates (see the docstring).
 LOWER_PRECISION_OPS = frozenset({
     "aten.linear.default", "aten.addmm.default", "aten.mm.default", "aten.bmm.default", "aten.matmul.default",
-    "aten.baddbmm.default",
+    "aten.baddbmm.default", "aten.scaled_dot_product_attention.default",
     "aten.conv1d.default", "aten.conv2d.default", "aten.conv3d.default",
     "aten.conv1d.padding", "aten.conv2d.padding", "aten.conv3d.padding", "aten.convolution.default",
 })
 
-# Autocast dtypes the engine runs (bf16 products and convolutions on oneDNN with f32 sums).
+# Autocast dtypes the engine runs (bf16 products and convolutions on oneDNN with f32 sums, bf16
+# attention with f32 softmax and sums).
 SUPPORTED_DTYPES = (torch.bfloat16,)
 
 

@@ -113,7 +113,7 @@ def native_dropout(ctx: OpContext) -> list[str]:
 def _math_attention(ctx: OpContext, q: TensorValue, k: TensorValue, v: TensorValue, mask, dropout_p: float,
                     is_causal: bool, scale) -> str:
     """softmax(q @ k^T * scale + mask) @ v spelled out in ONNX ops, materializing the (L, S) weights:
-    the form for what the fused op does not take (ranks above 4, dtypes other than f32 and f64).
+    the form for what the fused op does not take (ranks above 4, dtypes other than f32, f64 and bf16).
 
     q: (..., L, E), k: (..., S, E), v: (..., S, Ev). A causal mask keeps j <= i (torch's
     top-left-aligned tril); a bool attn_mask keeps True entries, a float one is added.
@@ -142,8 +142,8 @@ def _math_attention(ctx: OpContext, q: TensorValue, k: TensorValue, v: TensorVal
 
 
 def _fuses(q: TensorValue) -> bool:
-    """Whether the fused op takes these inputs: f32 or f64, at most 4 dims."""
-    return q.dtype in (torch.float32, torch.float64) and 2 <= q.rank <= 4
+    """Whether the fused op takes these inputs: f32, f64 or bf16 (computed in f32), at most 4 dims."""
+    return q.dtype in (torch.float32, torch.float64, torch.bfloat16) and 2 <= q.rank <= 4
 
 
 def _fused_attention(ctx: OpContext, q: TensorValue, k: TensorValue, v: TensorValue, mask, dropout_p: float,

@@ -4,10 +4,12 @@
 //     -> (dQ, dK, dV, [dS])
 //
 // Q (B, H, L, E), K (B, Hkv, S, E), V (B, Hkv, S, Ev) with H a multiple of Hkv (grouped-query
-// attention: query head h reads key/value head h / (H / Hkv), torch's enable_gqa). The mask, bool
-// (true = keep) or of Q's dtype (added to the scores), broadcasts to (B, H, L, S).
-// O is (B, H, L, Ev); logsumexp (B, H, L) is each row's log sum exp of the scaled, masked scores,
-// which the gradient needs to recompute the probabilities block by block. dS (B, H, L, S) is the
+// attention: query head h reads key/value head h / (H / Hkv), torch's enable_gqa). Q, K, V are f32,
+// f64 or bf16 (computed in f32, as torch's CPU flash kernel does under autocast). The mask, bool
+// (true = keep) or of Q's dtype (or f32 with bf16 Q; added to the scores), broadcasts to (B, H, L, S).
+// O is (B, H, L, Ev) of Q's dtype; logsumexp (B, H, L) is each row's log sum exp of the scaled, masked
+// scores, which the gradient needs to recompute the probabilities block by block: f32 for bf16 Q
+// (torch's too). dS (B, H, L, S), of the float mask's dtype (else Q's), is the
 // gradient of the scaled, masked scores, i.e. of a float mask broadcast to (B, H, L, S): the
 // gradient rule sums it to the mask's shape when the mask is learned (T5's position bias). seed (an i64 scalar) is
 // the seed the forward's dropout drew its mask from, so the gradient redraws the same mask.
@@ -52,8 +54,15 @@ void check_attributes(const InferenceContext& ctx) {
 struct AttentionDims {
   Dim b, h, l, s, e, ev;
 };
+
+// The dtype of logsumexp: f32 for bf16 Q (bf16 would shift the gradient's probabilities by 3%).
+DType compute_dtype(DType t) { return t == DType::kBF16 ? DType::kF32 : t; }
+
+// Whether a mask of dtype m is added to (or, bool, applied to) the scores of Q of dtype q.
+bool mask_dtype_ok(DType m, DType q) { return m == DType::kBool || m == q || (q == DType::kBF16 && m == DType::kF32); }
+
 AttentionDims check_attention_inputs(InferenceContext& ctx, int q, int mask) {
-  ctx.expect_dtype(q, {DType::kF32, DType::kF64});
+  ctx.expect_dtype(q, {DType::kF32, DType::kF64, DType::kBF16});
   for (int i = q + 1; i <= q + 2; ++i)
     if (ctx.input_dtype(i) != ctx.input_dtype(q))
       ctx.fail(fmt("input ", i, " has dtype ", dtype_name(ctx.input_dtype(i)), ", expected ",
@@ -77,9 +86,9 @@ AttentionDims check_attention_inputs(InferenceContext& ctx, int q, int mask) {
   d.e = same_dim(ctx, qd[3], kd[3], "head sizes of Q and K" + shapes());
   d.ev = vd[3];
   if (!ctx.has_input(mask)) return d;
-  if (ctx.input_dtype(mask) != DType::kBool && ctx.input_dtype(mask) != ctx.input_dtype(q))
+  if (!mask_dtype_ok(ctx.input_dtype(mask), ctx.input_dtype(q)))
     ctx.fail(fmt("input ", mask, " (mask) has dtype ", dtype_name(ctx.input_dtype(mask)), ", expected bool or ",
-                 dtype_name(ctx.input_dtype(q)), " like Q"));
+                 dtype_name(ctx.input_dtype(q)), " like Q", ctx.input_dtype(q) == DType::kBF16 ? " (or f32)" : ""));
   const Shape& m = ctx.input_shape(mask);
   if (!m.rank_known) return d;
   const Dim full[4] = {d.b, d.h, d.l, d.s};
@@ -100,7 +109,7 @@ void infer_attention(InferenceContext& ctx) {
   const AttentionDims d = check_attention_inputs(ctx, 0, 3);
   const DType t = ctx.input_dtype(0);
   ctx.set_output(0, t, Shape({d.b, d.h, d.l, d.ev}));
-  ctx.set_output(1, t, Shape({d.b, d.h, d.l}));
+  ctx.set_output(1, compute_dtype(t), Shape({d.b, d.h, d.l}));
   ctx.set_output(2, DType::kI64, Shape(std::vector<Dim>{}));
 }
 
@@ -122,13 +131,14 @@ void infer_attention_grad(InferenceContext& ctx) {
   const DType t = ctx.input_dtype(1);
   expect_input(ctx, 0, "dO", t, {d.b, d.h, d.l, d.ev});
   expect_input(ctx, 4, "O", t, {d.b, d.h, d.l, d.ev});
-  expect_input(ctx, 5, "logsumexp", t, {d.b, d.h, d.l});
+  expect_input(ctx, 5, "logsumexp", compute_dtype(t), {d.b, d.h, d.l});
   if (ctx.has_input(7)) expect_input(ctx, 7, "seed", DType::kI64, {});
-  if (ctx.has_input(8)) expect_input(ctx, 8, "dlogsumexp", t, {d.b, d.h, d.l});
+  if (ctx.has_input(8)) expect_input(ctx, 8, "dlogsumexp", compute_dtype(t), {d.b, d.h, d.l});
   if (ctx.node().attr_float("dropout_p", 0.f) > 0.f && !ctx.has_input(7))
     ctx.fail("dropout_p > 0 needs input 7 (the forward's dropout seed)");
   for (int i = 1; i <= 3; ++i) ctx.set_output(i - 1, t, ctx.input_shape(i));
-  ctx.set_output(3, t, Shape({d.b, d.h, d.l, d.s}));
+  const bool float_mask = ctx.has_input(6) && ctx.input_dtype(6) != DType::kBool;
+  ctx.set_output(3, float_mask ? ctx.input_dtype(6) : t, Shape({d.b, d.h, d.l, d.s}));
 }
 
 }  // namespace

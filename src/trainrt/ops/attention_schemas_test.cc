@@ -71,6 +71,27 @@ TEST(AttentionSchemas, OutputsFollowSymbolicBatchAndLengths) {
   EXPECT_EQ(to_string(grads[2].second), to_string(v.shape));
 }
 
+// bf16 Q, K, V: O and the gradients of Q, K and V are bf16, logsumexp (and its gradient) f32, and
+// dS takes the float mask's dtype: bf16 as autocast casts it, or f32.
+TEST(AttentionSchemas, Bf16KeepsLogsumexpInF32AndDsInTheMasksDtype) {
+  const auto bf16 = [](std::vector<Dim> dims) { return In{DType::kBF16, Shape(std::move(dims))}; };
+  const In q = bf16({kBatch, 4, kLen, 16}), k = bf16({kBatch, 2, kKvLen, 16}), v = bf16({kBatch, 2, kKvLen, 16});
+  const In lse = f32({kBatch, 4, kLen});
+  for (const DType mask : {DType::kBF16, DType::kF32}) {
+    const In m{mask, Shape({kLen, kKvLen})};
+    const auto out = infer("ScaledDotProductAttention", {q, k, v, m}, 2);
+    EXPECT_EQ(out[0].first, DType::kBF16);
+    EXPECT_EQ(out[1].first, DType::kF32);
+    const auto grads = infer("ScaledDotProductAttentionGrad", {q, q, k, v, q, lse, m, {}, lse}, 4);
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(grads[static_cast<size_t>(i)].first, DType::kBF16);
+    EXPECT_EQ(grads[3].first, mask);
+  }
+  std::string e = error_of("ScaledDotProductAttention", {q, k, v, {DType::kF64, Shape({kLen, kKvLen})}}, 2);
+  EXPECT_NE(e.find("expected bool or bf16 like Q (or f32)"), std::string::npos) << e;
+  e = error_of("ScaledDotProductAttentionGrad", {q, q, k, v, q, bf16({kBatch, 4, kLen})}, 3);
+  EXPECT_NE(e.find("input 5 (logsumexp) has dtype bf16, expected f32"), std::string::npos) << e;
+}
+
 TEST(AttentionSchemas, BadShapesNameTheInputsAndShapes) {
   const In q = f32({2, 4, 5, 8});
   std::string e = error_of("ScaledDotProductAttention", {q, f32({2, 3, 6, 8}), f32({2, 3, 6, 8})}, 2);

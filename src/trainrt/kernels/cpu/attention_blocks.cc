@@ -11,6 +11,12 @@
 namespace trainrt {
 namespace {
 
+template <typename C>
+void keep_mask_row(C* s, const bool* m, int64_t stride, int64_t n) {
+  for (int64_t j = 0; j < n; ++j)
+    if (!m[j * stride]) s[j] = -std::numeric_limits<C>::infinity();
+}
+
 // s[j] += m[j * stride] over a row (stride 0: one value for the whole row).
 TRAINRT_SIMD_CLONES void add_mask_row(float* s, const float* m, int64_t stride, int64_t n) {
   if (stride == 1) {
@@ -22,11 +28,19 @@ TRAINRT_SIMD_CLONES void add_mask_row(float* s, const float* m, int64_t stride, 
 void add_mask_row(double* s, const double* m, int64_t stride, int64_t n) {
   for (int64_t j = 0; j < n; ++j) s[j] += m[j * stride];
 }
+void add_mask_row(float* s, const BFloat16* m, int64_t stride, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) s[j] += bf16_to_f32(m[j * stride].bits);
+}
 
-template <typename C>
-void keep_mask_row(C* s, const bool* m, int64_t stride, int64_t n) {
-  for (int64_t j = 0; j < n; ++j)
-    if (!m[j * stride]) s[j] = -std::numeric_limits<C>::infinity();
+// Adds (or applies, for bool) one row of the mask to a row of scores.
+void mask_row(const Attention& a, float* s, int64_t offset, int64_t stride, int64_t n) {
+  if (a.mask_dtype == DType::kBool) keep_mask_row(s, static_cast<const bool*>(a.mask) + offset, stride, n);
+  else if (a.mask_dtype == DType::kBF16) add_mask_row(s, static_cast<const BFloat16*>(a.mask) + offset, stride, n);
+  else add_mask_row(s, static_cast<const float*>(a.mask) + offset, stride, n);
+}
+void mask_row(const Attention& a, double* s, int64_t offset, int64_t stride, int64_t n) {
+  if (a.mask_dtype == DType::kBool) keep_mask_row(s, static_cast<const bool*>(a.mask) + offset, stride, n);
+  else add_mask_row(s, static_cast<const double*>(a.mask) + offset, stride, n);
 }
 
 TRAINRT_SIMD_CLONES void apply_keep(float* p, const bool* keep, float scale, int64_t n) {
@@ -46,8 +60,7 @@ void scores(const Attention& a, int64_t b, int64_t h, int64_t i0, int64_t rows, 
     const int64_t head_offset = b * st[0] + h * st[1] + j0 * st[3];
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t offset = head_offset + (i0 + r) * st[2];
-      if (a.bool_mask) keep_mask_row(s + r * cols, static_cast<const bool*>(a.mask) + offset, st[3], cols);
-      else add_mask_row(s + r * cols, static_cast<const C*>(a.mask) + offset, st[3], cols);
+      mask_row(a, s + r * cols, offset, st[3], cols);
     }
   }
   if (a.causal) {
@@ -115,6 +128,10 @@ Attention describe_attention(const std::string& where, const Tensor& q, const Te
     a.keep_threshold = keep_threshold(a.dropout_p);
   }
   if (!mask) return a;
+  const DType mt = mask->dtype(), qt = q.dtype();
+  if (mt != DType::kBool && mt != qt && !(qt == DType::kBF16 && mt == DType::kF32))
+    throw InvalidModel(fmt(where, ": mask ", describe(*mask), " must be bool or of Q's dtype ", dtype_name(qt),
+                           qt == DType::kBF16 ? " or f32" : ""));
   const std::vector<int64_t>& md = mask->dims();
   const int64_t full[4] = {a.batch, a.heads, a.q_len, a.kv_len};
   if (md.size() > 4) fail(fmt("mask ", describe(*mask), " does not broadcast to (B, H, L, S)"));
@@ -127,7 +144,7 @@ Attention describe_attention(const std::string& where, const Tensor& q, const Te
     stride *= md[i];
   }
   a.mask = mask->raw();
-  a.bool_mask = mask->dtype() == DType::kBool;
+  a.mask_dtype = mt;
   return a;
 }
 

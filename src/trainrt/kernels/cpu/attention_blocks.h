@@ -6,6 +6,9 @@
 // Algorithms 1 and 2). A block's scores are
 //   S[i][j] = scale * (Q_i . K_j) + mask[i][j]       (float mask), or
 //   S[i][j] = -inf where a bool mask is false or, when causal, where j > i (torch's top-left tril).
+// Q, K and V are f32, f64 or bf16; bf16 computes in f32 (compute_t): each task widens the rows of the
+// heads it reads when it loads them (`load`) and rounds its results once at the end (`store`), so
+// the blocks, the online softmax and the gradient's sums are the f32 code's.
 // The dropout of a probability P[i][j] of head (b, h) keeps it with the flag of element
 // ((b * H + h) * L + i) * S + j of the seed's stream (counter_rng.h) and scales it by 1 / (1 - p).
 //
@@ -19,6 +22,7 @@
 
 #include "trainrt/core/tensor.h"
 #include "trainrt/ir/graph.h"
+#include "trainrt/kernels/cpu/reduce_util.h"
 
 namespace trainrt {
 
@@ -42,9 +46,10 @@ struct Attention {
   double scale = 0;
   bool causal = false;
   // The mask: null when absent; element (b, h, i, j) at mask + b*stride[0] + ... + j*stride[3]
-  // (0 along broadcast dims). Bool masks keep true entries; others are added.
+  // (0 along broadcast dims). Bool masks keep true entries; others (of Q's dtype, or f32 under
+  // bf16 Q) are added.
   const void* mask = nullptr;
-  bool bool_mask = false;
+  DType mask_dtype = DType::kUndefined;
   int64_t mask_stride[4] = {0, 0, 0, 0};
   double dropout_p = 0;
   uint64_t dropout_key = 0;  // stream_key(seed)
@@ -55,8 +60,8 @@ struct Attention {
   int64_t visible_cols(int64_t i_end) const { return causal ? std::min(kv_len, i_end) : kv_len; }
 };
 
-// Checks the concrete shapes (ShapeError naming `where`, the input and its shape) and builds the
-// problem. `mask` may be null; `seed` (unless attrs has one) keys the dropout when dropout_p > 0.
+// Checks the concrete shapes (ShapeError naming `where`, the input and its shape) and the mask's
+// dtype (InvalidModel) and builds the problem. `mask` may be null; `seed` (unless attrs has one) keys the dropout when dropout_p > 0.
 Attention describe_attention(const std::string& where, const Tensor& q, const Tensor& k, const Tensor& v,
                              const Tensor* mask, const AttentionAttrs& attrs, uint64_t seed);
 
@@ -79,6 +84,36 @@ void block_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, flo
                 int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 void block_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
                 int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc);
+
+// The n elements at x in the compute type: x itself for f32 and f64; for bf16 a widened copy
+// carved from the float buffer `buf`, which moves past it.
+template <typename T>
+const compute_t<T>* load(const T* x, int64_t n, compute_t<T>*& buf) {
+  if constexpr (kIsFloat16<T>) {
+    compute_t<T>* y = buf;
+    widen(x, y, n);
+    buf += n;
+    return y;
+  } else {
+    return x;
+  }
+}
+// Where to sum results meant for the n elements at x: x itself, or (bf16) n floats of `buf`.
+template <typename T>
+compute_t<T>* accumulator(T* x, int64_t n, compute_t<T>*& buf) {
+  if constexpr (kIsFloat16<T>) {
+    compute_t<T>* y = buf;
+    buf += n;
+    return y;
+  } else {
+    return x;
+  }
+}
+// Rounds an accumulator into x (nothing to do when it is x).
+template <typename T>
+void store(const compute_t<T>* acc, T* x, int64_t n) {
+  if constexpr (kIsFloat16<T>) narrow(acc, x, n);
+}
 
 // Registers the gradient kernel (attention_grad_kernels.cc).
 class KernelTable;

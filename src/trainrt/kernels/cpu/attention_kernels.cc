@@ -13,7 +13,8 @@
 // Rows whose every score is masked (-inf) have l = 0: like torch's CPU kernel
 // (_scaled_dot_product_flash_attention_for_cpu) their output is 0, and so are their gradients;
 // their logsumexp is +inf, so the gradient's recomputed probabilities exp(S - logsumexp) are 0.
-// Causal blocks entirely above the diagonal are skipped.
+// Causal blocks entirely above the diagonal are skipped. bf16 Q, K, V compute in f32 (logsumexp
+// stays f32: rounded to bf16 it would shift the gradient's probabilities by up to 3%).
 #include <cmath>
 #include <limits>
 
@@ -67,8 +68,10 @@ void attend_rows(const Attention& a, int64_t b, int64_t h, int64_t i0, int64_t r
   }
 }
 
-template <typename C>
+// T: the tensors' dtype; C = compute_t<T> (bf16 tasks load their head's rows widened, attention_blocks.h).
+template <typename T>
 KernelFn make_attention(const Node& node) {
+  using C = compute_t<T>;
   const AttentionAttrs attrs = attention_attrs(node);
   return [attrs, where = node.describe()](KernelContext& ctx) {
     const Tensor& q = ctx.in(0);
@@ -78,10 +81,11 @@ KernelFn make_attention(const Node& node) {
     std::vector<C> lse_storage;  // the rows' logsumexp is computed even when the node does not output it
     if (!ctx.has_out(1)) lse_storage.resize(static_cast<size_t>(a.batch * a.heads * a.q_len));
     C* lse = ctx.has_out(1) ? ctx.out(1).data<C>() : lse_storage.data();
-    const C* qd = q.data<C>();
-    const C* kd = ctx.in(1).data<C>();
-    const C* vd = ctx.in(2).data<C>();
-    C* od = ctx.out(0).data<C>();
+    const T* qd = q.data<T>();
+    const T* kd = ctx.in(1).data<T>();
+    const T* vd = ctx.in(2).data<T>();
+    T* od = ctx.out(0).data<T>();
+    const int64_t e = a.head_dim, ev = a.value_dim;
     const int64_t row_blocks = (a.q_len + kRowBlock - 1) / kRowBlock;
     ctx.threads().parallel_for(a.batch * a.heads * row_blocks, 1, [&](int64_t begin, int64_t end) {
       for (int64_t task = begin; task < end; ++task) {
@@ -90,9 +94,16 @@ KernelFn make_attention(const Node& node) {
         const int64_t kv_head = b * a.kv_heads + h / a.group();
         const int64_t i0 = (task % row_blocks) * kRowBlock;
         const int64_t rows = std::min(kRowBlock, a.q_len - i0);
-        attend_rows(a, b, h, i0, rows, qd + (head * a.q_len + i0) * a.head_dim,
-                    kd + kv_head * a.kv_len * a.head_dim, vd + kv_head * a.kv_len * a.value_dim,
-                    od + (head * a.q_len + i0) * a.value_dim, lse + head * a.q_len + i0);
+        const int64_t visible = a.visible_cols(i0 + rows);
+        // bf16: Q's rows (rows, E), the visible K (visible, E) and V (visible, Ev), O (rows, Ev).
+        C* buf = kIsFloat16<T> ? scratch<C>(3, (rows + visible) * (e + ev)) : nullptr;
+        const C* qc = load(qd + (head * a.q_len + i0) * e, rows * e, buf);
+        const C* kc = load(kd + kv_head * a.kv_len * e, visible * e, buf);
+        const C* vc = load(vd + kv_head * a.kv_len * ev, visible * ev, buf);
+        T* o = od + (head * a.q_len + i0) * ev;
+        C* oc = accumulator(o, rows * ev, buf);
+        attend_rows(a, b, h, i0, rows, qc, kc, vc, oc, lse + head * a.q_len + i0);
+        store(oc, o, rows * ev);
       }
     });
   };
@@ -104,6 +115,7 @@ void register_attention_kernels(KernelTable& t) {
   const std::string_view domain = kTrainrtDomain;
   t.add(domain, "ScaledDotProductAttention", DType::kF32, make_attention<float>);
   t.add(domain, "ScaledDotProductAttention", DType::kF64, make_attention<double>);
+  t.add(domain, "ScaledDotProductAttention", DType::kBF16, make_attention<BFloat16>);
   register_attention_grad_kernels(t);
 }
 

@@ -1,6 +1,6 @@
 // ScaledDotProductAttention and its Grad against a naive double-precision
 // softmax(Q K^T * scale + mask) V that materializes the whole (L, S) matrix; dropout's
-// reproducibility and drop rate.
+// reproducibility and drop rate; bf16 tensors against the same reference on their rounded values.
 #include <cmath>
 #include <limits>
 #include <string>
@@ -137,6 +137,37 @@ void check_case(const Case& c) {
   expect_values(grads[2], r.dv, 1e-3, 1e-4, c.name + " dV");
 }
 
+Tensor to_bf16(const Tensor& x) {
+  Tensor y = Tensor::empty(DType::kBF16, x.dims());
+  for (int64_t i = 0; i < x.numel(); ++i) y.data<BFloat16>()[i] = BFloat16{f32_to_bf16(x.data<float>()[i])};
+  return y;
+}
+
+// check_case with Q, K, V, dO and a float mask rounded to bf16. The kernels compute in f32 and
+// round O, dQ, dK and dV once, so they match the reference on the rounded values within bf16's
+// relative step of 2^-8; logsumexp stays f32 and matches as closely as the f32 kernel's.
+void check_case_bf16(Case c) {
+  SCOPED_TRACE(c.name + " (bf16)");
+  const Tensor q = to_bf16(random_tensor({c.b, c.h, c.l, c.e}, 1, -2.f, 2.f));
+  const Tensor k = to_bf16(random_tensor({c.b, c.h_kv, c.s, c.e}, 2, -2.f, 2.f));
+  const Tensor v = to_bf16(random_tensor({c.b, c.h_kv, c.s, c.ev}, 3));
+  const Tensor d_o = to_bf16(random_tensor({c.b, c.h, c.l, c.ev}, 4));
+  if (c.mask.defined() && c.mask.dtype() == DType::kF32) c.mask = to_bf16(c.mask);
+  const Reference r = reference(c, q, k, v, d_o);
+  const std::vector<Tensor> fwd = run("ScaledDotProductAttention", {q, k, v, c.mask}, attrs_of(c), 2);
+  EXPECT_EQ(fwd[0].dtype(), DType::kBF16);
+  EXPECT_EQ(fwd[1].dtype(), DType::kF32);
+  expect_values(fwd[0], r.o, 8e-3, 1e-3, c.name + " O");
+  expect_values(fwd[1], r.lse, 1e-5, 1e-5, c.name + " logsumexp");
+  const std::vector<Tensor> grads =
+      run("ScaledDotProductAttentionGrad", {d_o, q, k, v, fwd[0], fwd[1], c.mask}, attrs_of(c), 3);
+  // O rounded to bf16 enters D = rowsum(dO * O) (as in torch): about 3e-3 in D at E = 64, which
+  // dQ and dK carry as an absolute error.
+  expect_values(grads[0], r.dq, 1.5e-2, 5e-3, c.name + " dQ");
+  expect_values(grads[1], r.dk, 1.5e-2, 5e-3, c.name + " dK");
+  expect_values(grads[2], r.dv, 8e-3, 1e-3, c.name + " dV");
+}
+
 Tensor bool_mask(std::vector<int64_t> dims, uint32_t seed) {
   const Tensor u = random_tensor(dims, seed, 0.f, 1.f);
   Tensor m = Tensor::empty(DType::kBool, dims);
@@ -187,6 +218,45 @@ TEST(AttentionKernels, FullyMaskedRowsGiveZeroOutputAndGradients) {
                                         random_tensor({1, 1, kCols, 8}, 3), keep}, {}, 2);
   for (int64_t c = 0; c < 8; ++c) EXPECT_EQ(fwd[0].data<float>()[3 * 8 + c], 0.f);
   EXPECT_EQ(fwd[1].data<float>()[3], std::numeric_limits<float>::infinity());
+}
+
+TEST(AttentionKernels, Bf16ComputesInF32AndRoundsOnce) {
+  check_case_bf16({"several blocks", 1, 2, 2, kRowBlock + 2, 2 * kColBlock + 1, 16, 24});
+  check_case_bf16({"head dim 64, explicit scale", 1, 2, 2, 64, 128, 64, 64, false, {}, 0.3});
+  check_case_bf16({"causal L > S", 1, 1, 1, kRows, 70, 8, 12, true});
+  check_case_bf16({"gqa 6 over 1, causal", 1, 6, 1, kRows, kRows, 8, 8, true});
+  check_case_bf16({"bool (B, 1, 1, S)", 2, 2, 2, 9, kCols, 8, 8, false, bool_mask({2, 1, 1, kCols}, 5)});
+  check_case_bf16({"float (B, H, L, S), causal", 1, 2, 1, 20, 20, 8, 8, true, random_tensor({1, 2, 20, 20}, 9)});
+  Tensor keep = bool_mask({1, 1, kRows, 40}, 10);
+  for (int64_t j = 0; j < 40; ++j) keep.data<bool>()[3 * 40 + j] = false;
+  check_case_bf16({"bool, row 3 masked", 2, 2, 2, kRows, 40, 8, 8, false, keep});
+}
+
+// A float mask with bf16 Q is bf16 (autocast casts it) or f32; dS, the mask's gradient, has its
+// dtype and equals the f32 kernel's on the same values within bf16 rounding.
+TEST(AttentionKernels, Bf16MasksOfEitherFloatDtypeGetTheirGradient) {
+  const Tensor q = random_tensor({1, 2, 20, 8}, 1, -2.f, 2.f), k = random_tensor({1, 1, 30, 8}, 2, -2.f, 2.f);
+  const Tensor v = random_tensor({1, 1, 30, 8}, 3), d_o = random_tensor({1, 2, 20, 8}, 4);
+  const Tensor mask = to_bf16(random_tensor({1, 2, 20, 30}, 5, -3.f, 3.f));
+  const auto widen = [](const Tensor& x) {
+    Tensor y = Tensor::empty(DType::kF32, x.dims());
+    for (int64_t i = 0; i < x.numel(); ++i) y.data<float>()[i] = static_cast<float>(x.to_double(i));
+    return y;
+  };
+  const Tensor qb = to_bf16(q), kb = to_bf16(k), vb = to_bf16(v), d_ob = to_bf16(d_o), mask_f = widen(mask);
+  const std::vector<Tensor> ref = run("ScaledDotProductAttention", {widen(qb), widen(kb), widen(vb), mask_f}, {}, 2);
+  const std::vector<Tensor> ref_grads = run("ScaledDotProductAttentionGrad",
+                                            {widen(d_ob), widen(qb), widen(kb), widen(vb), ref[0], ref[1], mask_f}, {}, 4);
+  std::vector<double> ds(static_cast<size_t>(ref_grads[3].numel()));
+  for (size_t i = 0; i < ds.size(); ++i) ds[i] = ref_grads[3].to_double(static_cast<int64_t>(i));
+  for (const Tensor& m : {mask, mask_f}) {
+    SCOPED_TRACE(dtype_name(m.dtype()));
+    const std::vector<Tensor> fwd = run("ScaledDotProductAttention", {qb, kb, vb, m}, {}, 2);
+    const std::vector<Tensor> grads =
+        run("ScaledDotProductAttentionGrad", {d_ob, qb, kb, vb, fwd[0], fwd[1], m}, {}, 4);
+    EXPECT_EQ(grads[3].dtype(), m.dtype());
+    expect_values(grads[3], ds, 1.5e-2, 1e-3, "dS");
+  }
 }
 
 TEST(AttentionKernels, BadShapesAreShapeErrorsNamingTheInputs) {
