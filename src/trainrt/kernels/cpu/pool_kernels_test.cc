@@ -1,5 +1,6 @@
 // Pooling kernels (MaxPool, AveragePool, the global pools and their gradient ops) against a
 // direct double-precision reference that tests every tap of every window for padding.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -264,6 +265,38 @@ TEST(PoolKernels, GlobalPools) {
   }
   expect_values(avg, mean, 1e-6, 1e-7, "GlobalAveragePool");
   expect_values(max, top, 0, 0, "GlobalMaxPool");
+}
+
+// Planes of odd lengths (vector lanes plus a tail, and planes longer than one 2048-element block)
+// holding NaN, -inf and all -inf: any NaN makes the plane's max NaN, else it is the largest value.
+TEST(PoolKernels, GlobalMaxPoolPropagatesNanAndInfinities) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (const std::vector<int64_t>& dims : {std::vector<int64_t>{2, 5, 7, 9}, {1, 3, 1, 1}, {1, 4, 45, 47}}) {
+    Tensor x = random_tensor(dims, 11);
+    const int64_t planes = dims[0] * dims[1], n = x.numel() / planes;
+    float* v = x.data<float>();
+    for (int64_t p = 0; p < planes; ++p) {
+      float* row = v + p * n;
+      if (p % 4 == 0) row[(p * 37) % n] = nan;           // one NaN, anywhere
+      if (p % 4 == 1) row[n - 1] = nan, row[0] = inf;    // NaN in the tail after +inf
+      if (p % 4 == 2) row[(p * 13) % n] = -inf;          // -inf among finite values
+      if (p % 4 == 3) std::fill(row, row + n, -inf);     // all -inf
+    }
+    std::vector<double> top;
+    for (int64_t p = 0; p < planes; ++p) {
+      double m = -std::numeric_limits<double>::infinity();
+      for (int64_t i = 0; i < n; ++i) {
+        const double e = v[p * n + i];
+        m = std::isnan(m) || std::isnan(e) ? std::nan("") : std::max(m, e);
+      }
+      top.push_back(m);
+    }
+    const Tensor y = run_node("GlobalMaxPool", {x})[0];
+    for (int64_t p = 0; p < planes; ++p) {
+      if (std::isnan(top[p])) EXPECT_TRUE(std::isnan(y.to_double(p))) << to_string(dims) << " plane " << p;
+      else EXPECT_EQ(y.to_double(p), top[p]) << to_string(dims) << " plane " << p;
+    }
+  }
 }
 
 TEST(PoolKernels, BadShapesNameTheNode) {
