@@ -1,82 +1,12 @@
 #include "trainrt/kernels/cpu/max_pool_rows.h"
 
-#include <algorithm>
 #include <limits>
-#include <vector>
 
 #include "trainrt/core/simd.h"
+#include "trainrt/kernels/cpu/pool_phases.h"
 
 namespace trainrt {
 namespace {
-
-// The plane is first copied into a "phase" layout so that every pass below is a contiguous,
-// stride-1 loop over the output columns: input row y, padded by pad_begin on the left and -inf to
-// the right, is split into its sw phases (phase r holds the padded columns r, r + sw, r + 2 sw,
-// ...), each wq long. Tap kx of output column ox reads padded column ox * sw + kx * dw, which is
-// element ox + kx * dw / sw of phase kx * dw % sw. (Strided loads straight from the plane are
-// peeled by GCC into scalar code on rows shorter than 17 windows, the common case.) Planes are
-// small (a CNN's 32x32), so the work per call is kept to one call per plane and per output row.
-
-// Phase r of input row y starts at data + (r * height + y) * wq.
-struct Phases {
-  int64_t wq = 0, height = 0;
-  const float* data = nullptr;
-  const float* row(int64_t y, int64_t r) const { return data + (r * height + y) * wq; }
-};
-
-// even[j] = src[2 j], odd[j] = src[2 j + 1] for j < n (a full group of two loads: no peeling).
-[[gnu::always_inline]] inline void deinterleave(const float* src, float* __restrict even, float* __restrict odd,
-                                                int64_t n) {
-  for (int64_t j = 0; j < n; ++j) {
-    even[j] = src[2 * j];
-    odd[j] = src[2 * j + 1];
-  }
-}
-
-// Unpadded rows whose width is a multiple of sw: the plane split as one long row.
-TRAINRT_SIMD_CLONES void split_whole(const float* x, int64_t n, int64_t sw, float* __restrict dst) {
-  if (sw == 2) {
-    deinterleave(x, dst, dst + n / 2, n / 2);
-  } else {
-    for (int64_t r = 0; r < sw; ++r)
-      for (int64_t j = 0; j < n / sw; ++j) dst[r * (n / sw) + j] = x[j * sw + r];
-  }
-}
-
-// Row by row through a padded staging row (before + w + after = wq * sw, padding -inf: any value
-// would do, border columns are recomputed from the plane).
-TRAINRT_SIMD_CLONES void split_padded(const float* x, int64_t height, int64_t w, int64_t before, int64_t wq,
-                                      int64_t sw, float* __restrict staging, float* __restrict dst) {
-  const int64_t padded = wq * sw;
-  for (int64_t i = 0; i < padded; ++i) staging[i] = -std::numeric_limits<float>::infinity();
-  for (int64_t y = 0; y < height; ++y) {
-    const float* src = x + y * w;
-    for (int64_t i = 0; i < w; ++i) staging[before + i] = src[i];
-    float* out = dst + y * wq;  // phase r at out + r * height * wq
-    if (sw == 1) {
-      for (int64_t j = 0; j < wq; ++j) out[j] = staging[j];
-    } else if (sw == 2) {
-      deinterleave(staging, out, out + height * wq, wq);
-    } else {
-      for (int64_t r = 0; r < sw; ++r)
-        for (int64_t j = 0; j < wq; ++j) out[r * height * wq + j] = staging[j * sw + r];
-    }
-  }
-}
-
-Phases split_plane(const Windows& w, const float* x) {
-  const int64_t sw = w.stride[2], before = w.pad_begin[2], height = w.in[1], width = w.in[2];
-  // The padded row must reach the last tap of the last window.
-  const int64_t reach = (w.out[2] - 1) * sw + (w.kernel[2] - 1) * w.dilation[2] + 1;
-  const int64_t wq = (std::max(reach, before + width) + sw - 1) / sw;
-  if (before == 0 && wq * sw == width && sw == 1) return {wq, height, x};
-  static thread_local std::vector<float> buffer;  // keeps its largest size: no steady-state allocation
-  buffer.resize(static_cast<size_t>(wq * sw * (height + 1)));
-  float* out = buffer.data();
-  if (before == 0 && wq * sw == width) split_whole(x, height * width, sw, out);
-  else split_padded(x, height, width, before, wq, sw, out + wq * sw * height, out);
-  return {wq, height, out};
-}
 
 // One output row: for n = out_w windows, best = the first largest tap (beats()), at = its plane
 // offset (when not null). All taps of the in-bounds kernel rows, from the phases; the caller then
@@ -110,20 +40,6 @@ TRAINRT_SIMD_CLONES void max_row(const Windows& w, const Phases& ph, int64_t oy,
       }
     }
   }
-}
-
-// [lo, hi): the output columns whose taps along W all lie in the input (contiguous: window
-// starts grow with the column).
-TapRange interior_columns(const Windows& w) {
-  TapRange c{w.out[2], w.out[2]};
-  for (int64_t o = 0; o < w.out[2]; ++o) {
-    const TapRange t = w.taps_of[2][o];
-    if (t.lo == 0 && t.hi == w.kernel[2]) {
-      if (c.lo == w.out[2]) c.lo = o;
-      c.hi = o + 1;
-    }
-  }
-  return c;
 }
 
 }  // namespace

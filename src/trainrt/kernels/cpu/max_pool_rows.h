@@ -1,7 +1,7 @@
 // Vectorized max pooling of one f32 plane with 1 or 2 spatial dims (MaxPool, and the argmax that
 // MaxPoolGrad routes dY by): the fast path of pool_kernels.cc.
 //
-// Windows are taken one output row at a time. Over the row's interior columns (those whose taps
+// Windows are taken one output row at a time, on the phase layout of pool_phases.h. Over the row's interior columns (those whose taps
 // along W all lie in the input) each tap (ky, kx) is one pass over the row, vectorized along the
 // output width: loads at stride sw (contiguous for sw 1, deinterleaving for sw 2), compare, blend.
 // The columns whose window crosses the left or right border are done tap by tap. Taps are folded

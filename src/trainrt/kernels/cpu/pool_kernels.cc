@@ -4,8 +4,9 @@
 // The windows come from ops/pool_geometry.h, walked as pool_windows.h says: 1-D and 2-D pools
 // are run as 3-D ones with leading spatial dims of extent 1. Work is split over the N * C planes;
 // each plane is walked window by window, each window over its in-bounds taps only (their range per
-// dim computed up front, no per-tap bounds test), except f32 max pooling of 1 or 2 spatial dims,
-// vectorized along the output rows (max_pool_rows.h; same values and argmax). Per window:
+// dim computed up front, no per-tap bounds test), except f32 max and average pooling of 1 or 2
+// spatial dims, vectorized along the output rows (max_pool_rows.h: same values and argmax;
+// average_pool_rows.h: same sums in the same order, so the same bits). Per window:
 //   MaxPool      y = the largest tap; its index is the first largest in row-major order, a NaN
 //                counting as larger than anything (PyTorch max_pool2d), so MaxPoolGrad routes
 //                dY where torch does; only a window with several NaNs differs (ours: the first,
@@ -29,6 +30,7 @@
 
 #include "trainrt/core/error.h"
 #include "trainrt/core/shape.h"
+#include "trainrt/kernels/cpu/average_pool_rows.h"
 #include "trainrt/kernels/cpu/cpu_kernels.h"
 #include "trainrt/kernels/cpu/max_pool_rows.h"
 #include "trainrt/kernels/cpu/pool_windows.h"
@@ -180,9 +182,17 @@ void average_pool(const PoolSpec& s, KernelContext& ctx) {
     for (int64_t p = begin; p < end; ++p) {
       const C* plane = plane_in(xd + p * in_plane, in_plane, 0);
       C* y = plane_out(yd + p * out_plane, out_plane, 1);
+      bool done = false;
       if (s.attrs.global) {
         y[0] = row_sum(plane, in_plane) / static_cast<C>(in_plane);
-      } else {
+        done = true;
+      } else if constexpr (std::is_same_v<C, float>) {
+        if (average_pool_rows_apply(w)) {
+          average_pool_plane_rows(w, plane, y, s.count_include_pad);
+          done = true;
+        }
+      }
+      if (!done) {
         w.for_each_window([&](int64_t o, const std::array<TapRange, 3>& r, const std::array<int64_t, 3>& start) {
           C sum = 0;
           w.for_each_tap(r, start, [&](int64_t t) { sum += plane[t]; });

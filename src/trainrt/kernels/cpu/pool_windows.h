@@ -1,8 +1,9 @@
 // The pooling windows of one call, as the CPU pooling kernels walk them: a PoolGeometry
 // (ops/pool_geometry.h) as exactly three spatial dims, with each window's in-bounds taps per dim
 // computed once per call, and the general (any rank, kernel, stride, dilation, padding) window
-// walk with its argmax rule. pool_kernels.cc runs every pool through it; max_pool_rows.h is the
-// vectorized path of 1-D and 2-D max pooling and must agree with argmax() here bit for bit.
+// walk with its argmax rule. pool_kernels.cc runs every pool through it; max_pool_rows.h and
+// average_pool_rows.h are the vectorized paths of 1-D and 2-D f32 max and average pooling and must
+// agree with it bit for bit.
 //
 //   const Windows w(attrs.geometry(node, x_dims));      // 1-D and 2-D: leading dims of extent 1
 //   w.for_each_window([&](int64_t o, const auto& r, const auto& start) {

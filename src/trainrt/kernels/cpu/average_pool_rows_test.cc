@@ -1,0 +1,130 @@
+// average_pool_plane_rows against the general window walk (pool_kernels.cc's: taps summed in
+// row-major order from 0, divided by Windows::count()) on random 1-D and 2-D geometries, both
+// count_include_pad settings: outputs must agree bit for bit, a NaN only as "both NaN" (payloads
+// of NaNs may depend on operand order).
+#include "trainrt/kernels/cpu/average_pool_rows.h"
+
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "trainrt/core/error.h"
+
+namespace trainrt {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
+
+// Spread values (sums whose rounding depends on the order), or some NaN, +inf, -inf and -0.
+std::vector<float> plane_values(int64_t n, bool specials, std::mt19937& rng) {
+  std::vector<float> v(static_cast<size_t>(n));
+  std::uniform_real_distribution<float> spread(-3.f, 3.f);
+  std::uniform_int_distribution<int> pick(0, 29);
+  for (float& e : v) {
+    const int k = specials ? pick(rng) : 29;
+    e = k == 0 ? kNan : k == 1 ? kInf : k == 2 ? -kInf : k == 3 ? -0.f : spread(rng);
+  }
+  return v;
+}
+
+std::vector<float> general(const Windows& w, const float* x, bool include_pad) {
+  std::vector<float> y;
+  w.for_each_window([&](int64_t, const std::array<TapRange, 3>& r, const std::array<int64_t, 3>& start) {
+    float sum = 0;
+    w.for_each_tap(r, start, [&](int64_t t) { sum += x[t]; });
+    const int64_t n = w.count(r, start, include_pad);
+    y.push_back(n == 0 ? 0.f : sum / static_cast<float>(n));
+  });
+  return y;
+}
+
+TEST(AveragePoolRows, MatchesTheGeneralPathOnRandomGeometries) {
+  std::mt19937 rng(11);
+  auto in = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  int checked = 0, nans = 0;
+  for (int trial = 0; trial < 800; ++trial) {
+    const int rank = in(0, 3) != 0 ? 2 : 1;
+    PoolAttributes a;
+    std::vector<int64_t> dims{1, 2};
+    std::vector<int64_t> begin, end;
+    for (int d = 0; d < rank; ++d) {
+      const int64_t k = in(1, 4), s = in(1, 3), dil = in(1, 4) == 4 ? 2 : 1, window = dil * (k - 1) + 1;
+      dims.push_back(d == rank - 1 ? in(1, 40) : in(1, 9));
+      a.kernel.push_back(k), a.strides.push_back(s), a.dilations.push_back(dil);
+      begin.push_back(in(0, static_cast<int>(window) / 2 + 1)), end.push_back(in(0, static_cast<int>(window) / 2 + 1));
+    }
+    a.pads = begin;
+    a.pads.insert(a.pads.end(), end.begin(), end.end());
+    a.ceil_mode = in(0, 1) == 1;
+    PoolGeometry g;
+    try {
+      g = a.geometry("AveragePool(test)", dims);
+    } catch (const ShapeError&) {
+      continue;  // no window fits: the op rejects these before any kernel runs
+    }
+    const Windows w(g);
+    ASSERT_TRUE(average_pool_rows_apply(w));
+    const bool include_pad = trial % 2 == 1, specials = trial % 4 >= 2;
+    const std::string what = "trial " + std::to_string(trial) + " x " + std::to_string(dims.back()) + " k " +
+                             std::to_string(a.kernel.back()) + " s " + std::to_string(a.strides.back()) + " d " +
+                             std::to_string(a.dilations.back()) + " pads " + std::to_string(begin.back()) + "," +
+                             std::to_string(end.back()) + (a.ceil_mode ? " ceil" : "") +
+                             (include_pad ? " include_pad" : "");
+    for (int64_t p = 0; p < g.planes; ++p) {
+      const std::vector<float> x = plane_values(w.in_plane(), specials, rng);
+      const std::vector<float> ref = general(w, x.data(), include_pad);
+      std::vector<float> y(ref.size(), 42.f);
+      average_pool_plane_rows(w, x.data(), y.data(), include_pad);
+      for (size_t o = 0; o < ref.size(); ++o) {
+        if (std::isnan(ref[o])) {
+          ASSERT_TRUE(std::isnan(y[o])) << what << " output " << o;
+          ++nans;
+        } else {
+          ASSERT_EQ(std::bit_cast<uint32_t>(y[o]), std::bit_cast<uint32_t>(ref[o]))
+              << what << " output " << o << ": " << y[o] << " vs " << ref[o];
+        }
+      }
+    }
+    ++checked;
+  }
+  EXPECT_GT(checked, 500);
+  EXPECT_GT(nans, 0);  // NaN, and inf - inf, propagate
+}
+
+TEST(AveragePoolRows, NanAndInfPropagate) {
+  // One row of 20 windows of 2 (k 2, s 2): window i averages (x[2 i], x[2 i + 1]).
+  PoolAttributes a;
+  a.kernel = {2}, a.strides = {2};
+  const Windows w(a.geometry("AveragePool(test)", {1, 1, 40}));
+  std::vector<float> x(40, 1.f);
+  x[2] = kNan;                    // NaN
+  x[4] = kInf;                    // +inf
+  x[6] = kInf, x[7] = -kInf;      // NaN
+  x[8] = -kInf, x[9] = -kInf;     // -inf
+  x[10] = -0.f, x[11] = -0.f;     // +0: the sum starts at +0, as the general walk's
+  std::vector<float> y(20);
+  average_pool_plane_rows(w, x.data(), y.data(), false);
+  EXPECT_EQ(y[0], 1.f);
+  EXPECT_TRUE(std::isnan(y[1]));
+  EXPECT_EQ(y[2], kInf);
+  EXPECT_TRUE(std::isnan(y[3]));
+  EXPECT_EQ(y[4], -kInf);
+  EXPECT_FALSE(std::signbit(y[5]));
+}
+
+TEST(AveragePoolRows, AppliesToOneAndTwoSpatialDimsOnly) {
+  PoolAttributes a;
+  a.kernel = {2, 2, 2};
+  EXPECT_FALSE(average_pool_rows_apply(Windows(a.geometry("AveragePool(test)", {1, 1, 4, 4, 4}))));
+  a.kernel = {2, 2};
+  EXPECT_TRUE(average_pool_rows_apply(Windows(a.geometry("AveragePool(test)", {1, 1, 4, 4}))));
+}
+
+}  // namespace
+}  // namespace trainrt
