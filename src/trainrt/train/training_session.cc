@@ -72,12 +72,18 @@ TrainingSession::TrainingSession(std::shared_ptr<Graph> graph, TrainingConfig co
   eval_session_ = std::make_unique<Session>(graph_, options);
   grads_.resize(params_.size());
   states_.resize(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) slots_.push_back({param_names_[i], params_[i], grads_[i], states_[i]});
   base_lr_ = config_.optimizer.kind == OptimizerKind::kSgd ? config_.optimizer.sgd.lr : config_.optimizer.adam.lr;
   if (config_.optimizer.kind == OptimizerKind::kSgd) validate(config_.optimizer.sgd);
   else validate(config_.optimizer.adam);
 }
 
 float TrainingSession::train_step(const std::vector<Tensor>& inputs) {
+  // Stale gradients are overwritten below: letting go of them first lets the run write the
+  // gradient outputs into last step's storage (Session reuses outputs nobody else holds) rather
+  // than allocate new ones every step.
+  if (grads_stale_)
+    for (Tensor& g : grads_) g = Tensor();
   std::vector<Tensor> out = train_session_->run(inputs);
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& g = out[num_forward_outputs_ + i];
@@ -103,8 +109,7 @@ void TrainingSession::set_learning_rate(double lr) {
 void TrainingSession::optimizer_step() {
   if (!has_grads_ || grads_stale_)
     throw InvalidModel("training: optimizer_step() needs gradients: call train_step() first");
-  std::vector<ParamSlot> slots;
-  for (size_t i = 0; i < params_.size(); ++i) slots.push_back({param_names_[i], params_[i], grads_[i], states_[i]});
+  const std::vector<ParamSlot>& slots = slots_;
   float scale = 1.f;
   if (config_.optimizer.max_grad_norm > 0) scale = clip_scale(grad_norm(slots), config_.optimizer.max_grad_norm);
   double lr = learning_rate();

@@ -88,6 +88,9 @@ class TrainingSession {
   std::vector<Tensor> params_;
   std::vector<Tensor> grads_;
   std::vector<OptimizerState> states_;
+  // What optimizer_step hands the optimizer, built once: references into the vectors above, whose
+  // buffers never reallocate after construction (and move with the session).
+  std::vector<ParamSlot> slots_;
   std::unique_ptr<Session> train_session_;
   std::unique_ptr<Session> eval_session_;
   int loss_index_ = 0;
