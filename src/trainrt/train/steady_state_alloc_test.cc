@@ -156,13 +156,14 @@ int64_t allocations_per_step(std::shared_ptr<Graph> (*model)(std::string*), std:
 //   Session::run_step and run (output vector, run-time shapes)  9 / 24
 //   adam_step (multi-tensor grouping vectors)                    7 / 8
 //   LayerNormalization, ReduceMean kernels                       0 / 4
-// Lower a bound whenever a source goes; at zero, assert EQ.
+// The bounds leave 10% above the measured counts: oneDNN's own per-execute allocations may differ
+// with its version and the CPU's ISA. Lower a bound whenever a source goes; at zero, assert EQ.
 TEST(SteadyStateAllocations, MlpTrainingStepStaysUnderItsBound) {
-  EXPECT_LE(allocations_per_step(mlp, {8, 16}), 103);
+  EXPECT_LE(allocations_per_step(mlp, {8, 16}), 113);
 }
 
 TEST(SteadyStateAllocations, TransformerBlockTrainingStepStaysUnderItsBound) {
-  EXPECT_LE(allocations_per_step(transformer_block, {2, 4, 8}), 479);
+  EXPECT_LE(allocations_per_step(transformer_block, {2, 4, 8}), 527);
 }
 
 }  // namespace
