@@ -9,11 +9,12 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "trainrt/core/error.h"
+#include "trainrt/kernels/cpu/pool_rows_testing.h"
 
 namespace trainrt {
 namespace {
@@ -46,36 +47,16 @@ std::vector<float> general(const Windows& w, const float* x, bool include_pad) {
 
 TEST(AveragePoolRows, MatchesTheGeneralPathOnRandomGeometries) {
   std::mt19937 rng(11);
-  auto in = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   int checked = 0, nans = 0;
   for (int trial = 0; trial < 800; ++trial) {
-    const int rank = in(0, 3) != 0 ? 2 : 1;
-    PoolAttributes a;
-    std::vector<int64_t> dims{1, 2};
-    std::vector<int64_t> begin, end;
-    for (int d = 0; d < rank; ++d) {
-      const int64_t k = in(1, 4), s = in(1, 3), dil = in(1, 4) == 4 ? 2 : 1, window = dil * (k - 1) + 1;
-      dims.push_back(d == rank - 1 ? in(1, 40) : in(1, 9));
-      a.kernel.push_back(k), a.strides.push_back(s), a.dilations.push_back(dil);
-      begin.push_back(in(0, static_cast<int>(window) / 2 + 1)), end.push_back(in(0, static_cast<int>(window) / 2 + 1));
-    }
-    a.pads = begin;
-    a.pads.insert(a.pads.end(), end.begin(), end.end());
-    a.ceil_mode = in(0, 1) == 1;
-    PoolGeometry g;
-    try {
-      g = a.geometry("AveragePool(test)", dims);
-    } catch (const ShapeError&) {
-      continue;  // no window fits: the op rejects these before any kernel runs
-    }
+    const std::optional<RandomPool> pool = random_pool(rng, "AveragePool(test)");
+    if (!pool) continue;
+    const PoolGeometry& g = pool->geometry;
     const Windows w(g);
     ASSERT_TRUE(average_pool_rows_apply(w));
     const bool include_pad = trial % 2 == 1, specials = trial % 4 >= 2;
-    const std::string what = "trial " + std::to_string(trial) + " x " + std::to_string(dims.back()) + " k " +
-                             std::to_string(a.kernel.back()) + " s " + std::to_string(a.strides.back()) + " d " +
-                             std::to_string(a.dilations.back()) + " pads " + std::to_string(begin.back()) + "," +
-                             std::to_string(end.back()) + (a.ceil_mode ? " ceil" : "") +
-                             (include_pad ? " include_pad" : "");
+    const std::string what =
+        "trial " + std::to_string(trial) + " " + pool->what + (include_pad ? " include_pad" : "");
     for (int64_t p = 0; p < g.planes; ++p) {
       const std::vector<float> x = plane_values(w.in_plane(), specials, rng);
       const std::vector<float> ref = general(w, x.data(), include_pad);
