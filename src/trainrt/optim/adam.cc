@@ -6,7 +6,6 @@
 
 #include "trainrt/core/error.h"
 #include "trainrt/optim/f32_blocks.h"
-#include "trainrt/optim/multi_tensor.h"
 #include "trainrt/optim/optim_math.h"
 #include "trainrt/optim/param_checks.h"
 
@@ -70,11 +69,14 @@ void adam_step(std::span<const ParamSlot> slots, const AdamOptions& options, flo
   const StateBufferUse moments[] = {{&OptimizerState::exp_avg, "exp_avg"},
                                     {&OptimizerState::exp_avg_sq, "exp_avg_sq"},
                                     {&OptimizerState::max_exp_avg_sq, "max_exp_avg_sq"}};  // amsgrad only
-  const std::vector<AdamCoefficients> coefficients =
-      prepare_moment_step(slots, kCaller, std::span(moments, options.amsgrad ? 3 : 2),
-                          [&](int64_t t) { return coefficients_for(options, t, grad_scale); });
+  // Per slot, storage kept from step to step. A named reference: inside the pool's loop the
+  // thread_local's name would mean each worker's own (empty) vector.
+  thread_local std::vector<AdamCoefficients> kept;
+  std::vector<AdamCoefficients>& coefficients = kept;
+  prepare_moment_step(slots, kCaller, std::span(moments, options.amsgrad ? 3 : 2),
+                      [&](int64_t t) { return coefficients_for(options, t, grad_scale); }, coefficients);
 
-  MultiTensorPlan(slot_numels(slots)).run([&](int64_t, const TensorSegment& seg) {
+  slot_plan(slots, PlanOver::kParams).run([&](int64_t, const TensorSegment& seg) {
     const ParamSlot& s = slots[static_cast<size_t>(seg.tensor)];
     const AdamCoefficients& c = coefficients[static_cast<size_t>(seg.tensor)];
     const int64_t b = seg.begin;

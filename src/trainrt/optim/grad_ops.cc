@@ -9,7 +9,6 @@
 #include "trainrt/core/shape.h"
 #include "trainrt/core/thread_pool.h"
 #include "trainrt/optim/f32_blocks.h"
-#include "trainrt/optim/multi_tensor.h"
 #include "trainrt/optim/optim_math.h"
 #include "trainrt/optim/param_checks.h"
 
@@ -20,19 +19,18 @@ namespace {
 // Elementwise loops over one tensor split into pieces of this many elements (256 KiB of f32).
 constexpr int64_t kGrain = 64 * 1024;
 
-MultiTensorPlan grad_plan(std::span<const ParamSlot> slots, std::string_view caller) {
-  std::vector<int64_t> numels;
-  numels.reserve(slots.size());
-  for (const ParamSlot& s : slots) {
-    check_grad(s, caller);
-    numels.push_back(s.grad.numel());
-  }
-  return MultiTensorPlan(numels);
+const MultiTensorPlan& grad_plan(std::span<const ParamSlot> slots, std::string_view caller) {
+  for (const ParamSlot& s : slots) check_grad(s, caller);
+  return slot_plan(slots, PlanOver::kGrads);
 }
 
 double sum_of_squares(std::span<const ParamSlot> slots, std::string_view caller) {
-  const MultiTensorPlan plan = grad_plan(slots, caller);
-  std::vector<double> partial(static_cast<size_t>(plan.num_tasks()), 0.0);
+  const MultiTensorPlan& plan = grad_plan(slots, caller);
+  // Per task, storage kept from call to call. A named reference: inside the pool's loop the
+  // thread_local's name would mean each worker's own (empty) vector.
+  thread_local std::vector<double> kept;
+  std::vector<double>& partial = kept;
+  partial.assign(static_cast<size_t>(plan.num_tasks()), 0.0);
   plan.run([&](int64_t task, const TensorSegment& seg) {
     Tensor& grad = slots[static_cast<size_t>(seg.tensor)].grad;
     visit_param_dtype(grad.dtype(), [&]<typename T>() {

@@ -7,7 +7,6 @@
 
 #include "trainrt/core/error.h"
 #include "trainrt/optim/f32_blocks.h"
-#include "trainrt/optim/multi_tensor.h"
 #include "trainrt/optim/optim_math.h"
 #include "trainrt/optim/param_checks.h"
 
@@ -58,13 +57,22 @@ void lamb_step(std::span<const ParamSlot> slots, const LambOptions& options, flo
   validate(options);
   const StateBufferUse moments[] = {{&OptimizerState::exp_avg, "exp_avg"},
                                     {&OptimizerState::exp_avg_sq, "exp_avg_sq"}};
-  const std::vector<LambCoefficients> coefficients = prepare_moment_step(
-      slots, kCaller, moments, [&](int64_t t) { return coefficients_for(options, t, grad_scale); });
+  // Per slot or per segment, storage kept from step to step. Named references: inside the pool's
+  // loops a thread_local's name would mean each worker's own (empty) vector.
+  thread_local std::vector<LambCoefficients> kept_coefficients;
+  thread_local std::vector<LambSums> kept_segment_sums, kept_param_sums;
+  thread_local std::vector<float> kept_neg_steps;
+  std::vector<LambCoefficients>& coefficients = kept_coefficients;
+  std::vector<LambSums>& segment_sums = kept_segment_sums;
+  std::vector<LambSums>& param_sums = kept_param_sums;
+  std::vector<float>& neg_steps = kept_neg_steps;
+  prepare_moment_step(slots, kCaller, moments, [&](int64_t t) { return coefficients_for(options, t, grad_scale); },
+                      coefficients);
 
   // Pass 1: moments, and the squared norms of p and u per segment (summed per parameter below, in
   // segment order, so the result does not depend on thread timing).
-  const MultiTensorPlan plan(slot_numels(slots));
-  std::vector<LambSums> segment_sums(static_cast<size_t>(plan.num_segments()));
+  const MultiTensorPlan& plan = slot_plan(slots, PlanOver::kParams);
+  segment_sums.assign(static_cast<size_t>(plan.num_segments()), LambSums{});
   plan.run([&](int64_t, const TensorSegment& seg) {
     const ParamSlot& s = slots[static_cast<size_t>(seg.tensor)];
     const LambCoefficients& c = coefficients[static_cast<size_t>(seg.tensor)];
@@ -87,14 +95,13 @@ void lamb_step(std::span<const ParamSlot> slots, const LambOptions& options, flo
     });
   });
 
-  std::vector<LambSums> param_sums(slots.size());
+  param_sums.assign(slots.size(), LambSums{});
   for (int64_t i = 0; i < plan.num_segments(); ++i) {
     LambSums& total = param_sums[static_cast<size_t>(plan.segment(i).tensor)];
     total.param_sq += segment_sums[static_cast<size_t>(i)].param_sq;
     total.update_sq += segment_sums[static_cast<size_t>(i)].update_sq;
   }
-  std::vector<float> neg_steps;
-  neg_steps.reserve(slots.size());
+  neg_steps.clear();
   for (const LambSums& sums : param_sums) neg_steps.push_back(negative_step(options, sums));
 
   // Pass 2: p = p - lr * ratio * u, u recomputed from the stored moments.

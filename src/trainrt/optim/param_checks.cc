@@ -45,11 +45,17 @@ void StateBuffers::allocate() {
   missing_.clear();
 }
 
-std::vector<int64_t> slot_numels(std::span<const ParamSlot> slots) {
-  std::vector<int64_t> numels;
-  numels.reserve(slots.size());
-  for (const ParamSlot& s : slots) numels.push_back(s.param.numel());
-  return numels;
+const MultiTensorPlan& slot_plan(std::span<const ParamSlot> slots, PlanOver over) {
+  thread_local std::vector<int64_t> numels;
+  thread_local MultiTensorPlan plan(numels);
+  auto numel = [over](const ParamSlot& s) { return over == PlanOver::kParams ? s.param.numel() : s.grad.numel(); };
+  bool same = numels.size() == slots.size();
+  for (size_t i = 0; same && i < slots.size(); ++i) same = numels[i] == numel(slots[i]);
+  if (same) return plan;
+  numels.clear();
+  for (const ParamSlot& s : slots) numels.push_back(numel(s));
+  plan = MultiTensorPlan(numels);
+  return plan;
 }
 
 }  // namespace trainrt

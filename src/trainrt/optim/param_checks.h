@@ -7,8 +7,10 @@
 //
 //   const StateBufferUse moments[] = {{&OptimizerState::exp_avg, "exp_avg"},
 //                                     {&OptimizerState::exp_avg_sq, "exp_avg_sq"}};
-//   std::vector<AdamCoefficients> c = prepare_moment_step(slots, "adam_step", moments,
-//       [&](int64_t t) { return coefficients_for(options, t); });  // t: the step about to be taken
+//   thread_local std::vector<AdamCoefficients> c;  // storage kept from step to step
+//   prepare_moment_step(slots, "adam_step", moments,
+//       [&](int64_t t) { return coefficients_for(options, t); }, c);  // t: the step about to be taken
+//   slot_plan(slots, PlanOver::kParams).run(...);
 //
 //   StateBuffers buffers;
 //   for (const ParamSlot& s : slots) {
@@ -24,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "trainrt/optim/multi_tensor.h"
 #include "trainrt/optim/optimizer_state.h"
 
 namespace trainrt {
@@ -57,26 +60,31 @@ struct StateBufferUse {
   std::string_view name;
 };
 
-// Checks every slot's parameter, gradient and `buffers`, creates the missing buffers, and returns
-// coefficients_for(t) per slot, t = state.step + 1 (the step it is about to take). Throws before
-// anything changes.
-template <typename CoefficientsFor>
-auto prepare_moment_step(std::span<const ParamSlot> slots, std::string_view caller,
-                         std::span<const StateBufferUse> buffers, CoefficientsFor&& coefficients_for)
-    -> std::vector<decltype(coefficients_for(int64_t{1}))> {
+// Checks every slot's parameter, gradient and `buffers`, creates the missing buffers, and sets
+// `coefficients` to coefficients_for(t) per slot, t = state.step + 1 (the step it is about to
+// take); the vector keeps its storage, so a caller that keeps it allocates nothing in steady state.
+// Throws before anything changes.
+template <typename CoefficientsFor, typename Coefficients>
+void prepare_moment_step(std::span<const ParamSlot> slots, std::string_view caller,
+                         std::span<const StateBufferUse> buffers, CoefficientsFor&& coefficients_for,
+                         std::vector<Coefficients>& coefficients) {
   StateBuffers missing;
   for (const ParamSlot& s : slots) {
     check_param_and_grad(s, caller);
     for (const StateBufferUse& b : buffers) missing.require(s.state.*b.buffer, s, caller, b.name);
   }
   missing.allocate();
-  std::vector<decltype(coefficients_for(int64_t{1}))> coefficients;
-  coefficients.reserve(slots.size());
+  coefficients.clear();
   for (const ParamSlot& s : slots) coefficients.push_back(coefficients_for(s.state.step + 1));
-  return coefficients;
 }
 
-// numel of every slot's param, in order (the input of a MultiTensorPlan).
-std::vector<int64_t> slot_numels(std::span<const ParamSlot> slots);
+// Which tensor of each slot a plan splits (they have the same numel once checked; grad-only calls
+// check only the gradients).
+enum class PlanOver { kParams, kGrads };
+
+// The calling thread's MultiTensorPlan over the slots' params or grads, made again only when their
+// numels differ from the last call's on this thread, so a steady-state step neither replans nor
+// allocates. Valid until the thread's next call.
+const MultiTensorPlan& slot_plan(std::span<const ParamSlot> slots, PlanOver over);
 
 }  // namespace trainrt

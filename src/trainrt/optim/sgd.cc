@@ -5,7 +5,6 @@
 
 #include "trainrt/core/error.h"
 #include "trainrt/optim/f32_blocks.h"
-#include "trainrt/optim/multi_tensor.h"
 #include "trainrt/optim/optim_math.h"
 #include "trainrt/optim/param_checks.h"
 
@@ -31,7 +30,13 @@ void sgd_step(std::span<const ParamSlot> slots, const SgdOptions& options, float
   validate(options);
   const bool use_momentum = options.momentum != 0;
   // Which slots take their first momentum step: decided before buffers are created.
-  std::vector<char> first_step(slots.size(), 0);
+  // Per slot, storage kept from step to step. Named references: inside the pool's loop a
+  // thread_local's name would mean each worker's own (empty) vector.
+  thread_local std::vector<char> kept_first_step;
+  thread_local std::vector<SgdCoefficients> kept_coefficients;
+  std::vector<char>& first_step = kept_first_step;
+  std::vector<SgdCoefficients>& coefficients = kept_coefficients;
+  first_step.assign(slots.size(), 0);
   StateBuffers buffers;
   for (size_t i = 0; i < slots.size(); ++i) {
     const ParamSlot& s = slots[i];
@@ -42,7 +47,7 @@ void sgd_step(std::span<const ParamSlot> slots, const SgdOptions& options, float
   }
   buffers.allocate();
 
-  std::vector<SgdCoefficients> coefficients(slots.size());
+  coefficients.assign(slots.size(), SgdCoefficients{});
   for (size_t i = 0; i < slots.size(); ++i) {
     SgdCoefficients& c = coefficients[i];
     c.grad_scale = options.maximize ? -grad_scale : grad_scale;
@@ -55,7 +60,7 @@ void sgd_step(std::span<const ParamSlot> slots, const SgdOptions& options, float
     c.d_buf = options.nesterov ? static_cast<float>(options.momentum) : 1.f;
   }
 
-  MultiTensorPlan(slot_numels(slots)).run([&](int64_t, const TensorSegment& seg) {
+  slot_plan(slots, PlanOver::kParams).run([&](int64_t, const TensorSegment& seg) {
     const ParamSlot& s = slots[static_cast<size_t>(seg.tensor)];
     const SgdCoefficients& c = coefficients[static_cast<size_t>(seg.tensor)];
     const int64_t b = seg.begin;

@@ -7,6 +7,11 @@
 //   std::vector<int64_t> batch_dims;
 //   auto batch = plan_batch(where, a_dims, a_dims.size() - 2, b_dims, b_dims.size() - 2, m, n, k, batch_dims);
 //   for_each_batch_run(batch, [&](int64_t oa, int64_t ob, int64_t oc, const BatchDim& inner) { ... });
+//
+// A product kernel keeps its last plan in a LastPlan, so a steady-state run (the shapes of the
+// last one) neither replans nor allocates:
+//
+//   const Plan& p = last.get(a.dims(), b.dims(), y.dims(), [&] { return plan(...); });
 #pragma once
 
 #include <cstdint>
@@ -27,6 +32,30 @@ struct BatchDim {
 std::vector<BatchDim> plan_batch(const std::string& where, const std::vector<int64_t>& a, size_t batch_a,
                                  const std::vector<int64_t>& b, size_t batch_b, int64_t m, int64_t n, int64_t k,
                                  std::vector<int64_t>& batch_dims);
+
+// The plan a kernel made for its last run and the dims of A, B and Y it was made for. A node's
+// kernel runs one call at a time (a session runs its steps in order), so it needs no lock.
+template <typename Plan>
+class LastPlan {
+ public:
+  // The plan for these dims: the kept one when they are the last run's, else make()'s (kept only
+  // when make returns; a make that throws leaves nothing kept).
+  template <typename Make>
+  const Plan& get(const std::vector<int64_t>& a, const std::vector<int64_t>& b, const std::vector<int64_t>& y,
+                  Make&& make) {
+    if (valid_ && a == a_ && b == b_ && y == y_) return plan_;
+    valid_ = false;
+    plan_ = make();
+    a_ = a, b_ = b, y_ = y;
+    valid_ = true;
+    return plan_;
+  }
+
+ private:
+  bool valid_ = false;
+  std::vector<int64_t> a_, b_, y_;
+  Plan plan_;
+};
 
 // Calls fn(offset_a, offset_b, offset_c, inner) for every index of the outer batch dims; inner is
 // the innermost batch dim (size 1 when there is none), left for a batched product.

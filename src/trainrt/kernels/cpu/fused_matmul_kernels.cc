@@ -124,14 +124,14 @@ KernelFn make_fused_matmul(const Node& node) {
       throw InvalidModel(fmt(at.where, ": input ", i, " must be present with dtype ", dtype_name(dtype_of<T>())));
   if (node.input(2) && node.input(2)->dtype != dtype_of<T>())
     throw InvalidModel(fmt(at.where, ": input 2 (bias) must have dtype ", dtype_name(dtype_of<T>())));
-  return [at](KernelContext& ctx) {
+  return [at, last = LastPlan<ProductPlan>()](KernelContext& ctx) mutable {
     const Tensor& a = ctx.in(0);
     const Tensor& b = ctx.in(1);
     Tensor& y = ctx.out(0);
-    const ProductPlan p = plan_product(at, a.dims(), b.dims(), y.dims());
+    const ProductPlan& p = last.get(a.dims(), b.dims(), y.dims(), [&] { return plan_product(at, a.dims(), b.dims(), y.dims()); });
     const T* bias = nullptr;
     if (ctx.has_in(2)) {
-      if (ctx.in(2).dims() != std::vector<int64_t>{p.n})
+      if (ctx.in(2).rank() != 1 || ctx.in(2).dim(0) != p.n)
         throw ShapeError(fmt(at.where, ": input 2 (bias) is ", describe(ctx.in(2)), ", expected (", p.n, ")"));
       bias = ctx.in(2).data<T>();
     }

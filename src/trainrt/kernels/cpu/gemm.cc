@@ -7,6 +7,12 @@
 // is all of them. Primitives run with a user scratchpad taken from a per-thread buffer, so one
 // cached primitive may run on several threads at once without sharing scratch memory.
 //
+// Steady state: each thread also keeps, per problem it has run, the primitive bound to four
+// dnnl::memory objects and the execute arguments over them; a call re-points their data handles
+// and runs the primitive through the C API (onednn_execute), so it allocates nothing of ours.
+// What oneDNN allocates inside each execute (its argument map and bookkeeping: 5 per call with
+// Debian's oneDNN 2.6) is out of our hands.
+//
 // Threads: Debian's oneDNN threads with OpenMP, whose two-thread barriers spin and stall for a
 // whole scheduler time slice whenever the partner thread is preempted (docs/gemm.md: the
 // end-to-end demo up to 5x slower on a busy 2-core machine). So oneDNN runs single-threaded here (the
@@ -147,22 +153,46 @@ void scale_c(int64_t batch, int64_t m, int64_t n, float beta, T* c, int64_t ldc,
     }
 }
 
+// A cached primitive bound for one thread: memory objects for A, B, C and the scratchpad (their
+// data handles re-pointed on every call) and the execute arguments over them.
+struct BoundGemm {
+  std::shared_ptr<const GemmPrimitive> primitive;  // keeps it alive if the shared cache starts over
+  memory a, b, c, scratch;
+  dnnl_exec_arg_t args[4];
+};
+
+// The calling thread's bound primitive for `key`; the shared cache is only locked on a miss.
+// Bounded like the shared cache.
+BoundGemm& bound_primitive(const GemmKey& key) {
+  thread_local std::unordered_map<GemmKey, BoundGemm, GemmKeyHash> bound;
+  auto it = bound.find(key);
+  if (it != bound.end()) return it->second;
+  if (bound.size() >= GemmState::kMaxCached) bound.clear();
+  auto p = find_primitive(key);
+  const dnnl::engine& engine = onednn_engine();
+  BoundGemm& g = bound[key];
+  g.primitive = p;
+  g.a = memory(p->a_md, engine, nullptr);
+  g.b = memory(p->b_md, engine, nullptr);
+  g.c = memory(p->c_md, engine, nullptr);
+  g.scratch = memory(p->scratch_md, engine, nullptr);
+  g.args[0] = {DNNL_ARG_SRC, g.a.get()};
+  g.args[1] = {DNNL_ARG_WEIGHTS, g.b.get()};
+  g.args[2] = {DNNL_ARG_DST, g.c.get()};
+  g.args[3] = {DNNL_ARG_SCRATCHPAD, g.scratch.get()};
+  return g;
+}
+
 // Runs one product on the calling thread.
 void run(const GemmKey& key, const void* a, const void* b, void* c) {
   SingleThreadedOpenMp one_thread;
   try {
-    auto p = find_primitive(key);
-    const dnnl::engine& engine = onednn_engine();
-    dnnl::stream& stream = onednn_stream();
-    memory a_mem(p->a_md, engine, const_cast<void*>(a));
-    memory b_mem(p->b_md, engine, const_cast<void*>(b));
-    memory c_mem(p->c_md, engine, c);
-    memory s_mem(p->scratch_md, engine, onednn_buffer(kScratchpadSlot, p->scratch_md.get_size()));
-    p->matmul.execute(stream, {{DNNL_ARG_SRC, a_mem},
-                               {DNNL_ARG_WEIGHTS, b_mem},
-                               {DNNL_ARG_DST, c_mem},
-                               {DNNL_ARG_SCRATCHPAD, s_mem}});
-    stream.wait();
+    BoundGemm& g = bound_primitive(key);
+    g.a.set_data_handle(const_cast<void*>(a));
+    g.b.set_data_handle(const_cast<void*>(b));
+    g.c.set_data_handle(c);
+    g.scratch.set_data_handle(onednn_buffer(kScratchpadSlot, g.primitive->scratch_md.get_size()));
+    onednn_execute(g.primitive->matmul, g.args);
   } catch (const dnnl::error& e) {
     throw InternalError(fmt("oneDNN matmul failed for ", describe_problem(key), ": ", e.what()));
   }

@@ -169,11 +169,11 @@ void matmul_loop(const MatMulPlan& p, const T* a, const T* b, T* y, ThreadPool& 
 
 template <typename T>
 KernelFn make_matmul(const Node& node) {
-  return [where = node.describe()](KernelContext& ctx) {
+  return [where = node.describe(), last = LastPlan<MatMulPlan>()](KernelContext& ctx) mutable {
     const Tensor& a = ctx.in(0);
     const Tensor& b = ctx.in(1);
     Tensor& y = ctx.out(0);
-    MatMulPlan p = plan_matmul(where, a.dims(), b.dims(), y.dims());
+    const MatMulPlan& p = last.get(a.dims(), b.dims(), y.dims(), [&] { return plan_matmul(where, a.dims(), b.dims(), y.dims()); });
     if (y.numel() == 0) return;
     if constexpr (kOnDnn<T>)
       matmul_onednn(p, a.data<T>(), b.data<T>(), y.data<T>());
@@ -219,8 +219,9 @@ GemmDims gemm_dims(const GemmAttrs& g, const KernelContext& ctx) {
       throw ShapeError(fmt(g.where, ": input 2 (C) of shape ", to_string(c.dims()),
                            " does not broadcast to the result (", d.m, ", ", d.n, ")"));
   }
-  TRAINRT_CHECK(ctx.out(0).dims() == (std::vector<int64_t>{d.m, d.n}), g.where,
-                ": output allocated as ", to_string(ctx.out(0).dims()));
+  const Tensor& y = ctx.out(0);
+  TRAINRT_CHECK(y.rank() == 2 && y.dim(0) == d.m && y.dim(1) == d.n, g.where, ": output allocated as ",
+                to_string(y.dims()), ", expected (", d.m, ", ", d.n, ")");
   return d;
 }
 

@@ -30,6 +30,14 @@ void* onednn_buffer(int slot, size_t bytes) {
   return buffers[slot].get();
 }
 
+void onednn_execute(const dnnl::primitive& primitive, std::span<const dnnl_exec_arg_t> args) {
+  dnnl::stream& stream = onednn_stream();
+  dnnl::error::wrap_c_api(
+      dnnl_primitive_execute(primitive.get(), stream.get(), static_cast<int>(args.size()), args.data()),
+      "could not execute a primitive");
+  stream.wait();
+}
+
 SingleThreadedOpenMp::SingleThreadedOpenMp() : saved_(omp_get_max_threads()) {
   if (saved_ != 1) omp_set_num_threads(1);
 }

@@ -7,11 +7,13 @@
 //
 //   SingleThreadedOpenMp one_thread;
 //   memory s(pd.scratchpad_desc(), onednn_engine(), onednn_buffer(kScratchpadSlot, bytes));
-//   primitive.execute(onednn_stream(), {...});
+//   const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, src.get()}, {DNNL_ARG_SCRATCHPAD, s.get()}};
+//   onednn_execute(primitive, args);
 #pragma once
 
 #include <cstddef>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <span>
 
 namespace trainrt {
 
@@ -27,6 +29,12 @@ dnnl::stream& onednn_stream();
 inline constexpr int kScratchpadSlot = 0;
 inline constexpr int kSharedOperandSlot = 4;
 void* onednn_buffer(int slot, size_t bytes);
+
+// Runs `primitive` on the calling thread's stream and waits for it. Unlike primitive::execute,
+// which builds a std::unordered_map and a std::vector of the arguments on every call, it takes
+// them as they are: callers keep their dnnl::memory objects and argument arrays from call to call
+// (memory::set_data_handle re-points them) and so allocate nothing themselves. Throws dnnl::error.
+void onednn_execute(const dnnl::primitive& primitive, std::span<const dnnl_exec_arg_t> args);
 
 // Sets the calling thread's OpenMP team size to 1 for its lifetime, then restores it (torch's ops
 // on the same thread keep their team size).

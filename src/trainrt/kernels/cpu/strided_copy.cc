@@ -47,19 +47,20 @@ std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& dims) {
 }
 
 void coalesce_dims(std::vector<int64_t>& dims, std::vector<int64_t>& strides) {
-  std::vector<int64_t> d, s;
+  size_t kept = 0;  // dims[0, kept) and strides[0, kept) are the merged dims so far
   for (size_t i = 0; i < dims.size(); ++i) {
     if (dims[i] == 1) continue;
-    if (!d.empty() && s.back() == strides[i] * dims[i]) {
-      d.back() *= dims[i];
-      s.back() = strides[i];
+    if (kept > 0 && strides[kept - 1] == strides[i] * dims[i]) {
+      dims[kept - 1] *= dims[i];
+      strides[kept - 1] = strides[i];
     } else {
-      d.push_back(dims[i]);
-      s.push_back(strides[i]);
+      dims[kept] = dims[i];
+      strides[kept] = strides[i];
+      ++kept;
     }
   }
-  dims = std::move(d);
-  strides = std::move(s);
+  dims.resize(kept);
+  strides.resize(kept);
 }
 
 int64_t rows_per_chunk(size_t row_bytes) {
@@ -78,8 +79,10 @@ void for_each_row(const std::vector<int64_t>& dims, const std::vector<int64_t>& 
   const size_t outer_rank = dims.size() - 1;
   pool.parallel_for(numel_of(dims) / inner, rows_per_chunk(static_cast<size_t>(inner) * elem_size),
                     [&](int64_t begin, int64_t end) {
-    // An odometer over the outer dims, started at row `begin`, tracks the strided offset.
-    std::vector<int64_t> index(outer_rank);
+    // An odometer over the outer dims, started at row `begin`, tracks the strided offset (in
+    // per-thread scratch: no allocation once a thread has seen the rank).
+    thread_local std::vector<int64_t> index;
+    index.assign(outer_rank, 0);
     int64_t offset = 0;
     for (size_t j = outer_rank, rest = static_cast<size_t>(begin); j-- > 0;) {
       index[j] = static_cast<int64_t>(rest % static_cast<size_t>(dims[j]));
@@ -100,8 +103,12 @@ void for_each_row(const std::vector<int64_t>& dims, const std::vector<int64_t>& 
 
 // Moves every element between the contiguous side and the strided side (gather: src strided;
 // scatter: dst strided), one row of the coalesced dims at a time.
-void strided_move(const void* src, void* dst, std::vector<int64_t> dims, std::vector<int64_t> strides,
-                  size_t elem_size, ThreadPool& pool, bool scatter) {
+void strided_move(const void* src, void* dst, const std::vector<int64_t>& given_dims,
+                  const std::vector<int64_t>& given_strides, size_t elem_size, ThreadPool& pool, bool scatter) {
+  // The calling thread's scratch (the workers only read it during the loop below).
+  thread_local std::vector<int64_t> dims, strides;
+  dims.assign(given_dims.begin(), given_dims.end());
+  strides.assign(given_strides.begin(), given_strides.end());
   if (numel_of(dims) == 0) return;
   coalesce_dims(dims, strides);
   const auto* s = static_cast<const std::byte*>(src);
@@ -119,14 +126,14 @@ void strided_move(const void* src, void* dst, std::vector<int64_t> dims, std::ve
 
 }  // namespace
 
-void strided_copy(const void* src, void* dst, std::vector<int64_t> dims, std::vector<int64_t> strides,
+void strided_copy(const void* src, void* dst, const std::vector<int64_t>& dims, const std::vector<int64_t>& strides,
                   size_t elem_size, ThreadPool& pool) {
-  strided_move(src, dst, std::move(dims), std::move(strides), elem_size, pool, /*scatter=*/false);
+  strided_move(src, dst, dims, strides, elem_size, pool, /*scatter=*/false);
 }
 
-void strided_scatter(const void* src, void* dst, std::vector<int64_t> dims, std::vector<int64_t> strides,
+void strided_scatter(const void* src, void* dst, const std::vector<int64_t>& dims, const std::vector<int64_t>& strides,
                      size_t elem_size, ThreadPool& pool) {
-  strided_move(src, dst, std::move(dims), std::move(strides), elem_size, pool, /*scatter=*/true);
+  strided_move(src, dst, dims, strides, elem_size, pool, /*scatter=*/true);
 }
 
 void parallel_copy(void* dst, const void* src, size_t nbytes, ThreadPool& pool) {

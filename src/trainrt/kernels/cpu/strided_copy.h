@@ -4,7 +4,8 @@
 // and each element is read from `src + sum(index[j] * strides[j])`, strides in elements and possibly
 // 0 (broadcast) or negative (reversed slices). The copy first merges dims it can walk as one, then
 // copies whole rows with memcpy when the innermost source stride is 1. Reshape-like kernels, Concat
-// and Split use parallel_copy for their contiguous blocks.
+// and Split use parallel_copy for their contiguous blocks. The copies keep their working dims in
+// per-thread scratch, so a steady-state call allocates nothing.
 //
 //   // Transpose an f32 (M, N) matrix: out (N, M), out[j, i] = in[i, j].
 //   strided_copy(in.raw(), out.raw(), {N, M}, {1, N}, sizeof(float), ctx.threads());
@@ -23,16 +24,17 @@ std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& dims);
 
 // Drops size-1 dims and joins neighbours j, j+1 where strides[j] == strides[j+1] * dims[j+1]. The
 // result addresses the same elements in the same order with the fewest dims (none for one element).
+// In place: the vectors only shrink.
 void coalesce_dims(std::vector<int64_t>& dims, std::vector<int64_t>& strides);
 
 // dst, contiguous with `dims`, gets dst[i0, .., ik] = src[i0 * strides[0] + .. + ik * strides[k]].
-void strided_copy(const void* src, void* dst, std::vector<int64_t> dims, std::vector<int64_t> strides,
+void strided_copy(const void* src, void* dst, const std::vector<int64_t>& dims, const std::vector<int64_t>& strides,
                   size_t elem_size, ThreadPool& pool);
 
 // The inverse walk: src, contiguous with `dims`, is written to dst[i0 * strides[0] + .. + ik *
 // strides[k]] (SliceGrad writes dY into the sliced positions of dX this way). The strides must
 // address distinct elements.
-void strided_scatter(const void* src, void* dst, std::vector<int64_t> dims, std::vector<int64_t> strides,
+void strided_scatter(const void* src, void* dst, const std::vector<int64_t>& dims, const std::vector<int64_t>& strides,
                      size_t elem_size, ThreadPool& pool);
 
 // memcpy, split across the pool when large; does nothing when dst == src (in-place views).
