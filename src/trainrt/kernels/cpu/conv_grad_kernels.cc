@@ -62,7 +62,8 @@ void conv_grad(ConvKernelState& state, KernelContext& ctx) {
   const auto* dys = static_cast<const char*>(dy.raw());
   const auto* xs = static_cast<const char*>(x.raw());
   auto* dxs = ctx.has_out(0) ? static_cast<char*>(ctx.out(0).raw()) : nullptr;
-  const BatchChunks chunks = batch_chunks(batch, ctx.threads().num_threads(), dy.numel() / (batch * m));
+  const ChunkedProblem& chunked = state.chunked(ctx.threads().num_threads());
+  const BatchChunks chunks = chunked.chunks;
   // f32 partial (dW, dB) sums, (chunks.count, w_size + m). In f32, chunk 0 sums straight into the
   // outputs it has. (A thread_local named inside the lambda would be each worker's own: take the
   // pointer here.)
@@ -75,11 +76,11 @@ void conv_grad(ConvKernelState& state, KernelContext& ctx) {
   float* const db_total = direct && want_db ? ctx.out(2).data<float>() : partial + w_size;
   const bool want_weights = want_dw || want_db;
   const ConvWeights wc =
-      dxs ? conv_weights(ConvWeightsUse::kBackwardData, chunk_problems(p, chunks), w.raw()) : ConvWeights{w.raw()};
+      dxs ? conv_weights(ConvWeightsUse::kBackwardData, chunked.problems, w.raw()) : ConvWeights{w.raw()};
   ctx.threads().parallel_for(chunks.count, 1, [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
       const int64_t n0 = c * chunks.size, n = std::min(chunks.size, batch - n0);
-      const ConvProblem chunk = with_batch(p, n);
+      const ConvProblem& chunk = chunked.of(n);
       if (dxs) conv_backward_data(chunk, dys + n0 * y_image, wc, dxs + n0 * x_image);
       if (!want_weights) continue;
       float* dw = c == 0 ? dw_total : partial + c * per_chunk;

@@ -32,10 +32,23 @@ const ConvProblem& ConvKernelState::problem(const Tensor& x, const Tensor& w, bo
     if (w.dtype() != x.dtype())
       throw ShapeError(fmt(node_, ": input 1 (W) is ", describe(w), ", expected dtype ", dtype_name(x.dtype()),
                            " like input 0 (X)"));
+    valid_ = false;
+    chunked_threads_ = 0;
     problem_ = conv_problem(node_, params_, x.dims(), w.dims(), bias, x.dtype());
     valid_ = true;
   }
   return problem_;
+}
+
+const ChunkedProblem& ConvKernelState::chunked(int threads) {
+  TRAINRT_CHECK(valid_, node_, ": batch chunks asked for before the problem");
+  if (chunked_threads_ != threads) {
+    const int64_t image_outputs = numel_of(problem_.y) / std::max<int64_t>(1, problem_.y[0] * problem_.y[1]);
+    chunked_.chunks = batch_chunks(problem_.x[0], threads, image_outputs);
+    chunked_.problems = chunk_problems(problem_, chunked_.chunks);
+    chunked_threads_ = threads;
+  }
+  return chunked_;
 }
 
 namespace {
@@ -56,12 +69,13 @@ void conv(ConvKernelState& state, KernelContext& ctx) {
   const int64_t x_image = x.numel() / p.x[0] * element, y_image = y.numel() / p.y[0] * element;  // bytes
   const auto* xs = static_cast<const char*>(x.raw());
   auto* ys = static_cast<char*>(y.raw());
-  const BatchChunks chunks = batch_chunks(p.x[0], ctx.threads().num_threads(), y.numel() / (p.y[0] * p.y[1]));
-  const ConvWeights wc = conv_weights(ConvWeightsUse::kForward, chunk_problems(p, chunks), w.raw());
+  const ChunkedProblem& chunked = state.chunked(ctx.threads().num_threads());
+  const BatchChunks chunks = chunked.chunks;
+  const ConvWeights wc = conv_weights(ConvWeightsUse::kForward, chunked.problems, w.raw());
   ctx.threads().parallel_for(chunks.count, 1, [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
       const int64_t n0 = c * chunks.size, n = std::min(chunks.size, p.x[0] - n0);
-      conv_forward(with_batch(p, n), xs + n0 * x_image, wc, b ? b->raw() : nullptr, ys + n0 * y_image);
+      conv_forward(chunked.of(n), xs + n0 * x_image, wc, b ? b->raw() : nullptr, ys + n0 * y_image);
     }
   });
 }

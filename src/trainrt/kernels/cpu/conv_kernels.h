@@ -4,9 +4,11 @@
 //
 //   auto state = std::make_shared<ConvKernelState>(node);   // in the factory
 //   const ConvProblem& p = state->problem(x, w, has_bias);   // in the kernel, every run
+//   const ChunkedProblem& c = state->chunked(ctx.threads().num_threads());
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "trainrt/core/tensor.h"
 #include "trainrt/ir/graph.h"
@@ -15,8 +17,17 @@
 
 namespace trainrt {
 
+// The batch chunks of a problem (conv_primitives.h: batch_chunks) and their one or two problems.
+struct ChunkedProblem {
+  BatchChunks chunks;
+  std::vector<ConvProblem> problems;  // chunk_problems: problems[0] for full chunks, back() for the last
+  // The problem of a chunk of n images.
+  const ConvProblem& of(int64_t n) const { return n == chunks.size ? problems.front() : problems.back(); }
+};
+
 // Holds the node (the plan outlives its kernels' use of it), its attributes parsed for the rank
-// last seen and the problem of the dims last seen.
+// last seen, and the problem and batch chunks of the dims last seen: a steady-state run copies no
+// problem (seven vectors each).
 class ConvKernelState {
  public:
   explicit ConvKernelState(const Node& node);
@@ -24,6 +35,8 @@ class ConvKernelState {
   // The whole-batch problem for X and W in X's dtype (ShapeError naming the node when they do not
   // fit).
   const ConvProblem& problem(const Tensor& x, const Tensor& w, bool bias);
+  // The last problem()'s batch chunks for a pool of `threads` threads.
+  const ChunkedProblem& chunked(int threads);
 
  private:
   std::string node_;
@@ -32,6 +45,8 @@ class ConvKernelState {
   int64_t params_rank_ = -1;
   ConvProblem problem_;
   bool valid_ = false;
+  ChunkedProblem chunked_;
+  int chunked_threads_ = 0;  // 0: chunked_ is not problem_'s
 };
 
 // Y (p.y) = B broadcast over the batch and spatial dims (0 without B, a null b): a convolution over

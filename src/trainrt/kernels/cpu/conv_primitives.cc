@@ -1,6 +1,7 @@
 // The primitives are cached by (kind, problem). A primitive and its reorders run with user
 // scratchpads and per-thread operand buffers (onednn_runtime.h), so one cached entry may run on
-// several threads at once.
+// several threads at once. Each thread binds the entries it runs to its own dnnl::memory objects
+// (BoundConv) and runs them through onednn_execute, so a steady-state run allocates nothing of ours.
 //
 // Threads: each call runs single-threaded and the kernels split the batch into chunks on our
 // ThreadPool, rather than giving oneDNN an OpenMP team of the pool's size. Measured on this 2-core
@@ -17,8 +18,8 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <tuple>
-#include <unordered_map>
 
 #include "trainrt/core/error.h"
 #include "trainrt/core/shape.h"
@@ -154,12 +155,22 @@ std::string describe(ConvKind kind, const ConvProblem& p) {
              to_string(p.pad_begin), " ", to_string(p.pad_end), " group ", p.group, p.bias ? " with bias" : "");
 }
 
+// A cache key looked up without copying the problem (its seven vectors).
+struct ConvKeyRef {
+  ConvKind kind;
+  const ConvProblem& p;
+};
+
+auto key_tie(const ConvKind& kind, const ConvProblem& p) {  // references into the arguments: no copies
+  return std::tie(kind, p.x, p.w, p.y, p.strides, p.dilations, p.pad_begin, p.pad_end, p.group, p.bias, p.dtype);
+}
+
 struct ConvKeyLess {
-  bool operator()(const std::pair<ConvKind, ConvProblem>& a, const std::pair<ConvKind, ConvProblem>& b) const {
-    const ConvProblem &p = a.second, &q = b.second;
-    return std::tie(a.first, p.x, p.w, p.y, p.strides, p.dilations, p.pad_begin, p.pad_end, p.group, p.bias, p.dtype) <
-           std::tie(b.first, q.x, q.w, q.y, q.strides, q.dilations, q.pad_begin, q.pad_end, q.group, q.bias, q.dtype);
-  }
+  using is_transparent = void;
+  using Key = std::pair<ConvKind, ConvProblem>;
+  bool operator()(const Key& a, const Key& b) const { return key_tie(a.first, a.second) < key_tie(b.first, b.second); }
+  bool operator()(const Key& a, const ConvKeyRef& b) const { return key_tie(a.first, a.second) < key_tie(b.kind, b.p); }
+  bool operator()(const ConvKeyRef& a, const Key& b) const { return key_tie(a.kind, a.p) < key_tie(b.first, b.second); }
 };
 
 // The cache, bounded like gemm.cc's (a workload with ever-changing shapes starts over) and never
@@ -173,11 +184,43 @@ struct ConvCache {
 std::shared_ptr<const ConvPrimitive> find(ConvKind kind, const ConvProblem& p) {
   static ConvCache& cache = *new ConvCache;
   std::lock_guard lock(cache.mutex);
-  auto key = std::make_pair(kind, p);
-  auto it = cache.entries.find(key);
+  auto it = cache.entries.find(ConvKeyRef{kind, p});
   if (it != cache.entries.end()) return it->second;
   if (cache.entries.size() >= ConvCache::kMaxCached) cache.entries.clear();
-  return cache.entries.emplace(key, create(kind, p)).first->second;
+  return cache.entries.emplace(std::make_pair(kind, p), create(kind, p)).first->second;
+}
+
+// A cached primitive bound for one thread: a dnnl::memory object per operand layout, for the
+// bias and for the scratchpad, their data handles re-pointed on every run, so a steady-state run
+// allocates nothing of ours (what oneDNN allocates inside each execute is out of our hands).
+struct BoundConv {
+  std::shared_ptr<const ConvPrimitive> c;  // keeps it alive if the shared cache starts over
+  memory dense[3], chosen[3], bias, scratchpad;
+};
+
+// The calling thread's bound primitive; the shared cache is only locked on a miss. Bounded like
+// the shared cache.
+BoundConv& bound(ConvKind kind, const ConvProblem& p) {
+  thread_local std::map<std::pair<ConvKind, ConvProblem>, BoundConv, ConvKeyLess> entries;
+  auto it = entries.find(ConvKeyRef{kind, p});
+  if (it != entries.end()) return it->second;
+  if (entries.size() >= ConvCache::kMaxCached) entries.clear();
+  BoundConv b;
+  b.c = find(kind, p);
+  const dnnl::engine& e = onednn_engine();
+  for (int i = 0; i < 3; ++i) {
+    b.dense[i] = memory(b.c->operands[i].dense, e, nullptr);
+    b.chosen[i] = memory(b.c->operands[i].chosen, e, nullptr);
+  }
+  b.bias = memory(b.c->bias, e, nullptr);
+  b.scratchpad = memory(b.c->scratchpad, e, nullptr);
+  return entries.emplace(std::make_pair(kind, p), std::move(b)).first->second;
+}
+
+// Reorders `from` into `to` on the calling thread.
+void reorder(const dnnl::reorder& r, const memory& from, const memory& to) {
+  const dnnl_exec_arg_t args[] = {{DNNL_ARG_FROM, from.get()}, {DNNL_ARG_TO, to.get()}};
+  onednn_execute(r, args);
 }
 
 // One input of a primitive run: in our dense layout, or (`chosen`) already in the layout the
@@ -192,36 +235,37 @@ struct Input {
 void run(ConvKind kind, const ConvProblem& p, Input in0, Input in1, void* out, void* bias) {
   SingleThreadedOpenMp one_thread;
   try {
-    const auto c = find(kind, p);
-    const dnnl::engine& e = onednn_engine();
-    dnnl::stream& s = onednn_stream();
-    std::unordered_map<int, memory> args;
+    BoundConv& b = bound(kind, p);
+    const ConvPrimitive& c = *b.c;
     const Input data[3] = {in0, in1, {out, false}};
-    memory dense_out;
+    dnnl_exec_arg_t args[5];
+    int count = 0;
     for (int i = 0; i < 3; ++i) {
-      const Operand& o = c->operands[i];
+      const Operand& o = c.operands[i];
       void* given = const_cast<void*>(data[i].data);
       if (!o.reorder || data[i].chosen) {
-        args.emplace(c->args[i], memory(data[i].chosen ? o.chosen : o.dense, e, given));
+        memory& m = data[i].chosen ? b.chosen[i] : b.dense[i];
+        m.set_data_handle(given);
+        args[count++] = {c.args[i], m.get()};
         continue;
       }
-      memory chosen(o.chosen, e, onednn_buffer(o.slot, o.chosen.get_size()));
-      memory dense(o.dense, e, given);
-      if (i < 2) o.reorder->execute(s, dense, chosen);
-      else dense_out = dense;
-      args.emplace(c->args[i], chosen);
+      b.chosen[i].set_data_handle(onednn_buffer(o.slot, o.chosen.get_size()));
+      b.dense[i].set_data_handle(given);
+      if (i < 2) reorder(*o.reorder, b.dense[i], b.chosen[i]);
+      args[count++] = {c.args[i], b.chosen[i].get()};
     }
-    if (bias) args.emplace(kind == ConvKind::kForward ? DNNL_ARG_BIAS : DNNL_ARG_DIFF_BIAS, memory(c->bias, e, bias));
-    args.emplace(DNNL_ARG_SCRATCHPAD,
-                 memory(c->scratchpad, e, onednn_buffer(kScratchpadSlot, c->scratchpad.get_size())));
-    c->primitive.execute(s, args);
-    if (c->operands[2].reorder) c->operands[2].reorder->execute(s, args.at(c->args[2]), dense_out);
-    s.wait();
+    if (bias) {
+      b.bias.set_data_handle(bias);
+      args[count++] = {kind == ConvKind::kForward ? DNNL_ARG_BIAS : DNNL_ARG_DIFF_BIAS, b.bias.get()};
+    }
+    b.scratchpad.set_data_handle(onednn_buffer(kScratchpadSlot, c.scratchpad.get_size()));
+    args[count++] = {DNNL_ARG_SCRATCHPAD, b.scratchpad.get()};
+    onednn_execute(c.primitive, std::span(args, static_cast<size_t>(count)));
+    if (c.operands[2].reorder) reorder(*c.operands[2].reorder, b.chosen[2], b.dense[2]);
   } catch (const dnnl::error& err) {
     throw InternalError(fmt("oneDNN failed for ", describe(kind, p), ": ", err.what()));
   }
 }
-
 
 }  // namespace
 
@@ -265,17 +309,16 @@ ConvWeights conv_weights(ConvWeightsUse use, const std::vector<ConvProblem>& chu
   const ConvKind kind = use == ConvWeightsUse::kForward ? ConvKind::kForward : ConvKind::kBackwardData;
   SingleThreadedOpenMp one_thread;
   try {
-    const auto c = find(kind, chunks.at(0));
-    const Operand& o = c->operands[1];
+    const std::shared_ptr<const ConvPrimitive> first = bound(kind, chunks.at(0)).c;
+    const Operand& o = first->operands[1];
     if (!o.reorder) return {w, false};
     for (const ConvProblem& p : chunks)
-      if (find(kind, p)->operands[1].chosen != o.chosen) return {w, false};
+      if (bound(kind, p).c->operands[1].chosen != o.chosen) return {w, false};
+    BoundConv& b = bound(kind, chunks.at(0));  // again: the lookups above may have started the cache over
     void* out = onednn_buffer(kSharedOperandSlot, o.chosen.get_size());
-    const dnnl::engine& e = onednn_engine();
-    dnnl::stream& s = onednn_stream();
-    memory dense(o.dense, e, const_cast<void*>(w)), chosen(o.chosen, e, out);
-    o.reorder->execute(s, dense, chosen);
-    s.wait();
+    b.dense[1].set_data_handle(const_cast<void*>(w));
+    b.chosen[1].set_data_handle(out);
+    reorder(*o.reorder, b.dense[1], b.chosen[1]);
     return {out, true};
   } catch (const dnnl::error& err) {
     throw InternalError(fmt("oneDNN failed reordering W for ", describe(kind, chunks.at(0)), ": ", err.what()));
