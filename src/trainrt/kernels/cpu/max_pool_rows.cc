@@ -1,6 +1,8 @@
 #include "trainrt/kernels/cpu/max_pool_rows.h"
 
+#include <algorithm>
 #include <limits>
+#include <span>
 
 #include "trainrt/core/simd.h"
 #include "trainrt/kernels/cpu/pool_phases.h"
@@ -8,38 +10,77 @@
 namespace trainrt {
 namespace {
 
-// One output row: for n = out_w windows, best = the first largest tap (beats()), at = its plane
-// offset (when not null). All taps of the in-bounds kernel rows, from the phases; the caller then
-// redoes the border columns.
-TRAINRT_SIMD_CLONES void max_row(const Windows& w, const Phases& ph, int64_t oy, float* __restrict best,
-                                 int32_t* __restrict at) {
-  const int64_t n = w.out[2], sw = w.stride[2], dw = w.dilation[2];
-  const TapRange rows = w.taps_of[1][oy];
-  const auto s = static_cast<int32_t>(sw);
-  for (int64_t ky = rows.lo; ky < rows.hi; ++ky) {
-    const int64_t in_y = w.start_of[1][oy] + ky * w.dilation[1];
-    for (int64_t kx = 0; kx < w.kernel[2]; ++kx) {
-      const float* src = ph.row(in_y, kx * dw % sw) + kx * dw / sw;
-      const auto base = static_cast<int32_t>(in_y * w.in[2] + kx * dw - w.pad_begin[2]);
-      if (ky == rows.lo && kx == 0) {
-        for (int64_t i = 0; i < n; ++i) best[i] = src[i];
-        if (at)
-          for (int64_t i = 0; i < n; ++i) at[i] = base + static_cast<int32_t>(i) * s;
-      } else if (at) {
-        for (int64_t i = 0; i < n; ++i) {
-          const float v = src[i], b = best[i];
-          const bool take = beats(v, b);
-          best[i] = take ? v : b;
-          at[i] = take ? base + static_cast<int32_t>(i) * s : at[i];
-        }
-      } else {
-        for (int64_t i = 0; i < n; ++i) {
-          const float v = src[i], b = best[i];
-          best[i] = beats(v, b) ? v : b;
-        }
+// A run of window rows with the same in-bounds kernel rows, as the folds see it.
+struct WindowRows {
+  const float* phases;
+  int64_t phase_row, plane_row;    // the first row's first input row: offsets in the phases and the plane
+  int64_t phase_step, plane_step;  // to the next row's
+  int64_t count;                   // rows of windows
+  std::span<const KernelTap> taps;  // of the in-bounds kernel rows (kernel_taps)
+};
+
+// Folds taps [t0, t0 + kTaps) (in their row-major order) into the rows' n columns each (rows
+// out_w apart in best and at): best = the first largest tap so far (beats()), at = its plane
+// offset. kFirst: these taps start the fold, else best and at hold the earlier taps' result.
+template <int kTaps, bool kArgmax, bool kFirst>
+[[gnu::always_inline]] inline void fold_max(const WindowRows& rows, size_t t0, int64_t n, int64_t out_w, int32_t sw,
+                                            float* __restrict best, int32_t* __restrict at) {
+  for (int64_t r = 0; r < rows.count; ++r, best += out_w, at += kArgmax ? out_w : 0) {
+    const float* src[kTaps];
+    int32_t base[kTaps];
+    for (int t = 0; t < kTaps; ++t) {
+      const KernelTap& tap = rows.taps[t0 + static_cast<size_t>(t)];
+      src[t] = rows.phases + (rows.phase_row + r * rows.phase_step + tap.phase_offset);
+      base[t] = static_cast<int32_t>(rows.plane_row + r * rows.plane_step + tap.plane_offset);
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      const auto column = static_cast<int32_t>(i) * sw;
+      float b = kFirst ? src[0][i] : best[i];
+      int32_t a = kFirst ? base[0] + column : (kArgmax ? at[i] : 0);
+      for (int t = kFirst ? 1 : 0; t < kTaps; ++t) {
+        const float v = src[t][i];
+        const bool take = beats(v, b);
+        b = take ? v : b;
+        if constexpr (kArgmax) a = take ? base[t] + column : a;
       }
+      best[i] = b;
+      if constexpr (kArgmax) at[i] = a;
     }
   }
+}
+
+// fold_max of `count` taps from t0, count <= kTapsPerPass, as a constant count.
+template <bool kArgmax, bool kFirst>
+[[gnu::always_inline]] inline void fold_max_group(const WindowRows& rows, size_t t0, size_t count, int64_t n,
+                                                  int64_t out_w, int32_t sw, float* best, int32_t* at) {
+  static_assert(kTapsPerPass == 4);
+  switch (count) {
+    case 1: return fold_max<1, kArgmax, kFirst>(rows, t0, n, out_w, sw, best, at);
+    case 2: return fold_max<2, kArgmax, kFirst>(rows, t0, n, out_w, sw, best, at);
+    case 3: return fold_max<3, kArgmax, kFirst>(rows, t0, n, out_w, sw, best, at);
+    default: return fold_max<4, kArgmax, kFirst>(rows, t0, n, out_w, sw, best, at);
+  }
+}
+
+// The run's rows of windows, n = out_w each (at least one tap); the caller then redoes the border
+// columns.
+template <bool kArgmax>
+[[gnu::always_inline]] inline void max_rows(const WindowRows& rows, int64_t out_w, int64_t sw, float* best,
+                                            int32_t* at) {
+  const auto s = static_cast<int32_t>(sw);
+  const size_t count = rows.taps.size(), pass = kTapsPerPass;
+  fold_max_group<kArgmax, true>(rows, 0, std::min(count, pass), out_w, out_w, s, best, at);
+  for (size_t t = pass; t < count; t += pass)
+    fold_max_group<kArgmax, false>(rows, t, std::min(count - t, pass), out_w, out_w, s, best, at);
+}
+
+TRAINRT_SIMD_CLONES void max_rows_values(const WindowRows& rows, int64_t out_w, int64_t sw, float* best) {
+  max_rows<false>(rows, out_w, sw, best, nullptr);
+}
+
+TRAINRT_SIMD_CLONES void max_rows_argmax(const WindowRows& rows, int64_t out_w, int64_t sw, float* best,
+                                         int32_t* at) {
+  max_rows<true>(rows, out_w, sw, best, at);
 }
 
 }  // namespace
@@ -52,30 +93,44 @@ bool max_pool_rows_apply(const Windows& w) {
 }
 
 void max_pool_plane_rows(const Windows& w, const float* x, float* y, int32_t* argmax) {
-  const int64_t width = w.in[2], out_w = w.out[2], dw = w.dilation[2];
+  const int64_t width = w.in[2], out_w = w.out[2], dw = w.dilation[2], sh = w.stride[1];
   const TapRange inner = interior_columns(w);
   const Phases phases = split_plane(w, x);
-  for (int64_t oy = 0; oy < w.out[1]; ++oy) {
-    float* best = y + oy * out_w;  // (out_w)
-    int32_t* at = argmax ? argmax + oy * out_w : nullptr;
+  const std::span<const KernelTap> taps = kernel_taps(w, phases);
+  for (int64_t oy = 0, run_end = 0; oy < w.out[1]; oy = run_end) {
+    run_end = rows_like(w, oy);
     const TapRange rows = w.taps_of[1][oy];
-    const int64_t sy = w.start_of[1][oy];
     const bool vectorized = inner.lo < inner.hi && rows.lo < rows.hi;
-    if (vectorized) max_row(w, phases, oy, best, at);
+    if (vectorized) {
+      const auto kw = static_cast<size_t>(w.kernel[2]);
+      const int64_t sy = w.start_of[1][oy];
+      const WindowRows run{phases.data,
+                           sy * phases.row_stride,
+                           sy * width,
+                           sh * phases.row_stride,
+                           sh * width,
+                           run_end - oy,
+                           taps.subspan(static_cast<size_t>(rows.lo) * kw, static_cast<size_t>(rows.hi - rows.lo) * kw)};
+      if (argmax) max_rows_argmax(run, out_w, w.stride[2], y + oy * out_w, argmax + oy * out_w);
+      else max_rows_values(run, out_w, w.stride[2], y + oy * out_w);
+    }
     // Border columns (and every column of a row wholly in padding): tap by tap from the plane.
-    for (int64_t ox = 0; ox < out_w; ++ox) {
-      if (ox == inner.lo && vectorized) ox = inner.hi;
-      if (ox >= out_w) break;
-      const TapRange cols = w.taps_of[2][ox];
-      int32_t best_at = -1;
-      float best_value = std::numeric_limits<float>::lowest();
-      for (int64_t ky = rows.lo; ky < rows.hi; ++ky)
-        for (int64_t kx = cols.lo; kx < cols.hi; ++kx) {
-          const int64_t p = (sy + ky * w.dilation[1]) * width + w.start_of[2][ox] + kx * dw;
-          if (best_at < 0 || beats(x[p], best_value)) best_at = static_cast<int32_t>(p), best_value = x[p];
-        }
-      best[ox] = best_value;
-      if (at) at[ox] = best_at;
+    for (int64_t r = oy; r < run_end; ++r) {
+      const int64_t sy = w.start_of[1][r];
+      for (int64_t ox = 0; ox < out_w; ++ox) {
+        if (ox == inner.lo && vectorized) ox = inner.hi;
+        if (ox >= out_w) break;
+        const TapRange cols = w.taps_of[2][ox];
+        int32_t best_at = -1;
+        float best_value = std::numeric_limits<float>::lowest();
+        for (int64_t ky = rows.lo; ky < rows.hi; ++ky)
+          for (int64_t kx = cols.lo; kx < cols.hi; ++kx) {
+            const int64_t p = (sy + ky * w.dilation[1]) * width + w.start_of[2][ox] + kx * dw;
+            if (best_at < 0 || beats(x[p], best_value)) best_at = static_cast<int32_t>(p), best_value = x[p];
+          }
+        y[r * out_w + ox] = best_value;
+        if (argmax) argmax[r * out_w + ox] = best_at;
+      }
     }
   }
 }

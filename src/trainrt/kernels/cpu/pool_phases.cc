@@ -1,6 +1,7 @@
 #include "trainrt/kernels/cpu/pool_phases.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <limits>
 #include <vector>
 
@@ -28,23 +29,57 @@ TRAINRT_SIMD_CLONES void split_whole(const float* x, int64_t n, int64_t sw, floa
   }
 }
 
-// Row by row through a padded staging row (before + w + after = wq * sw, padding -inf: any value
-// would do, border columns are recomputed from the plane).
-TRAINRT_SIMD_CLONES void split_padded(const float* x, int64_t height, int64_t w, int64_t before, int64_t wq,
-                                      int64_t sw, float* __restrict staging, float* __restrict dst) {
-  const int64_t padded = wq * sw;
-  for (int64_t i = 0; i < padded; ++i) staging[i] = -std::numeric_limits<float>::infinity();
-  for (int64_t y = 0; y < height; ++y) {
-    const float* src = x + y * w;
-    for (int64_t i = 0; i < w; ++i) staging[before + i] = src[i];
-    float* out = dst + y * wq;  // phase r at out + r * height * wq
-    if (sw == 1) {
-      for (int64_t j = 0; j < wq; ++j) out[j] = staging[j];
-    } else if (sw == 2) {
-      deinterleave(staging, out, out + height * wq, wq);
-    } else {
-      for (int64_t r = 0; r < sw; ++r)
-        for (int64_t j = 0; j < wq; ++j) out[r * height * wq + j] = staging[j * sw + r];
+// Where phase r of a padded row comes from: its elements [head, head + count) are x[first],
+// x[first + sw], ... of the unpadded row; the others are padding.
+struct PhaseSource {
+  int64_t head, count, first;
+};
+
+PhaseSource phase_source(int64_t r, int64_t sw, int64_t before, int64_t width, int64_t wq) {
+  // Phase element j is padded column r + j * sw, unpadded column r + j * sw - before.
+  const int64_t head = std::min(wq, before > r ? (before - r + sw - 1) / sw : 0);
+  const int64_t first = r + head * sw - before;
+  const int64_t count = first >= width ? 0 : std::min(wq - head, (width - first + sw - 1) / sw);
+  return {head, count, first};
+}
+
+// Row by row, straight from the plane into the phases (rows `stride` apart, phase r at
+// dst + r * height * stride), padding -inf (any value would do: border columns are recomputed
+// from the plane). With sw 2 both phases come from one deinterleaving pass over the row.
+TRAINRT_SIMD_CLONES void split_padded(const float* x, int64_t height, int64_t width, int64_t before, int64_t wq,
+                                      int64_t stride, int64_t sw, float* __restrict dst) {
+  constexpr float kPad = -std::numeric_limits<float>::infinity();
+  for (int64_t r = 0; r < sw; ++r) {
+    const PhaseSource ps = phase_source(r, sw, before, width, wq);
+    for (int64_t y = 0; y < height; ++y) {
+      float* out = dst + (r * height + y) * stride;
+      for (int64_t j = 0; j < ps.head; ++j) out[j] = kPad;
+      for (int64_t j = ps.head + ps.count; j < wq; ++j) out[j] = kPad;
+    }
+  }
+  if (sw == 2) {
+    // The phases' sources start at unpadded columns 0 and 1 (in some order): deinterleave the
+    // row's pairs, then the last column of an odd width.
+    const PhaseSource p0 = phase_source(0, 2, before, width, wq), p1 = phase_source(1, 2, before, width, wq);
+    const PhaseSource& even = p0.first == 0 ? p0 : p1;
+    const PhaseSource& odd = p0.first == 0 ? p1 : p0;
+    float* even_dst = dst + (p0.first == 0 ? 0 : height * stride) + even.head;
+    float* odd_dst = dst + (p0.first == 0 ? height * stride : 0) + odd.head;
+    const int64_t pairs = std::min({width / 2, even.count, odd.count});
+    for (int64_t y = 0; y < height; ++y) {
+      const float* src = x + y * width;
+      deinterleave(src, even_dst + y * stride, odd_dst + y * stride, pairs);
+      for (int64_t j = pairs; j < even.count; ++j) even_dst[y * stride + j] = src[2 * j];
+      for (int64_t j = pairs; j < odd.count; ++j) odd_dst[y * stride + j] = src[2 * j + 1];
+    }
+    return;
+  }
+  for (int64_t r = 0; r < sw; ++r) {
+    const PhaseSource ps = phase_source(r, sw, before, width, wq);
+    for (int64_t y = 0; y < height; ++y) {
+      const float* src = x + y * width + ps.first;
+      float* out = dst + (r * height + y) * stride + ps.head;
+      for (int64_t j = 0; j < ps.count; ++j) out[j] = src[j * sw];
     }
   }
 }
@@ -61,12 +96,40 @@ Phases split_plane(const Windows& w, const float* x) {
   const int64_t sw = w.stride[2], before = w.pad_begin[2], height = w.in[1], width = w.in[2];
   const int64_t wq = phase_width(w);
   if (before == 0 && wq * sw == width && sw == 1) return {wq, height, x};
-  static thread_local std::vector<float> buffer;  // keeps its largest size: no steady-state allocation
-  buffer.resize(static_cast<size_t>(wq * sw * (height + 1)));
-  float* out = buffer.data();
-  if (before == 0 && wq * sw == width) split_whole(x, height * width, sw, out);
-  else split_padded(x, height, width, before, wq, sw, out + wq * sw * height, out);
-  return {wq, height, out};
+  const int64_t stride = (wq + 15) / 16 * 16;  // 64-byte rows
+  // Phases and room to start on a 64-byte boundary. Keeps its largest size: no steady-state
+  // allocation.
+  static thread_local std::vector<float> buffer;
+  buffer.resize(static_cast<size_t>(stride * sw * height + 16));
+  float* out = buffer.data() + (16 - reinterpret_cast<uintptr_t>(buffer.data()) / sizeof(float) % 16) % 16;
+  if (before == 0 && wq * sw == width) {
+    split_whole(x, height * width, sw, out);  // one long row: phase rows wq apart
+    return {wq, height, out};
+  }
+  split_padded(x, height, width, before, wq, stride, sw, out);
+  return {stride, height, out};
+}
+
+std::span<const KernelTap> kernel_taps(const Windows& w, const Phases& ph) {
+  static thread_local std::vector<KernelTap> taps;  // keeps its largest size: no steady-state allocation
+  taps.clear();
+  const int64_t sw = w.stride[2], dw = w.dilation[2];
+  for (int64_t ky = 0; ky < w.kernel[1]; ++ky) {
+    const int64_t dy = ky * w.dilation[1];
+    // Tap kx reads phase r = kx * dw % sw from element q = kx * dw / sw on.
+    for (int64_t kx = 0, r = 0, q = 0; kx < w.kernel[2]; ++kx) {
+      taps.push_back({(r * ph.height + dy) * ph.row_stride + q, dy * w.in[2] + kx * dw - w.pad_begin[2]});
+      for (r += dw; r >= sw; r -= sw) ++q;
+    }
+  }
+  return taps;
+}
+
+int64_t rows_like(const Windows& w, int64_t oy) {
+  const TapRange rows = w.taps_of[1][oy];
+  int64_t end = oy + 1;
+  while (end < w.out[1] && w.taps_of[1][end].lo == rows.lo && w.taps_of[1][end].hi == rows.hi) ++end;
+  return end;
 }
 
 TapRange interior_columns(const Windows& w) {

@@ -8,21 +8,37 @@
 // columns. (Strided loads straight from the plane are peeled by GCC into scalar code on rows
 // shorter than 17 windows, the common case.)
 //
-//   const Phases ph = split_plane(w, x);                       // (sw, H, wq) or x itself
+// Rows of the split layout start on 64-byte boundaries (row_stride a multiple of 16 floats): the
+// passes over a row then load whole cache lines at kx * dw / sw == 0.
+//
+// The row paths fold the taps of a row of windows (KernelTap: where each tap's values start) a few
+// per pass (kTapsPerPass). One pass per tap, a store and a reload of the running results each,
+// made 3x3 stride 2 pad 1 on (64, 32, 32, 32) 6.7x slower than 2x2 stride 2 for 2.25x the taps,
+// slower still when y and the phase buffer fell 4 KiB apart (false store-to-load aliasing). And
+// they take a run of window rows per call (rows_like): a row of 16 windows is one vector whose
+// taps form one chain of dependent compares; with a call per row, the chains did not overlap.
+//
+//   const Phases ph = split_plane(w, x);                       // (sw, H, row_stride) or x itself
 //   const float* src = ph.row(in_y, kx * dw % sw) + kx * dw / sw;  // tap kx of columns 0, 1, ...
+//   const auto taps = kernel_taps(w, ph);                       // (ky, kx) -> where its values start
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "trainrt/kernels/cpu/pool_windows.h"
 
 namespace trainrt {
 
-// Phase r of input row y starts at data + (r * height + y) * wq.
+// Taps folded per pass over a row of windows: a pass loads the running result once, folds up to
+// kTapsPerPass taps into it in registers and stores it once.
+inline constexpr int kTapsPerPass = 4;
+
+// Phase r of input row y starts at data + (r * height + y) * row_stride.
 struct Phases {
-  int64_t wq = 0, height = 0;
+  int64_t row_stride = 0, height = 0;
   const float* data = nullptr;
-  const float* row(int64_t y, int64_t r) const { return data + (r * height + y) * wq; }
+  const float* row(int64_t y, int64_t r) const { return data + (r * height + y) * row_stride; }
 };
 
 // wq: the length of one phase row, so that the padded row reaches the last tap of the last window.
@@ -32,6 +48,22 @@ int64_t phase_width(const Windows& w);
 // thread-local buffer valid until the next call on the thread. Padding holds -inf: the callers
 // recompute the border columns, the only ones that read it.
 Phases split_plane(const Windows& w, const float* x);
+
+// Tap (ky, kx) of the kernel for a row of windows whose first input row is sy: its values for
+// output columns 0, 1, ... are ph.data[sy * ph.row_stride + phase_offset + i], the value for
+// column i sits at plane offset sy * W + plane_offset + i * sw.
+struct KernelTap {
+  int64_t phase_offset, plane_offset;
+};
+
+// Every tap of the kernel, row-major (ky * kernel_w + kx: the taps of kernel rows [lo, hi) are
+// entries [lo * kernel_w, hi * kernel_w)), for planes split as ph. Thread-local storage, valid
+// until the next call on the thread.
+std::span<const KernelTap> kernel_taps(const Windows& w, const Phases& ph);
+
+// The end of the run of window rows from oy on that have oy's in-bounds kernel rows (taps_of[1]):
+// the row paths fold a run in one call, its rows' independent chains overlapping in the core.
+int64_t rows_like(const Windows& w, int64_t oy);
 
 // [lo, hi): the output columns whose taps along W all lie in the input (contiguous: window
 // starts grow with the column).
