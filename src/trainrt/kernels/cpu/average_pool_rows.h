@@ -1,12 +1,13 @@
 // Vectorized average pooling of one f32 plane with 1 or 2 spatial dims (AveragePool): the fast
 // path of pool_kernels.cc.
 //
-// Windows are taken one output row at a time, on the phase layout of pool_phases.h. Over the row's
-// interior columns (those whose taps along W all lie in the input) each in-bounds tap (ky, kx) is
-// one pass over the row, vectorized along the output width: sum[i] += tap. The sums start at 0 and
-// take the taps in row-major order, then are divided by the window's count, exactly as the general
-// walk does, so the outputs agree with it bit for bit (NaN and inf included). The columns whose
-// window crosses the left or right border are done tap by tap.
+// Windows are taken a run of output rows at a time (rows with the same in-bounds kernel rows), on
+// the phase layout of pool_phases.h padded with +0. Every in-bounds kernel row's taps (ky, kx) are
+// folded into the sums of all the run's columns, a few taps per pass, vectorized along the output
+// width. The sums start at 0 and take the taps in row-major order; a padding tap adds +0, which
+// changes no sum (none is ever -0), so border columns get the general walk's sums too. Each is
+// divided by its window's count (Windows::count, per column), so the outputs agree with the
+// general walk bit for bit (NaN and inf included).
 //
 //   if (average_pool_rows_apply(w)) average_pool_plane_rows(w, x_plane, y_plane, count_include_pad);
 #pragma once

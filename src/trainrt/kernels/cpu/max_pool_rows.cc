@@ -95,12 +95,12 @@ bool max_pool_rows_apply(const Windows& w) {
 void max_pool_plane_rows(const Windows& w, const float* x, float* y, int32_t* argmax) {
   const int64_t width = w.in[2], out_w = w.out[2], dw = w.dilation[2], sh = w.stride[1];
   const TapRange inner = interior_columns(w);
-  const Phases phases = split_plane(w, x);
+  const Phases phases = split_plane(w, x, -std::numeric_limits<float>::infinity());
   const std::span<const KernelTap> taps = kernel_taps(w, phases);
   for (int64_t oy = 0, run_end = 0; oy < w.out[1]; oy = run_end) {
     run_end = rows_like(w, oy);
     const TapRange rows = w.taps_of[1][oy];
-    const bool vectorized = inner.lo < inner.hi && rows.lo < rows.hi;
+    const bool vectorized = rows.lo < rows.hi;
     if (vectorized) {
       const auto kw = static_cast<size_t>(w.kernel[2]);
       const int64_t sy = w.start_of[1][oy];
@@ -114,12 +114,16 @@ void max_pool_plane_rows(const Windows& w, const float* x, float* y, int32_t* ar
       if (argmax) max_rows_argmax(run, out_w, w.stride[2], y + oy * out_w, argmax + oy * out_w);
       else max_rows_values(run, out_w, w.stride[2], y + oy * out_w);
     }
-    // Border columns (and every column of a row wholly in padding): tap by tap from the plane.
+    // Border columns whose result may not be the general walk's: tap by tap from the plane. The
+    // fold read their padding taps as -inf, which never beats a tap, so a result above -inf (or
+    // NaN) is an in-bounds tap, the first largest; a -inf may be a padding tap's, or a window
+    // wholly in padding (lowest float, argmax -1 in the general walk).
     for (int64_t r = oy; r < run_end; ++r) {
       const int64_t sy = w.start_of[1][r];
       for (int64_t ox = 0; ox < out_w; ++ox) {
-        if (ox == inner.lo && vectorized) ox = inner.hi;
+        if (ox == inner.lo && inner.lo < inner.hi && vectorized) ox = inner.hi;
         if (ox >= out_w) break;
+        if (vectorized && y[r * out_w + ox] != -std::numeric_limits<float>::infinity()) continue;
         const TapRange cols = w.taps_of[2][ox];
         int32_t best_at = -1;
         float best_value = std::numeric_limits<float>::lowest();

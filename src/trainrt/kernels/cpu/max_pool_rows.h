@@ -1,12 +1,14 @@
 // Vectorized max pooling of one f32 plane with 1 or 2 spatial dims (MaxPool, and the argmax that
 // MaxPoolGrad routes dY by): the fast path of pool_kernels.cc.
 //
-// Windows are taken one output row at a time, on the phase layout of pool_phases.h. Over the row's interior columns (those whose taps
-// along W all lie in the input) each tap (ky, kx) is one pass over the row, vectorized along the
-// output width: loads at stride sw (contiguous for sw 1, deinterleaving for sw 2), compare, blend.
-// The columns whose window crosses the left or right border are done tap by tap. Taps are folded
-// in row-major order with beats() (pool_windows.h), so values and argmax agree bit for bit with
-// the general path: first largest tap, a NaN over anything else, the first of several NaNs.
+// Windows are taken a run of output rows at a time (rows with the same in-bounds kernel rows), on
+// the phase layout of pool_phases.h padded with -inf. Every tap (ky, kx) of the in-bounds kernel
+// rows is folded into all the run's columns, a few taps per pass, vectorized along the output
+// width: loads of the phases, compare, blend. Taps are folded in row-major order with beats()
+// (pool_windows.h), so values and argmax agree bit for bit with the general path: first largest
+// tap, a NaN over anything else, the first of several NaNs. A padding tap (-inf) never beats one,
+// so only border columns whose result is -inf are redone tap by tap (a padding tap may hold the
+// argmax there, and a window wholly in padding gives lowest float and argmax -1).
 //
 //   if (max_pool_rows_apply(w)) max_pool_plane_rows(w, x_plane, y_plane, argmax_or_null);
 #pragma once

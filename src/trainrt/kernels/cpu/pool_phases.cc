@@ -44,17 +44,16 @@ PhaseSource phase_source(int64_t r, int64_t sw, int64_t before, int64_t width, i
 }
 
 // Row by row, straight from the plane into the phases (rows `stride` apart, phase r at
-// dst + r * height * stride), padding -inf (any value would do: border columns are recomputed
-// from the plane). With sw 2 both phases come from one deinterleaving pass over the row.
+// dst + r * height * stride), padding `pad`. With sw 2 both phases come from one deinterleaving
+// pass over the row.
 TRAINRT_SIMD_CLONES void split_padded(const float* x, int64_t height, int64_t width, int64_t before, int64_t wq,
-                                      int64_t stride, int64_t sw, float* __restrict dst) {
-  constexpr float kPad = -std::numeric_limits<float>::infinity();
+                                      int64_t stride, int64_t sw, float pad, float* __restrict dst) {
   for (int64_t r = 0; r < sw; ++r) {
     const PhaseSource ps = phase_source(r, sw, before, width, wq);
     for (int64_t y = 0; y < height; ++y) {
       float* out = dst + (r * height + y) * stride;
-      for (int64_t j = 0; j < ps.head; ++j) out[j] = kPad;
-      for (int64_t j = ps.head + ps.count; j < wq; ++j) out[j] = kPad;
+      for (int64_t j = 0; j < ps.head; ++j) out[j] = pad;
+      for (int64_t j = ps.head + ps.count; j < wq; ++j) out[j] = pad;
     }
   }
   if (sw == 2) {
@@ -92,7 +91,7 @@ int64_t phase_width(const Windows& w) {
   return (std::max(reach, w.pad_begin[2] + w.in[2]) + sw - 1) / sw;
 }
 
-Phases split_plane(const Windows& w, const float* x) {
+Phases split_plane(const Windows& w, const float* x, float pad) {
   const int64_t sw = w.stride[2], before = w.pad_begin[2], height = w.in[1], width = w.in[2];
   const int64_t wq = phase_width(w);
   if (before == 0 && wq * sw == width && sw == 1) return {wq, height, x};
@@ -106,7 +105,7 @@ Phases split_plane(const Windows& w, const float* x) {
     split_whole(x, height * width, sw, out);  // one long row: phase rows wq apart
     return {wq, height, out};
   }
-  split_padded(x, height, width, before, wq, stride, sw, out);
+  split_padded(x, height, width, before, wq, stride, sw, pad, out);
   return {stride, height, out};
 }
 

@@ -45,9 +45,10 @@ struct Phases {
 int64_t phase_width(const Windows& w);
 
 // Plane x (H, W) in the phase layout: x itself where that is already it (sw 1, no padding), else a
-// thread-local buffer valid until the next call on the thread. Padding holds -inf: the callers
-// recompute the border columns, the only ones that read it.
-Phases split_plane(const Windows& w, const float* x);
+// thread-local buffer valid until the next call on the thread. Padding holds `pad`: the border
+// columns read it (max pooling pads with -inf, which never beats a tap; average pooling with +0,
+// which leaves every sum as it is).
+Phases split_plane(const Windows& w, const float* x, float pad);
 
 // Tap (ky, kx) of the kernel for a row of windows whose first input row is sy: its values for
 // output columns 0, 1, ... are ph.data[sy * ph.row_stride + phase_offset + i], the value for

@@ -73,16 +73,18 @@ struct Windows {
             std::array<int64_t, 3>{start_of[0][a], start_of[1][b], start_of[2][c]});
   }
 
-  // The window's divisor for AveragePool.
+  // The window's divisor for AveragePool: the product of count_along() over the dims, in order.
   int64_t count(const std::array<TapRange, 3>& r, const std::array<int64_t, 3>& start, bool include_pad) const {
     int64_t n = 1;
-    for (int i = 0; i < 3; ++i) {
-      const TapRange t = include_pad ? taps(start[i] + pad_begin[i], kernel[i], dilation[i],
-                                            in[i] + pad_begin[i] + pad_end[i])
-                                     : r[i];
-      n *= t.hi - t.lo;
-    }
+    for (int i = 0; i < 3; ++i) n *= count_along(i, r[i], start[i], include_pad);
     return n;
+  }
+  // The taps a window counts along dim d: its in-bounds taps r, or with include_pad those in the
+  // padded extent.
+  int64_t count_along(int d, TapRange r, int64_t start, bool include_pad) const {
+    const TapRange t =
+        include_pad ? taps(start + pad_begin[d], kernel[d], dilation[d], in[d] + pad_begin[d] + pad_end[d]) : r;
+    return t.hi - t.lo;
   }
 
   // Calls f(offset within the plane) for every in-bounds tap, in row-major order.
