@@ -6,7 +6,10 @@
 // each plane is walked window by window, each window over its in-bounds taps only (their range per
 // dim computed up front, no per-tap bounds test), except f32 max and average pooling of 1 or 2
 // spatial dims, vectorized along the output rows (max_pool_rows.h: same values and argmax;
-// average_pool_rows.h: same sums in the same order, so the same bits). Per window:
+// average_pool_rows.h: same sums in the same order, so the same bits), and the f32
+// AveragePoolGrad of 1 or 2 spatial dims (average_pool_grad_rows.h: each dX element takes the
+// same terms in the same order). A node keeps its windows for the next run: a run with the last
+// run's shapes allocates nothing. Per window:
 //   MaxPool      y = the largest tap; its index is the first largest in row-major order, a NaN
 //                counting as larger than anything (PyTorch max_pool2d), so MaxPoolGrad routes
 //                dY where torch does; only a window with several NaNs differs (ours: the first,
@@ -26,10 +29,13 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <optional>
+#include <span>
 #include <vector>
 
 #include "trainrt/core/error.h"
 #include "trainrt/core/shape.h"
+#include "trainrt/kernels/cpu/average_pool_grad_rows.h"
 #include "trainrt/kernels/cpu/average_pool_rows.h"
 #include "trainrt/kernels/cpu/cpu_kernels.h"
 #include "trainrt/kernels/cpu/max_pool_rows.h"
@@ -79,6 +85,25 @@ Pooling pooling_of(const PoolSpec& s, const std::vector<int64_t>& x_dims) {
 }
 
 // Converts a row-major offset within the plane to the column-major one.
+// The pooling of a node's last run and the X dims it was made for. A node's kernel runs one call
+// at a time (a session runs its steps in order), so it needs no lock.
+class KeptPooling {
+ public:
+  // The pooling for X dims x_dims: the kept one when they are the last run's, else made again.
+  const Pooling& of(const PoolSpec& s, std::span<const int64_t> x_dims) {
+    if (!pooling_ || !std::equal(x_dims.begin(), x_dims.end(), x_dims_.begin(), x_dims_.end())) {
+      pooling_.reset();
+      x_dims_.assign(x_dims.begin(), x_dims.end());
+      pooling_.emplace(pooling_of(s, x_dims_));
+    }
+    return *pooling_;
+  }
+
+ private:
+  std::vector<int64_t> x_dims_;
+  std::optional<Pooling> pooling_;
+};
+
 int64_t column_major_offset(const Windows& w, int64_t p) {
   const int64_t c = p % w.in[2], b = p / w.in[2] % w.in[1], a = p / (w.in[2] * w.in[1]);
   return c * w.in[1] * w.in[0] + b * w.in[0] + a;
@@ -138,10 +163,10 @@ void max_plane(const Windows& w, const C* x, C* y, F&& each) {
 // ---- Kernels ----
 
 template <typename T>
-void max_pool(const PoolSpec& s, KernelContext& ctx) {
+void max_pool(const PoolSpec& s, KeptPooling& kept, KernelContext& ctx) {
   using C = pool_t<T>;
   const Tensor& x = ctx.in(0);
-  const Windows w = pooling_of(s, x.dims()).windows;
+  const Windows& w = kept.of(s, x.dims()).windows;
   const T* xd = x.data<T>();
   T* yd = ctx.out(0).data<T>();
   int64_t* indices = ctx.has_out(1) ? ctx.out(1).data<int64_t>() : nullptr;
@@ -171,10 +196,10 @@ void max_pool(const PoolSpec& s, KernelContext& ctx) {
 }
 
 template <typename T>
-void average_pool(const PoolSpec& s, KernelContext& ctx) {
+void average_pool(const PoolSpec& s, KeptPooling& kept, KernelContext& ctx) {
   using C = pool_t<T>;
   const Tensor& x = ctx.in(0);
-  const Windows w = pooling_of(s, x.dims()).windows;
+  const Windows& w = kept.of(s, x.dims()).windows;
   const T* xd = x.data<T>();
   T* yd = ctx.out(0).data<T>();
   const int64_t in_plane = w.in_plane(), out_plane = w.out_plane();
@@ -206,20 +231,21 @@ void average_pool(const PoolSpec& s, KernelContext& ctx) {
 }
 
 // The windows of X, checking that dY has the pooled dims of X's.
-Windows grad_windows(const PoolSpec& s, const Tensor& dy, const std::vector<int64_t>& x_dims) {
-  Pooling p = pooling_of(s, x_dims);
+const Windows& grad_windows(const PoolSpec& s, KeptPooling& kept, const Tensor& dy, std::span<const int64_t> x_dims) {
+  const Pooling& p = kept.of(s, x_dims);
   if (dy.dims() != p.y_dims)
     throw ShapeError(fmt(s.node, ": input 0 (dY) has shape ", to_string(dy.dims()), ", expected ",
-                         to_string(p.y_dims), " for X of shape ", to_string(x_dims)));
+                         to_string(p.y_dims), " for X of shape ",
+                         to_string(std::vector<int64_t>(x_dims.begin(), x_dims.end()))));
   return p.windows;
 }
 
 template <typename T>
-void max_pool_grad(const PoolSpec& s, KernelContext& ctx) {
+void max_pool_grad(const PoolSpec& s, KeptPooling& kept, KernelContext& ctx) {
   using C = pool_t<T>;
   const Tensor& dy = ctx.in(0);
   const Tensor& x = ctx.in(1);
-  const Windows w = grad_windows(s, dy, x.dims());
+  const Windows& w = grad_windows(s, kept, dy, x.dims());
   const T* xd = x.data<T>();
   const T* dyd = dy.data<T>();
   T* dxd = ctx.out(0).data<T>();
@@ -240,11 +266,13 @@ void max_pool_grad(const PoolSpec& s, KernelContext& ctx) {
 }
 
 template <typename T>
-void average_pool_grad(const PoolSpec& s, KernelContext& ctx) {
+void average_pool_grad(const PoolSpec& s, KeptPooling& kept, KernelContext& ctx) {
   using C = pool_t<T>;
   const Tensor& dy = ctx.in(0);
-  const std::vector<int64_t> x_dims = ctx.in(1).to_i64_vector();
-  const Windows w = grad_windows(s, dy, x_dims);
+  const Tensor& x_shape = ctx.in(1);  // i64 (the schema's)
+  TRAINRT_CHECK(x_shape.dtype() == DType::kI64 && x_shape.rank() == 1, s.node, ": input 1 (X_shape) is ",
+                describe(x_shape), ", expected a 1-D i64 tensor");
+  const Windows& w = grad_windows(s, kept, dy, std::span(x_shape.data<int64_t>(), static_cast<size_t>(x_shape.numel())));
   const T* dyd = dy.data<T>();
   T* dxd = ctx.out(0).data<T>();
   const int64_t in_plane = w.in_plane(), out_plane = w.out_plane();
@@ -252,9 +280,17 @@ void average_pool_grad(const PoolSpec& s, KernelContext& ctx) {
     for (int64_t p = begin; p < end; ++p) {
       const C* dyp = plane_in(dyd + p * out_plane, out_plane, 1);
       C* dx = plane_out(dxd + p * in_plane, in_plane, 2);
+      bool done = false;
       if (s.attrs.global) {
         std::fill(dx, dx + in_plane, dyp[0] / static_cast<C>(in_plane));
-      } else {
+        done = true;
+      } else if constexpr (std::is_same_v<C, float>) {
+        if (average_pool_grad_rows_apply(w)) {
+          average_pool_grad_plane_rows(w, dyp, dx, s.count_include_pad);
+          done = true;
+        }
+      }
+      if (!done) {
         std::fill(dx, dx + in_plane, C(0));
         w.for_each_window([&](int64_t o, const std::array<TapRange, 3>& r, const std::array<int64_t, 3>& start) {
           const int64_t n = w.count(r, start, s.count_include_pad);
@@ -270,19 +306,21 @@ void average_pool_grad(const PoolSpec& s, KernelContext& ctx) {
 
 template <typename T>
 KernelFn make_max_pool(const Node& node) {
-  return [s = spec_of(node)](KernelContext& ctx) { max_pool<T>(s, ctx); };
+  return [s = spec_of(node), kept = KeptPooling()](KernelContext& ctx) mutable { max_pool<T>(s, kept, ctx); };
 }
 template <typename T>
 KernelFn make_average_pool(const Node& node) {
-  return [s = spec_of(node)](KernelContext& ctx) { average_pool<T>(s, ctx); };
+  return [s = spec_of(node), kept = KeptPooling()](KernelContext& ctx) mutable { average_pool<T>(s, kept, ctx); };
 }
 template <typename T>
 KernelFn make_max_pool_grad(const Node& node) {
-  return [s = spec_of(node)](KernelContext& ctx) { max_pool_grad<T>(s, ctx); };
+  return [s = spec_of(node), kept = KeptPooling()](KernelContext& ctx) mutable { max_pool_grad<T>(s, kept, ctx); };
 }
 template <typename T>
 KernelFn make_average_pool_grad(const Node& node) {
-  return [s = spec_of(node)](KernelContext& ctx) { average_pool_grad<T>(s, ctx); };
+  return [s = spec_of(node), kept = KeptPooling()](KernelContext& ctx) mutable {
+    average_pool_grad<T>(s, kept, ctx);
+  };
 }
 
 }  // namespace

@@ -83,7 +83,59 @@ TRAINRT_SIMD_CLONES void split_padded(const float* x, int64_t height, int64_t wi
   }
 }
 
+// dst[2 j] = even[j], dst[2 j + 1] = odd[j] for j < n.
+[[gnu::always_inline]] inline void interleave(const float* __restrict even, const float* __restrict odd,
+                                              float* __restrict dst, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) {
+    dst[2 * j] = even[j];
+    dst[2 * j + 1] = odd[j];
+  }
+}
+
+// The inverse of split_padded: each unpadded row gathered from its phases (with sw 2, one
+// interleaving pass).
+TRAINRT_SIMD_CLONES void merge_padded(const float* src, int64_t height, int64_t width, int64_t before, int64_t wq,
+                                      int64_t stride, int64_t sw, float* __restrict dx) {
+  if (sw == 2) {
+    const PhaseSource p0 = phase_source(0, 2, before, width, wq), p1 = phase_source(1, 2, before, width, wq);
+    const PhaseSource& even = p0.first == 0 ? p0 : p1;
+    const PhaseSource& odd = p0.first == 0 ? p1 : p0;
+    const float* even_src = src + (p0.first == 0 ? 0 : height * stride) + even.head;
+    const float* odd_src = src + (p0.first == 0 ? height * stride : 0) + odd.head;
+    const int64_t pairs = std::min({width / 2, even.count, odd.count});
+    for (int64_t y = 0; y < height; ++y) {
+      float* out = dx + y * width;
+      interleave(even_src + y * stride, odd_src + y * stride, out, pairs);
+      for (int64_t j = pairs; j < even.count; ++j) out[2 * j] = even_src[y * stride + j];
+      for (int64_t j = pairs; j < odd.count; ++j) out[2 * j + 1] = odd_src[y * stride + j];
+    }
+    return;
+  }
+  for (int64_t r = 0; r < sw; ++r) {
+    const PhaseSource ps = phase_source(r, sw, before, width, wq);
+    for (int64_t y = 0; y < height; ++y) {
+      const float* in = src + (r * height + y) * stride + ps.head;
+      float* out = dx + y * width + ps.first;
+      for (int64_t j = 0; j < ps.count; ++j) out[j * sw] = in[j];
+    }
+  }
+}
+
 }  // namespace
+
+PhaseSums zeroed_phases(const Windows& w) {
+  const int64_t sw = w.stride[2], height = w.in[1];
+  const int64_t stride = (phase_width(w) + 15) / 16 * 16;  // 64-byte rows
+  static thread_local std::vector<float> buffer;  // keeps its largest size: no steady-state allocation
+  buffer.resize(static_cast<size_t>(stride * sw * height + 16));
+  float* out = buffer.data() + (16 - reinterpret_cast<uintptr_t>(buffer.data()) / sizeof(float) % 16) % 16;
+  std::fill(out, out + stride * sw * height, 0.f);
+  return {stride, height, out};
+}
+
+void merge_phases(const Windows& w, const PhaseSums& ph, float* dx) {
+  merge_padded(ph.data, w.in[1], w.in[2], w.pad_begin[2], phase_width(w), ph.row_stride, w.stride[2], dx);
+}
 
 int64_t phase_width(const Windows& w) {
   const int64_t sw = w.stride[2];

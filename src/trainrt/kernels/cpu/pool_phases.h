@@ -50,6 +50,21 @@ int64_t phase_width(const Windows& w);
 // which leaves every sum as it is).
 Phases split_plane(const Windows& w, const float* x, float pad);
 
+// A plane in the phase layout to accumulate into (AveragePoolGrad's dX): phase r of input row y at
+// data + (r * height + y) * row_stride, rows of wq elements on 64-byte boundaries.
+struct PhaseSums {
+  int64_t row_stride = 0, height = 0;
+  float* data = nullptr;
+  float* row(int64_t y, int64_t r) const { return data + (r * height + y) * row_stride; }
+};
+
+// The phase layout of a (H, W) plane for w, all +0: a thread-local buffer valid until the next call
+// on the thread.
+PhaseSums zeroed_phases(const Windows& w);
+
+// dx (H, W) = the unpadded columns of the phases (the padding columns are dropped).
+void merge_phases(const Windows& w, const PhaseSums& ph, float* dx);
+
 // Tap (ky, kx) of the kernel for a row of windows whose first input row is sy: its values for
 // output columns 0, 1, ... are ph.data[sy * ph.row_stride + phase_offset + i], the value for
 // column i sits at plane offset sy * W + plane_offset + i * sw.
