@@ -1,6 +1,6 @@
 // Kernels that keep what they planned for their last run (MatMul and FusedMatMul their product
-// plan, Transpose, Expand and Tile their strided walk), so that a steady-state run allocates
-// nothing: one kernel run on a shape, then on another, then on the first again must give, bit for
+// plan, Transpose, Expand and Tile their strided walk, Reduce* their axes mask, the pools their
+// windows), so that a steady-state run allocates nothing: one kernel run on a shape, then on another, then on the first again must give, bit for
 // bit, what a fresh kernel gives on each (run_node makes a fresh one per call).
 #include <gtest/gtest.h>
 
@@ -17,13 +17,14 @@ using testing::random_tensor;
 // One node over inputs of symbolic shape, its kernel made once; run() feeds it concrete tensors.
 class KeptKernel {
  public:
-  KeptKernel(const std::string& op, const std::string& domain, int num_inputs,
+  // Inputs of `like`'s dtypes.
+  KeptKernel(const std::string& op, const std::string& domain, const std::vector<Tensor>& like,
              const std::map<std::string, Attribute>& attrs) {
     graph_.set_opset("", 23);
     if (!domain.empty()) graph_.set_opset(domain, 1);
     std::vector<Value*> inputs;
-    for (int i = 0; i < num_inputs; ++i)
-      inputs.push_back(graph_.add_input("in" + std::to_string(i), DType::kF32, Shape::unknown_rank()));
+    for (size_t i = 0; i < like.size(); ++i)
+      inputs.push_back(graph_.add_input("in" + std::to_string(i), like[i].dtype(), Shape::unknown_rank()));
     Node* node = graph_.add_node(op, inputs, {"out"}, domain, "node");
     for (const auto& [name, a] : attrs) node->set_attr(name, a);
     node->output(0)->dtype = DType::kF32;
@@ -57,7 +58,7 @@ void expect_bitwise_equal(const Tensor& got, const Tensor& want, const std::stri
 // result with a fresh kernel's.
 void check_kept(const std::string& op, const std::string& domain, const std::map<std::string, Attribute>& attrs,
                 const std::vector<std::vector<Tensor>>& runs) {
-  KeptKernel kept(op, domain, static_cast<int>(runs[0].size()), attrs);
+  KeptKernel kept(op, domain, runs[0], attrs);
   NodeSpec spec{.op = op, .attrs = attrs, .domain = domain, .opset = domain.empty() ? 23 : 1};
   std::vector<size_t> order;
   for (size_t i = 0; i < runs.size(); ++i) order.push_back(i);
@@ -90,6 +91,25 @@ TEST(KeptPlans, TransposeExpandAndTileRemakeTheirWalkWhenTheShapesChange) {
               {random_tensor({1, 5}, 2), Tensor::from_i64({5, 5})}});
   check_kept("Tile", "", {},
              {{random_tensor({2, 3}, 1), Tensor::from_i64({2, 1})}, {random_tensor({4, 1}, 2), Tensor::from_i64({1, 3})}});
+}
+
+TEST(KeptPlans, ReduceRemakesItsMaskWhenTheAxesOrTheRankChange) {
+  check_kept("ReduceMean", "", {},
+             {{random_tensor({3, 4, 5}, 1), Tensor::from_i64({1})},
+              {random_tensor({3, 4, 5}, 2), Tensor::from_i64({0, 2})},
+              {random_tensor({6, 7}, 3), Tensor::from_i64({1})}});
+}
+
+TEST(KeptPlans, PoolsRemakeTheirWindowsWhenTheShapesChange) {
+  const std::map<std::string, Attribute> attrs{{"kernel_shape", Attribute::of_ints({3, 3})},
+                                               {"strides", Attribute::of_ints({2, 2})},
+                                               {"pads", Attribute::of_ints({1, 1, 1, 1})}};
+  for (const char* op : {"MaxPool", "AveragePool"})
+    check_kept(op, "", attrs,
+               {{random_tensor({2, 3, 8, 8}, 1)}, {random_tensor({1, 2, 5, 9}, 2)}, {random_tensor({2, 3, 8, 7}, 3)}});
+  check_kept("AveragePoolGrad", std::string(kTrainrtDomain), attrs,
+             {{random_tensor({2, 3, 4, 4}, 1), Tensor::from_i64({2, 3, 8, 8})},
+              {random_tensor({1, 2, 3, 5}, 2), Tensor::from_i64({1, 2, 5, 9})}});
 }
 
 }  // namespace

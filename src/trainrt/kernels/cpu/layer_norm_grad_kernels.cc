@@ -38,6 +38,14 @@ struct LayerNormGradSpec {
 template <typename T>
 const T* scale_as_row(const LayerNormGradSpec& s, const Tensor& scale, const std::vector<int64_t>& x_dims,
                       int64_t axis, int64_t cols) {
+  // Its own memory when its dims are the normalized dims, after leading 1s (no vectors built: the
+  // steady state allocates nothing).
+  const auto& given = scale.dims();
+  const size_t normalized = x_dims.size() - static_cast<size_t>(axis);
+  if (given.size() >= normalized &&
+      std::all_of(given.begin(), given.end() - static_cast<std::ptrdiff_t>(normalized), [](int64_t d) { return d == 1; }) &&
+      std::equal(given.end() - static_cast<std::ptrdiff_t>(normalized), given.end(), x_dims.begin() + axis))
+    return scale.data<T>();
   const std::vector<int64_t> norm(x_dims.begin() + axis, x_dims.end());
   std::vector<int64_t> sd = scale.dims();
   while (sd.size() > norm.size()) {

@@ -30,12 +30,12 @@ template <typename T>
 void broadcast_param(const Tensor& p, const std::vector<int64_t>& x_dims, int64_t axis, int64_t cols,
                      Param<T>& out) {
   const size_t rank = x_dims.size(), pr = p.dims().size();
-  std::vector<int64_t> pd(rank, 1);  // p's dims right-aligned to X's rank
-  for (size_t i = 0; i < pr; ++i) pd[rank - pr + i] = p.dims()[i];
+  // p's dims right-aligned to X's rank.
+  auto pd = [&](size_t i) { return i + pr < rank ? int64_t{1} : p.dims()[i + pr - rank]; };
   bool per_row = false, exact = true;
   for (size_t i = 0; i < rank; ++i) {
-    if (static_cast<int64_t>(i) < axis) per_row = per_row || pd[i] != 1;
-    else exact = exact && pd[i] == x_dims[i];
+    if (static_cast<int64_t>(i) < axis) per_row = per_row || pd(i) != 1;
+    else exact = exact && pd(i) == x_dims[i];
   }
   if constexpr (std::is_same_v<T, compute_t<T>>) {
     if (!per_row && exact) {
@@ -47,8 +47,8 @@ void broadcast_param(const Tensor& p, const std::vector<int64_t>& x_dims, int64_
   const size_t first = per_row ? 0 : static_cast<size_t>(axis);
   std::vector<int64_t> stride(rank, 0);
   for (size_t i = rank, s = 1; i-- > first;) {
-    stride[i] = pd[i] == 1 ? 0 : static_cast<int64_t>(s);
-    s *= static_cast<size_t>(pd[i]);
+    stride[i] = pd(i) == 1 ? 0 : static_cast<int64_t>(s);
+    s *= static_cast<size_t>(pd(i));
   }
   int64_t count = 1;
   for (size_t i = first; i < rank; ++i) count *= x_dims[i];

@@ -72,7 +72,8 @@ void compute_loss(const LossSpec& s, KernelContext& ctx, const L* labels) {
   const T* x = scores.data<T>();
   const T* weights = ctx.has_in(2) ? ctx.in(2).data<T>() : nullptr;
   const ReduceGeometry g{n_samples, classes, d};
-  std::vector<double> lse;
+  thread_local std::vector<double> kept_lse;  // keeps its largest size: no steady-state allocation
+  std::vector<double>& lse = kept_lse;
   if (s.softmax) {
     lse.resize(static_cast<size_t>(n_samples * d));
     reduce_along<T, double>(ReduceOp::kLogSumExp, x, lse.data(), g, ctx.threads());

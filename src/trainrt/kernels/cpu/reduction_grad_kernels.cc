@@ -64,7 +64,9 @@ template <typename T>
 void reduce_sum_to_shape(const Tensor& x, Tensor& y) {
   const auto& xd = x.dims();
   const int64_t rank = x.rank();
-  std::vector<int64_t> yd(static_cast<size_t>(rank), 1);
+  thread_local std::vector<int64_t> kept_yd;  // keeps its largest size: no steady-state allocation
+  std::vector<int64_t>& yd = kept_yd;
+  yd.assign(static_cast<size_t>(rank), 1);
   for (int64_t i = 0; i < y.rank(); ++i) yd[static_cast<size_t>(rank - y.rank() + i)] = y.dims()[static_cast<size_t>(i)];
   for (int64_t i = 0; i < rank; ++i)
     if (yd[static_cast<size_t>(i)] != 1 && yd[static_cast<size_t>(i)] != xd[static_cast<size_t>(i)])

@@ -8,6 +8,7 @@
 // integer and bool inputs take a plain scalar path (exact in int64, or in double for L2, LogSum
 // and LogSumExp). Empty reductions give the fold's identity: 0, 1, -inf / lowest for Max,
 // +inf / highest for Min, log(0) = -inf for LogSum and LogSumExp, and 0/0 = NaN for Mean.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -315,12 +316,39 @@ ReduceOp reduce_op_of(const Node& node) {
   throw InternalError(fmt(node.describe(), ": not a Reduce* op"));
 }
 
+// The reduced-axes mask of a node's last run and what it was made from (X's rank, the axes
+// input's values): a run with the same ones allocates nothing. A node's kernel runs one call at a
+// time (a session runs its steps in order).
+class KeptMask {
+ public:
+  const std::vector<bool>& of(const ReduceAxes& spec, const Tensor* axes_input, int64_t rank) {
+    const bool same =
+        made_ && rank == rank_ && (axes_input != nullptr) == had_input_ &&
+        (!axes_input || (axes_input->dtype() == DType::kI64 && axes_input->rank() <= 1 &&
+                         std::equal(axes_.begin(), axes_.end(), axes_input->data<int64_t>(),
+                                    axes_input->data<int64_t>() + axes_input->numel())));
+    if (same) return mask_;
+    made_ = false;
+    mask_ = spec.mask(axes_input, rank);
+    axes_ = axes_input ? axes_input->to_i64_vector() : std::vector<int64_t>{};
+    rank_ = rank, had_input_ = axes_input != nullptr;
+    made_ = true;
+    return mask_;
+  }
+
+ private:
+  bool made_ = false, had_input_ = false;
+  int64_t rank_ = -1;
+  std::vector<int64_t> axes_;
+  std::vector<bool> mask_;
+};
+
 KernelFn make_reduce(const Node& node) {
   const ReduceOp op = reduce_op_of(node);
   const ReduceAxes axes = ReduceAxes::of(node);
-  return [op, axes](KernelContext& ctx) {
+  return [op, axes, kept = KeptMask()](KernelContext& ctx) mutable {
     const Tensor& x = ctx.in(0);
-    const std::vector<bool> mask = axes.mask(ctx.has_in(1) ? &ctx.in(1) : nullptr, x.rank());
+    const std::vector<bool>& mask = kept.of(axes, ctx.has_in(1) ? &ctx.in(1) : nullptr, x.rank());
     visit_dtype(x.dtype(), [&]<typename T>() { reduce_tensor<T>(op, x, mask, ctx.out(0), ctx.threads()); });
   };
 }
