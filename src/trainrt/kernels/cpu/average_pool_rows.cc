@@ -52,14 +52,14 @@ template <bool kFirst, bool kLast>
 
 // The run's rows of n windows each (at least one tap), column i divided by divisor[i].
 TRAINRT_SIMD_CLONES void average_rows(const WindowRows& rows, int64_t n, const float* divisor, float* y) {
-  const size_t total = rows.taps.size(), pass = kTapsPerPass;
-  for (size_t t = 0; t < total; t += pass) {
-    const size_t group = std::min(total - t, pass);
-    const bool first = t == 0, last = t + group == total;
-    if (first && last) fold_sum_group<true, true>(rows, t, group, n, divisor, y);
-    else if (first) fold_sum_group<true, false>(rows, t, group, n, divisor, y);
-    else if (last) fold_sum_group<false, true>(rows, t, group, n, divisor, y);
-    else fold_sum_group<false, false>(rows, t, group, n, divisor, y);
+  const size_t taps = rows.taps.size(), passes = tap_passes(taps);
+  for (size_t p = 0; p < passes; ++p) {
+    const TapPass pass = tap_pass(taps, passes, p);
+    const bool first = p == 0, last = p + 1 == passes;
+    if (first && last) fold_sum_group<true, true>(rows, pass.begin, pass.count, n, divisor, y);
+    else if (first) fold_sum_group<true, false>(rows, pass.begin, pass.count, n, divisor, y);
+    else if (last) fold_sum_group<false, true>(rows, pass.begin, pass.count, n, divisor, y);
+    else fold_sum_group<false, false>(rows, pass.begin, pass.count, n, divisor, y);
   }
 }
 

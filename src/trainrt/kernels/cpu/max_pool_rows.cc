@@ -68,10 +68,12 @@ template <bool kArgmax>
 [[gnu::always_inline]] inline void max_rows(const WindowRows& rows, int64_t out_w, int64_t sw, float* best,
                                             int32_t* at) {
   const auto s = static_cast<int32_t>(sw);
-  const size_t count = rows.taps.size(), pass = kTapsPerPass;
-  fold_max_group<kArgmax, true>(rows, 0, std::min(count, pass), out_w, out_w, s, best, at);
-  for (size_t t = pass; t < count; t += pass)
-    fold_max_group<kArgmax, false>(rows, t, std::min(count - t, pass), out_w, out_w, s, best, at);
+  const size_t taps = rows.taps.size(), passes = tap_passes(taps);
+  for (size_t p = 0; p < passes; ++p) {
+    const TapPass pass = tap_pass(taps, passes, p);
+    if (p == 0) fold_max_group<kArgmax, true>(rows, pass.begin, pass.count, out_w, out_w, s, best, at);
+    else fold_max_group<kArgmax, false>(rows, pass.begin, pass.count, out_w, out_w, s, best, at);
+  }
 }
 
 TRAINRT_SIMD_CLONES void max_rows_values(const WindowRows& rows, int64_t out_w, int64_t sw, float* best) {

@@ -1,5 +1,5 @@
 // The "phase" layout of a pooling plane that the vectorized row paths (max_pool_rows.h,
-// average_pool_rows.h) run on, and the output columns those paths vectorize.
+// average_pool_rows.h, average_pool_grad_rows.h) run on, and the tables they walk it with.
 //
 // Input row y, padded by pad_begin on the left and to the right, is split into its sw phases
 // (phase r holds the padded columns r, r + sw, r + 2 sw, ...), each wq long. Tap kx of output
@@ -8,8 +8,8 @@
 // columns. (Strided loads straight from the plane are peeled by GCC into scalar code on rows
 // shorter than 17 windows, the common case.)
 //
-// Rows of the split layout start on 64-byte boundaries (row_stride a multiple of 16 floats): the
-// passes over a row then load whole cache lines at kx * dw / sw == 0.
+// Rows of the split layout (padded planes) start on 64-byte boundaries (row_stride a multiple of
+// 16 floats): the passes over a row then load whole cache lines at kx * dw / sw == 0.
 //
 // The row paths fold the taps of a row of windows (KernelTap: where each tap's values start) a few
 // per pass (kTapsPerPass). One pass per tap, a store and a reload of the running results each,
@@ -23,6 +23,8 @@
 //   const auto taps = kernel_taps(w, ph);                       // (ky, kx) -> where its values start
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <span>
 
@@ -33,6 +35,18 @@ namespace trainrt {
 // Taps folded per pass over a row of windows: a pass loads the running result once, folds up to
 // kTapsPerPass taps into it in registers and stores it once.
 inline constexpr int kTapsPerPass = 4;
+
+// Pass p of the fewest passes over `taps` taps, the taps split as evenly as possible (sizes differ
+// by at most one, larger first): 9 taps go 3, 3, 3 rather than 4, 4, 1. (GCC 12 left the argmax
+// fold of a single tap scalar, a branch per window; it was half of 3x3 MaxPoolGrad's time.)
+struct TapPass {
+  size_t begin, count;
+};
+inline size_t tap_passes(size_t taps) { return (taps + kTapsPerPass - 1) / kTapsPerPass; }
+inline TapPass tap_pass(size_t taps, size_t passes, size_t p) {
+  const size_t base = taps / passes, larger = taps % passes;
+  return {p * base + std::min(p, larger), base + (p < larger ? 1 : 0)};
+}
 
 // Phase r of input row y starts at data + (r * height + y) * row_stride.
 struct Phases {
