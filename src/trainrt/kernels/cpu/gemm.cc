@@ -10,7 +10,7 @@
 // Steady state: each thread also keeps, per problem it has run, the primitive bound to four
 // dnnl::memory objects and the execute arguments over them; a call re-points their data handles
 // and runs the primitive through the C API (onednn_execute), so it allocates nothing of ours.
-// What oneDNN allocates inside each execute (its argument map and bookkeeping: 5 per call with
+// What oneDNN allocates inside each execute (its argument map and bookkeeping: 6 per call with
 // Debian's oneDNN 2.6) is out of our hands.
 //
 // Threads: Debian's oneDNN threads with OpenMP, whose two-thread barriers spin and stall for a
