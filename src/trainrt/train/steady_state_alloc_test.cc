@@ -118,8 +118,9 @@ std::shared_ptr<Graph> transformer_block(std::string* loss) {
   return g;
 }
 
-// x (batch, 3, 8, 8) -> Conv 3x3 pad 1 (4 channels) + bias -> Relu -> MaxPool 3x3 stride 2 pad 1 ->
-// AveragePool 2x2 -> Flatten (batch, 16) -> MatMul -> logits (batch, 5), cross-entropy.
+// x (batch, 3, 8, 8) -> Conv 3x3 pad 1 (4 channels) + bias -> BatchNormalization (training) -> Relu
+// -> MaxPool 3x3 stride 2 pad 1 -> AveragePool 2x2 -> Flatten (batch, 16) -> MatMul -> logits
+// (batch, 5), cross-entropy: a ResNet stem in small.
 std::shared_ptr<Graph> cnn(std::string* loss) {
   auto g = std::make_shared<Graph>();
   g->set_opset("", 18);
@@ -128,7 +129,14 @@ std::shared_ptr<Graph> cnn(std::string* loss) {
                                     g->add_initializer("b", random_tensor({4}, 2, -0.1f, 0.1f))},
                            {"conv"});
   conv->set_attr("pads", Attribute::of_ints({1, 1, 1, 1}));
-  Value* h = g->add_node("Relu", {conv->output(0)}, {"relu"})->output(0);
+  Node* bn = g->add_node("BatchNormalization",
+                         {conv->output(0), g->add_initializer("bn.scale", random_tensor({4}, 5, 0.5f, 1.5f)),
+                          g->add_initializer("bn.bias", random_tensor({4}, 6, -0.1f, 0.1f)),
+                          g->add_initializer("bn.mean", Tensor::zeros(DType::kF32, {4})),
+                          g->add_initializer("bn.var", random_tensor({4}, 7, 1.f, 1.f))},
+                         {"bn"});
+  bn->set_attr("training_mode", Attribute::of_int(1));
+  Value* h = g->add_node("Relu", {bn->output(0)}, {"relu"})->output(0);
   Node* max_pool = g->add_node("MaxPool", {h}, {"max_pool"});
   max_pool->set_attr("kernel_shape", Attribute::of_ints({3, 3}));
   max_pool->set_attr("strides", Attribute::of_ints({2, 2}));
@@ -177,7 +185,8 @@ int64_t allocations_per_step(std::shared_ptr<Graph> (*model)(std::string*), std:
 // scratch from step to step), per step for the MLP / transformer block / CNN:
 //   inside oneDNN's execute (its argument map and bookkeeping: 6 per matmul call with Debian's
 //     oneDNN 2.6 on this CPU, fewer per reorder; out of our hands)     30 / 126 / 43
-//   Session::run and run_step (output vector, run-time shapes)            6 /  10 /  5
+//   Session::run and run_step (output vector, run-time shapes; for the
+//     CNN also BatchNormalization's running statistics, cloned)            6 /  10 / 11
 // The bounds leave 10% above the measured counts: oneDNN's own per-execute allocations may differ
 // with its version and the CPU's ISA. A thread also allocates the first time it runs a problem
 // (gemm.cc and conv_primitives.cc bind primitives per thread): here every product is small
@@ -191,7 +200,7 @@ TEST(SteadyStateAllocations, TransformerBlockTrainingStepStaysUnderItsBound) {
 }
 
 TEST(SteadyStateAllocations, CnnTrainingStepStaysUnderItsBound) {
-  EXPECT_LE(allocations_per_step(cnn, {4, 3, 8, 8}), 53);
+  EXPECT_LE(allocations_per_step(cnn, {4, 3, 8, 8}), 60);
 }
 
 }  // namespace
