@@ -18,9 +18,9 @@
 // they take a run of window rows per call (rows_like): a row of 16 windows is one vector whose
 // taps form one chain of dependent compares; with a call per row, the chains did not overlap.
 //
-//   const Phases ph = split_plane(w, x);                       // (sw, H, row_stride) or x itself
-//   const float* src = ph.row(in_y, kx * dw % sw) + kx * dw / sw;  // tap kx of columns 0, 1, ...
-//   const auto taps = kernel_taps(w, ph);                       // (ky, kx) -> where its values start
+//   const Phases ph = split_plane(w, x, -inf);                  // (sw, H, row_stride) or x itself
+//   const auto taps = kernel_taps(w, ph);                        // (ky, kx) -> where its values start
+//   const float* src = ph.data + sy * ph.row_stride + taps[t].phase_offset;  // tap t, columns 0, 1, ...
 #pragma once
 
 #include <algorithm>
@@ -52,7 +52,6 @@ inline TapPass tap_pass(size_t taps, size_t passes, size_t p) {
 struct Phases {
   int64_t row_stride = 0, height = 0;
   const float* data = nullptr;
-  const float* row(int64_t y, int64_t r) const { return data + (r * height + y) * row_stride; }
 };
 
 // wq: the length of one phase row, so that the padded row reaches the last tap of the last window.
