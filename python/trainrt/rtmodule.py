@@ -6,10 +6,11 @@
     optimizer.step()            # any torch optimizer: parameters are read from torch every step
 
 Mixed precision: under `torch.autocast("cpu", dtype=torch.bfloat16)`, or with
-`RTModule(model, mixed_precision="bf16")` (env TRAINRT_MIXED_PRECISION=bf16), the matmul family
-(linear, matmul, bmm, addmm, baddbmm) and convolutions run in bf16 with f32 sums while parameters,
-gradients, normalizations, softmax, reductions and losses stay f32 (capture/autocast.py says how
-this follows autocast, and where not).
+`RTModule(model, mixed_precision="bf16")` (env TRAINRT_MIXED_PRECISION=bf16), every op computes in
+the dtype eager autocast gives it: the matmul family (linear, matmul, bmm, addmm, baddbmm),
+convolutions and attention in bf16 with f32 sums, the ops after them on their bf16 results (saved
+activations in bf16), the losses in f32; parameters and their gradients stay f32
+(capture/autocast.py says how this follows autocast).
 
 The captured programs are cached per input schema (train/eval mode, autocast dtype, tree structure,
 dtypes, ranks, non-tensor values, which inputs require grad). Input dims are symbolic where torch.export allows
@@ -314,7 +315,7 @@ class RTModule(torch.nn.Module):
                 ("mode", "training" if self._module.training else "eval"),
                 ("parameters / inputs / outputs", f"{len(captured.param_inputs)} / {len(captured.user_inputs)} / {len(captured.outputs)}"),
                 ("input dims", _describe_dims(captured)),
-                ("mixed precision", f"matmuls in {autocast}" if autocast else "off (f32)"),
+                ("mixed precision", f"{autocast} as torch.autocast runs it" if autocast else "off (f32)"),
                 ("memory planning, in-place reuse, views, constant folding", "on"),
                 ("compute optimizer (fusions, saved-set choice)", "on" if self._runtime.compute_optimizer else "off"),
                 ("fallback policy", self._runtime.fallback_policy.name or str(self._runtime.fallback_policy)),

@@ -235,4 +235,3 @@ def _wrap(result, val, dtypes=None):
         return TensorValue(result, dtypes or val.dtype, tuple(val.shape))
     dtypes = dtypes or [None] * len(val)
     return [None if r is None else _wrap(r, v, d) for r, v, d in zip(result, val, dtypes)]
-
