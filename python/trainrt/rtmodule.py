@@ -45,6 +45,13 @@ def _as_array(t: torch.Tensor):
     return t if t.is_contiguous() else t.contiguous()
 
 
+def _from_engine(array) -> torch.Tensor:
+    """An engine output as a torch tensor over its memory. The engine hands bf16 out as uint16 bits
+    (numpy has no bfloat16; the engine has no uint16), so those are viewed back as bfloat16."""
+    t = torch.from_numpy(array)
+    return t.view(torch.bfloat16) if t.dtype == torch.uint16 else t
+
+
 def _draw_seed() -> int:
     """Seeds the engine's random ops from torch's default generator, so torch.manual_seed reproduces runs."""
     return int(torch.randint(0, 2**62, (1,), dtype=torch.int64).item())
@@ -112,7 +119,7 @@ class _RTFunction(torch.autograd.Function):
         outputs = engine.programs.forward(arrays, state, _draw_seed())
         ctx.engine, ctx.state, ctx.keep = engine, state, arrays  # the engine reads inputs in place at backward
         ctx.num_inputs = len(tensors)
-        results = tuple(torch.from_numpy(o) for o in outputs)
+        results = tuple(_from_engine(o) for o in outputs)
         user = results[engine.num_mutations:]
         ctx.mark_non_differentiable(*results[:engine.num_mutations],
                                     *[o for o, d in zip(user, engine.captured.differentiable_outputs) if not d])
@@ -127,7 +134,7 @@ class _RTFunction(torch.autograd.Function):
         input_grads = engine.programs.backward(ctx.state, fed)
         result = [None] * ctx.num_inputs
         for i, g in zip(engine.wrt_index, input_grads):
-            result[i] = torch.from_numpy(g)
+            result[i] = _from_engine(g)
         ctx.state = ctx.keep = None
         return (None, *result)
 

@@ -122,6 +122,23 @@ def test_a_product_feeding_a_product_is_cast_once():
     assert model.graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16
 
 
+def test_a_bf16_output_comes_back_as_bfloat16_and_takes_its_gradient():
+    # Linear -> GELU -> Linear ends in bf16 under eager autocast; the engine's bf16 output (uint16
+    # bits through DLPack) is viewed back as bfloat16, and its bf16 gradient flows back.
+    torch.manual_seed(0)
+    eager = nn.Sequential(nn.Linear(8, 8), nn.GELU(), nn.Linear(8, 4))
+    ours = trainrt.RTModule(copy.deepcopy(eager))
+    x = torch.randn(3, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y_e, y_o = eager(x), ours(x)
+    assert y_o.dtype == y_e.dtype == torch.bfloat16
+    torch.testing.assert_close(y_o, y_e, rtol=1e-2, atol=1e-2)
+    for y in (y_e, y_o):
+        y.float().square().sum().backward()
+    for (name, pe), po in zip(eager.named_parameters(), ours.parameters()):
+        assert (po.grad - pe.grad).abs().max() <= 2e-2 * pe.grad.abs().max(), name
+
+
 def test_autocast_matches_eager_autocast_with_f32_parameters_and_gradients():
     torch.manual_seed(0)
     eager = TinyGPT()
