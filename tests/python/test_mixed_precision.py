@@ -139,6 +139,25 @@ def test_a_bf16_output_comes_back_as_bfloat16_and_takes_its_gradient():
         assert (po.grad - pe.grad).abs().max() <= 2e-2 * pe.grad.abs().max(), name
 
 
+def test_an_op_torch_cannot_rerun_on_bf16_computes_in_f32(monkeypatch):
+    # When torch refuses an op on the new dtypes (output_dtypes gives None), its bf16 inputs are
+    # cast to f32 and it keeps the f32 graph's dtype: GELU here reads a Cast to f32, and the next
+    # Linear casts its result to bf16 again.
+    from trainrt.capture.autocast import Autocast
+
+    rerun = Autocast.output_dtypes
+    monkeypatch.setattr(Autocast, "output_dtypes", lambda self, node, name, dtype_of:
+                        None if name == "aten.gelu.default" else rerun(self, node, name, dtype_of))
+    model = capture(nn.Sequential(nn.Linear(8, 8), nn.GELU(), nn.Linear(8, 4)), (torch.randn(3, 8),),
+                    autocast=torch.bfloat16).model
+    producers = {o: n for n in model.graph.node for o in n.output}
+    (gelu,) = [n for n in model.graph.node if n.op_type == "Gelu"]
+    widen = producers[gelu.input[0]]
+    assert widen.op_type == "Cast" and widen.attribute[0].i == onnx.TensorProto.FLOAT
+    (reader,) = [n for n in model.graph.node if gelu.output[0] in n.input]
+    assert reader.op_type == "Cast" and reader.attribute[0].i == onnx.TensorProto.BFLOAT16
+
+
 def test_autocast_matches_eager_autocast_with_f32_parameters_and_gradients():
     torch.manual_seed(0)
     eager = TinyGPT()

@@ -101,6 +101,12 @@ class Autocast:
             return args
         return pytree.tree_map(lambda v: self._cast(v, target), args, is_leaf=lambda v: isinstance(v, TensorValue))
 
+    def widened_inputs(self, node: torch.fx.Node, op_name: str, args: dict) -> dict:
+        """The arguments of an op that computes in f32 between casts (a MIXED_OPS op, or one torch
+        cannot rerun on bf16): every bf16 tensor cast to f32. Logged at debug level."""
+        _log.debug("autocast: %s (node '%s') computes in f32 between casts", op_name, node.name)
+        return self.cast_inputs(op_name, args, widen=True)
+
     def widens(self, op_name: str, args: dict) -> bool:
         """True for a MIXED_OPS op given both bf16 and f32 tensors: it runs in f32 between casts."""
         dtypes = {v.dtype for v in _tensors(args)}
@@ -142,7 +148,7 @@ class Autocast:
                 args, kwargs = fake(node.args), {k: fake(v) for k, v in node.kwargs.items()}
                 return dtypes_of(node.target(*args, **kwargs))
         except Exception as err:  # noqa: BLE001  (torch refuses the dtypes: the op runs in f32)
-            _log.debug("autocast: %s (node '%s') widened to f32: %s", op_name, node.name, err)
+            _log.debug("autocast: torch refuses %s (node '%s') on the new dtypes: %s", op_name, node.name, err)
             return None
 
     def _target_dtype(self, op_name: str, dtypes: list[torch.dtype]) -> torch.dtype | None:

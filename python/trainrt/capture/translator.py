@@ -172,7 +172,7 @@ class _Translator:
             return _wrap(fn(OpContext(node, self.b, self.symbols, args)), val)
         dtypes = self.autocast.output_dtypes(node, name, lambda a: self._resolve(a).dtype)
         if dtypes is None or self.autocast.widens(name, args):  # computed in f32 between casts
-            out = fn(OpContext(node, self.b, self.symbols, self.autocast.cast_inputs(name, args, widen=True)))
+            out = fn(OpContext(node, self.b, self.symbols, self.autocast.widened_inputs(node, name, args)))
             return _wrap(out if dtypes is None else self.autocast.narrow(out, dtypes_of(val), dtypes), val, dtypes)
         args = self.autocast.cast_inputs(name, args)
         compute = dtypes if isinstance(dtypes, torch.dtype) else None
