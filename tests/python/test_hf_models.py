@@ -111,6 +111,22 @@ def test_training_under_autocast_matches_eager_autocast(kind):
     torch.testing.assert_close(torch.tensor(losses_o), torch.tensor(losses_e), rtol=1e-3, atol=0)
 
 
+@pytest.mark.parametrize("kind", MODELS)
+def test_every_op_gets_the_dtype_eager_autocast_gives_it(kind):
+    """Under bf16 autocast each FX node's translated dtype is the one eager autocast gives it
+    (BERT's post-LN blocks: the LayerNorm of a bf16 dense output + an f32 residual is f32, its
+    dropout and GELU run in bf16, the logits are bf16)."""
+    from test_mixed_precision import captured_dtypes, eager_autocast_dtypes
+    from trainrt.capture.export import export_program
+
+    torch.manual_seed(0)
+    data = make_batch(kind, 4, 16)
+    ep = export_program(make_model(kind, "sdpa"), (), data, "all")
+    want, got = eager_autocast_dtypes(ep, (), data), captured_dtypes(ep, (), data)
+    assert {name: got.get(name) for name in want} == want
+    assert torch.bfloat16 in want.values()
+
+
 @pytest.mark.parametrize("kind", [pytest.param(k, marks=pytest.mark.slow) if k == "bert-mlm" else k for k in MODELS])
 def test_batch_and_sequence_length_changes_do_not_recapture(kind):
     shapes = [(3, 12), (2, 16), (4, 7), (3, 12), (2, 9)]

@@ -59,17 +59,22 @@ def casts_to(model: onnx.ModelProto, dtype: int) -> int:
     return sum(1 for n in model.graph.node if n.op_type == "Cast" and n.attribute[0].i == dtype)
 
 
-def eager_autocast_dtypes(ep, args) -> dict[str, torch.dtype]:
+def eager_autocast_dtypes(ep, args, kwargs=None) -> dict[str, torch.dtype]:
     """FX node name -> the dtype of its value when eager torch runs the exported graph's ATen ops
-    under autocast (real tensors: autocast's own casts and torch's promotion decide)."""
-    user, inputs = iter(args), []
+    under autocast (real tensors: autocast's own casts and torch's promotion decide). Keyword
+    inputs are matched by name, positional ones by order."""
+    kwargs, user, inputs = kwargs or {}, iter(args), []
     for spec in ep.graph_signature.input_specs:
-        inputs.append(next(user) if spec.kind == InputKind.USER_INPUT
-                      else ep.state_dict.get(spec.target, ep.constants.get(spec.target)))
+        if spec.kind == InputKind.USER_INPUT:
+            inputs.append(kwargs[spec.arg.name] if spec.arg.name in kwargs else next(user))
+        else:
+            inputs.append(ep.state_dict.get(spec.target, ep.constants.get(spec.target)))
     seen = {}
 
     class Recorder(torch.fx.Interpreter):
         def run_node(self, n):
+            if n.target is torch.ops.aten._assert_tensor_metadata.default:
+                return None  # export's check of the f32 graph's dtypes (the translator skips it too)
             out = super().run_node(n)
             if isinstance(out, torch.Tensor):
                 seen[n.name] = out.dtype
@@ -80,10 +85,10 @@ def eager_autocast_dtypes(ep, args) -> dict[str, torch.dtype]:
     return seen
 
 
-def captured_dtypes(ep, args) -> dict[str, torch.dtype]:
+def captured_dtypes(ep, args, kwargs=None) -> dict[str, torch.dtype]:
     """FX node name -> the dtype the translation under autocast gave its value."""
     translator = _Translator(ep, "g", torch.bfloat16)
-    translator.run(_user_input_order(ep, (args, {})), "batch")
+    translator.run(_user_input_order(ep, (args, kwargs or {})), "batch")
     return {n.name: v.dtype for n, v in translator.env.items() if hasattr(v, "dtype")}
 
 
