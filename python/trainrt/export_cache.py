@@ -28,7 +28,8 @@ import trainrt
 from trainrt.capture import CapturedGraph
 
 _log = logging.getLogger("trainrt")
-_FORMAT = 2  # 2: CapturedGraph records input_dims and dim_ranges (symbolic dims)
+_FORMAT = 3  # 2: CapturedGraph records input_dims and dim_ranges (symbolic dims); 3: bf16 captures
+# keep bf16 activations (capture/autocast.py), so a format-2 bf16 graph is stale
 
 
 def cache_key(module: torch.nn.Module, schema_key) -> str:

@@ -113,8 +113,9 @@ class RuntimeOptions:
     fallback_retry: bool = False
     print_input_density: bool = False  # log each step's share of non-padding tokens and labels
     compute_optimizer: bool = True  # the engine's graph rewrites (fusions, saved-set choice)
-    # "bf16": matmuls in bf16 with f32 sums, the rest in f32, as under
-    # torch.autocast("cpu", dtype=torch.bfloat16) (which turns it on per call too); None: f32.
+    # "bf16": each op in the dtype torch.autocast("cpu", dtype=torch.bfloat16) gives it (matmuls in
+    # bf16 with f32 sums, what follows them on their bf16 results, losses in f32; autocast turns it
+    # on per call too); None: f32.
     mixed_precision: str | None = None
 
     def __post_init__(self):

@@ -6,10 +6,11 @@
     optimizer.step()            # any torch optimizer: parameters are read from torch every step
 
 Mixed precision: under `torch.autocast("cpu", dtype=torch.bfloat16)`, or with
-`RTModule(model, mixed_precision="bf16")` (env TRAINRT_MIXED_PRECISION=bf16), the matmul family
-(linear, matmul, bmm, addmm, baddbmm) and convolutions run in bf16 with f32 sums while parameters,
-gradients, normalizations, softmax, reductions and losses stay f32 (capture/autocast.py says how
-this follows autocast, and where not).
+`RTModule(model, mixed_precision="bf16")` (env TRAINRT_MIXED_PRECISION=bf16), every op computes in
+the dtype eager autocast gives it: the matmul family (linear, matmul, bmm, addmm, baddbmm),
+convolutions and attention in bf16 with f32 sums, the ops after them on their bf16 results (saved
+activations in bf16), the losses in f32; parameters and their gradients stay f32
+(capture/autocast.py says how this follows autocast).
 
 The captured programs are cached per input schema (train/eval mode, autocast dtype, tree structure,
 dtypes, ranks, non-tensor values, which inputs require grad). Input dims are symbolic where torch.export allows
@@ -42,6 +43,13 @@ def _as_array(t: torch.Tensor):
     """A zero-copy view the engine can read: detached, contiguous CPU memory."""
     t = t.detach()
     return t if t.is_contiguous() else t.contiguous()
+
+
+def _from_engine(array) -> torch.Tensor:
+    """An engine output as a torch tensor over its memory. The engine hands bf16 out as uint16 bits
+    (numpy has no bfloat16; the engine has no uint16), so those are viewed back as bfloat16."""
+    t = torch.from_numpy(array)
+    return t.view(torch.bfloat16) if t.dtype == torch.uint16 else t
 
 
 def _draw_seed() -> int:
@@ -111,7 +119,7 @@ class _RTFunction(torch.autograd.Function):
         outputs = engine.programs.forward(arrays, state, _draw_seed())
         ctx.engine, ctx.state, ctx.keep = engine, state, arrays  # the engine reads inputs in place at backward
         ctx.num_inputs = len(tensors)
-        results = tuple(torch.from_numpy(o) for o in outputs)
+        results = tuple(_from_engine(o) for o in outputs)
         user = results[engine.num_mutations:]
         ctx.mark_non_differentiable(*results[:engine.num_mutations],
                                     *[o for o, d in zip(user, engine.captured.differentiable_outputs) if not d])
@@ -126,7 +134,7 @@ class _RTFunction(torch.autograd.Function):
         input_grads = engine.programs.backward(ctx.state, fed)
         result = [None] * ctx.num_inputs
         for i, g in zip(engine.wrt_index, input_grads):
-            result[i] = torch.from_numpy(g)
+            result[i] = _from_engine(g)
         ctx.state = ctx.keep = None
         return (None, *result)
 
@@ -314,7 +322,7 @@ class RTModule(torch.nn.Module):
                 ("mode", "training" if self._module.training else "eval"),
                 ("parameters / inputs / outputs", f"{len(captured.param_inputs)} / {len(captured.user_inputs)} / {len(captured.outputs)}"),
                 ("input dims", _describe_dims(captured)),
-                ("mixed precision", f"matmuls in {autocast}" if autocast else "off (f32)"),
+                ("mixed precision", f"{autocast} as torch.autocast runs it" if autocast else "off (f32)"),
                 ("memory planning, in-place reuse, views, constant folding", "on"),
                 ("compute optimizer (fusions, saved-set choice)", "on" if self._runtime.compute_optimizer else "off"),
                 ("fallback policy", self._runtime.fallback_policy.name or str(self._runtime.fallback_policy)),

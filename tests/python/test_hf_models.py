@@ -65,7 +65,7 @@ def make_batch(kind: str, batch: int, seq: int, seed: int = 0) -> dict:
     return dict(input_ids=ids, attention_mask=mask, labels=labels)
 
 
-def train_both(kind: str, attn: str, shapes, dropout: float = 0.0, lr: float = 1e-3):
+def train_both(kind: str, attn: str, shapes, dropout: float = 0.0, lr: float = 1e-3, autocast: bool = False):
     """Trains eager and RTModule copies on the same batches; returns (eager losses, our losses,
     eager model, our RTModule)."""
     torch.manual_seed(0)
@@ -77,7 +77,8 @@ def train_both(kind: str, attn: str, shapes, dropout: float = 0.0, lr: float = 1
     for batch, seq in shapes:
         data = make_batch(kind, batch, seq, seed=seq)  # one batch per shape: repeated, it is learned
         for model, opt, losses in ((eager, opt_e, losses_e), (ours, opt_o, losses_o)):
-            loss = model(**data).loss
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                loss = model(**data).loss
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -100,6 +101,30 @@ def test_training_with_padding_matches_eager(kind, attn):
     assert losses_e[-1] < losses_e[0]
     assert_params_close(eager, ours, rtol=1e-3)
     assert ours.num_captures == 1
+
+
+@pytest.mark.parametrize("kind", MODELS)
+def test_training_under_autocast_matches_eager_autocast(kind):
+    """bf16 autocast: the engine gives each op eager's dtype (BERT's logits come back bf16 and
+    take a bf16 gradient), so 4 steps' losses agree to bf16 noise (measured <= 5e-5 relative)."""
+    losses_e, losses_o, _, _ = train_both(kind, "sdpa", [(4, 16)] * 4, autocast=True)
+    torch.testing.assert_close(torch.tensor(losses_o), torch.tensor(losses_e), rtol=1e-3, atol=0)
+
+
+@pytest.mark.parametrize("kind", MODELS)
+def test_every_op_gets_the_dtype_eager_autocast_gives_it(kind):
+    """Under bf16 autocast each FX node's translated dtype is the one eager autocast gives it
+    (BERT's post-LN blocks: the LayerNorm of a bf16 dense output + an f32 residual is f32, its
+    dropout and GELU run in bf16, the logits are bf16)."""
+    from test_mixed_precision import captured_dtypes, eager_autocast_dtypes
+    from trainrt.capture.export import export_program
+
+    torch.manual_seed(0)
+    data = make_batch(kind, 4, 16)
+    ep = export_program(make_model(kind, "sdpa"), (), data, "all")
+    want, got = eager_autocast_dtypes(ep, (), data), captured_dtypes(ep, (), data)
+    assert {name: got.get(name) for name in want} == want
+    assert torch.bfloat16 in want.values()
 
 
 @pytest.mark.parametrize("kind", [pytest.param(k, marks=pytest.mark.slow) if k == "bert-mlm" else k for k in MODELS])

@@ -9,8 +9,9 @@ Stage invariants:
   every ATen op without a translation (or in a form its translation refuses) is recorded and the walk goes
   on, skipping the nodes that read an untranslated value; at the end one UnsupportedATenOp names them all,
   each with its node and source line;
-- under mixed precision (autocast.py) only the matmul family computes in the low
-  dtype, between casts; every FX value keeps the dtype torch.export gave it.
+- under mixed precision (autocast.py) every FX value gets the dtype eager autocast gives it (the
+  matmul family's outputs are bf16, and so is what is computed from them up to an f32 op or a
+  promotion); without it, the dtype torch.export gave it.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import ConstantArgument, InputKind, OutputKind, TensorArgument
 
 from trainrt.capture.aten_ops import ATEN_OPS
-from trainrt.capture.autocast import Autocast
+from trainrt.capture.autocast import Autocast, dtypes_of
 from trainrt.capture.context import OpContext, TensorValue, bind_args, op_name, source_line
 from trainrt.capture.errors import CaptureError, UnsupportedATenOp, unsupported_ops
 from trainrt.capture.onnx_builder import GraphBuilder
@@ -167,10 +168,15 @@ class _Translator:
             raise UnsupportedATenOp(name, node.name, source_line(node))
         args = bind_args(node, self._resolve(node.args), self._resolve(node.kwargs))
         val = node.meta["val"]
-        if self.autocast and self.autocast.applies(name) and val.dtype == torch.float32:
-            low = fn(OpContext(node, self.b, self.symbols, self.autocast.lower_inputs(args), self.autocast.dtype))
-            return _wrap(self.autocast.widen_output(low), val)
-        return _wrap(fn(OpContext(node, self.b, self.symbols, args)), val)
+        if not self.autocast:
+            return _wrap(fn(OpContext(node, self.b, self.symbols, args)), val)
+        dtypes = self.autocast.output_dtypes(node, name, lambda a: self._resolve(a).dtype)
+        if dtypes is None or self.autocast.widens(name, args):  # computed in f32 between casts
+            out = fn(OpContext(node, self.b, self.symbols, self.autocast.widened_inputs(node, name, args)))
+            return _wrap(out if dtypes is None else self.autocast.narrow(out, dtypes_of(val), dtypes), val, dtypes)
+        args = self.autocast.cast_inputs(name, args)
+        compute = dtypes if isinstance(dtypes, torch.dtype) else None
+        return _wrap(fn(OpContext(node, self.b, self.symbols, args, compute)), val, dtypes)
 
     def _resolve(self, arg):
         """Replaces FX nodes inside an argument (lists, tuples, dicts) by their translated values."""
@@ -220,10 +226,12 @@ class _Translator:
         return name
 
 
-def _wrap(result, val):
-    """Pairs a translation's output name(s) with the node's FakeTensor value(s)."""
+def _wrap(result, val, dtypes=None):
+    """Pairs a translation's output name(s) with the node's FakeTensor value(s): their shapes, and
+    their dtypes unless `dtypes` (shaped like val) gives others."""
     if isinstance(val, torch.Tensor):
         if not isinstance(result, str):
             raise CaptureError(f"translation returned {result!r} for a tensor output")
-        return TensorValue(result, val.dtype, tuple(val.shape))
-    return [None if r is None else _wrap(r, v) for r, v in zip(result, val)]
+        return TensorValue(result, dtypes or val.dtype, tuple(val.shape))
+    dtypes = dtypes or [None] * len(val)
+    return [None if r is None else _wrap(r, v, d) for r, v, d in zip(result, val, dtypes)]

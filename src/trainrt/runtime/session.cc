@@ -6,6 +6,7 @@
 #include "trainrt/core/logging.h"
 #include "trainrt/kernels/cpu/cpu_kernels.h"
 #include "trainrt/ops/op_schema.h"
+#include "trainrt/runtime/bf16_widening.h"
 
 namespace trainrt {
 namespace {
@@ -45,6 +46,7 @@ Session::Session(std::shared_ptr<Graph> graph, SessionOptions options)
       kernels_(options_.kernels ? options_.kernels : &cpu_kernel_table()),
       arena_(options_.arena ? options_.arena : std::make_shared<Arena>()) {
   TRAINRT_CHECK(graph_ != nullptr);
+  widen_bf16_without_kernel(*graph_, *kernels_);  // mixed precision: ops with no bf16 kernel run in f32
   for (const std::string& name : options_.mutable_initializers) {
     Value* v = graph_->find_value(name);
     if (!v || !v->is_initializer())

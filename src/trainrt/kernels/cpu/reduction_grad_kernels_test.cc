@@ -71,6 +71,38 @@ TEST(SoftmaxGradKernels, RowsAndColumnTilesMatchTheReference) {
   }
 }
 
+// Values of a float tensor as doubles (the rounded values of a 16-bit one).
+std::vector<double> doubles_of(const Tensor& t) {
+  std::vector<double> v(static_cast<size_t>(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i) v[static_cast<size_t>(i)] = t.to_double(i);
+  return v;
+}
+
+TEST(SoftmaxGradKernels, SixteenBitComputesInFloatAndRoundsOnce) {
+  // f16 / bf16 dY and Y (rows, one column tile, and staged groups of many rows) against the f32
+  // kernel on the same rounded values: the 16-bit kernel widens, runs the f32 math and rounds dX
+  // once, so each element is the f32 result rounded: within half an ulp of it (at most 2^-8 of
+  // the value in bf16, 2^-11 in f16), plus the f32 kernel's own 1e-6 of the largest term.
+  for (const std::vector<int64_t>& dims : {std::vector<int64_t>{7, 33}, {3, 5, 40}, {2, 300, 230}}) {
+    for (const char* op : {"SoftmaxGrad", "LogSoftmaxGrad"}) {
+      const bool log = std::string(op) == "LogSoftmaxGrad";
+      const std::map<std::string, Attribute> attrs{{"axis", Attribute::of_int(1)}};
+      for (DType t : {DType::kF16, DType::kBF16}) {
+        const std::vector<int64_t> shape = dims;
+        const Tensor y32 = run_node(log ? "LogSoftmax" : "Softmax", {random_tensor(shape, 2, -3.f, 3.f)}, attrs)[0];
+        const Tensor dy = testing::from_doubles(t, shape, doubles_of(random_tensor(shape, 1)));
+        const Tensor y = testing::from_doubles(t, shape, doubles_of(y32));
+        const Tensor dx = run_grad(op, {dy, y}, attrs)[0];
+        ASSERT_EQ(dx.dtype(), t);
+        const Tensor wide = run_grad(op, {testing::from_doubles(DType::kF32, shape, doubles_of(dy)),
+                                          testing::from_doubles(DType::kF32, shape, doubles_of(y))}, attrs)[0];
+        const double half_ulp = t == DType::kBF16 ? 1.0 / 256 : 1.0 / 2048;
+        expect_values(dx, doubles_of(wide), half_ulp, 1e-6, fmt(op, " ", dtype_name(t), " ", to_string(shape)));
+      }
+    }
+  }
+}
+
 TEST(SoftmaxGradKernels, MismatchedShapesThrow) {
   EXPECT_THROW(run_grad("SoftmaxGrad", {random_tensor({2, 3}, 1), random_tensor({3, 2}, 2)}, {}), ShapeError);
 }
