@@ -24,6 +24,8 @@ from typing import Callable, NamedTuple, Sequence
 import torch
 from torch.utils.dlpack import to_dlpack
 
+from trainrt.optim import step_in_backward as in_backward
+
 
 # Parameter dtypes the engine's optimizer kernels run (math in f32, state in the parameter's dtype).
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -130,11 +132,46 @@ def adopt(created, states: list[dict], key: str) -> None:
 
 class FusedOptimizer(torch.optim.Optimizer):
     """What FusedAdam, FusedSGD and FusedLamb share: step() checks every group, then runs one engine
-    call per group (_step_group)."""
+    call per group (_step_group). With step_in_backward (FusedAdam, FusedSGD: see step_in_backward.py)
+    each parameter is stepped during the backward instead, one at a time, by the same _step_group or
+    by the engine's OptimizerInBackward (_add_to_consumer); step() then finds no gradient to use."""
 
     # FP16_Optimizer hands the loss-scale / clip factor to step(grad_scale=...) rather than
     # rescaling the gradients in a pass of its own.
     _accepts_grad_scale = True
+
+    def __init__(self, params, defaults: dict, step_in_backward: bool = False):
+        self.step_in_backward = step_in_backward
+        self._where = None     # id(param) -> (group index, index in the group), built on use
+        super().__init__(params, defaults)
+
+    def add_param_group(self, param_group: dict) -> None:
+        super().add_param_group(param_group)
+        self._where = None
+        if self.step_in_backward:
+            in_backward.register(self, self.param_groups[-1]["params"])
+
+    def _locate(self, p: torch.Tensor) -> tuple[int, int]:
+        """(group index, index in group["params"]) of parameter p."""
+        if self._where is None:
+            self._where = {id(q): (g, i) for g, group in enumerate(self.param_groups)
+                           for i, q in enumerate(group["params"])}
+        return self._where[id(p)]
+
+    def _step_one(self, p: torch.Tensor) -> None:
+        """One step of p alone, with its group's options and p.grad (the torch hook's path)."""
+        g, i = self._locate(p)
+        checked = params_with_grads(type(self).__name__, g, {"params": [p]})
+        self._step_group(self.param_groups[g], CheckedGroup([f"param_groups[{g}][{i}]"], checked.params,
+                                                            checked.grads, [i]), 1.0)
+
+    @staticmethod
+    def _engine_can_step(p: torch.Tensor) -> bool:
+        """Whether the engine's backward can step p in place (the memory it reads is p's)."""
+        return p.dtype is torch.float32 and p.is_cpu and p.layout is torch.strided and p.is_contiguous()
+
+    def _after_engine_step(self, consumer, index: int, p: torch.Tensor) -> None:
+        """Adopts what the engine's step of p created (nothing, unless overridden)."""
 
     @torch.no_grad()
     def step(self, closure=None, *, grad_scale: float = 1.0):
