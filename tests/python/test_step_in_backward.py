@@ -170,16 +170,19 @@ def test_parameters_outside_the_rtmodule_step_from_the_hook():
     assert stepped_by(ours.inner.net[0].weight) == "engine"
 
 
-def test_a_parameter_with_gradients_from_the_engine_and_torch_is_refused():
+def test_a_parameter_with_gradients_from_two_places_is_refused():
     torch.manual_seed(0)
     model = MLP()
     rt = trainrt.RTModule(model)
     optimizer = trainrt.optim.FusedAdam(model.parameters(), lr=1e-2, step_in_backward=True)
     x, y = mlp_batch(0)
     loss = rt(x, y) + model.net[4].bias.square().sum()  # the bias is used outside the module too
-    with pytest.raises(RuntimeError, match="gradients from both the engine"):
+    with pytest.raises(RuntimeError, match=r"stepped twice in one backward \((engine|torch) stepped it, now (torch|engine)\)"):
         loss.backward()
-    del optimizer
+    x2, y2 = mlp_batch(1)
+    with pytest.raises(RuntimeError, match=r"stepped twice in one backward \(engine stepped it, now engine\)"):
+        (rt(x, y) + rt(x2, y2)).backward()  # two calls: the second backward would read stepped weights
+    assert step_in_backward.owner_of(model.net[0].weight) is optimizer  # alive (the registry is weak) until here
 
 
 def test_sgd_with_momentum_matches_torch():

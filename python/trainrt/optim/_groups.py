@@ -141,6 +141,10 @@ class FusedOptimizer(torch.optim.Optimizer):
     _accepts_grad_scale = True
 
     def __init__(self, params, defaults: dict, step_in_backward: bool = False):
+        if step_in_backward and torch.distributed.is_available() and torch.distributed.is_initialized() \
+                and torch.distributed.get_world_size() > 1:
+            raise ValueError(f"{type(self).__name__}(step_in_backward=True) steps each parameter before any "
+                             "gradient all-reduce (DDP, DeepSpeed) could run: not with a world size above 1")
         self.step_in_backward = step_in_backward
         self._where = None     # id(param) -> (group index, index in the group), built on use
         super().__init__(params, defaults)

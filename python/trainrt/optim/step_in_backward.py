@@ -19,9 +19,11 @@ result:
 
 What cannot work, since every backward steps: gradient accumulation over several backwards per
 step, gradient clipping or unscaling between backward and step (FP16_Optimizer refuses such an
-optimizer), closures that re-evaluate the loss. A parameter whose gradient comes from both the
-engine and torch in one backward (used inside an RTModule and outside it) would be stepped twice:
-refused with an error naming it.
+optimizer), closures that re-evaluate the loss (LBFGS-style), an all-reduce of the gradients
+between backward and step (refused under torch.distributed with more than one process), and calling
+an RTModule twice before one backward (each call's backward steps its parameters). A parameter whose gradient comes from both the
+engine and torch in one backward (used inside an RTModule and outside it), or from two calls of an
+RTModule, would be stepped twice: the second step is refused with an error (after the first).
 
 A parameter belongs to the step_in_backward optimizer that was given it last (an optimizer made
 again after loading a checkpoint takes over from the old one, which no longer steps it). The
@@ -64,9 +66,10 @@ def _mark(p: torch.Tensor, path: str) -> None:
     task = torch._C._current_graph_task_id()
     previous = _stepped_in.get(p)
     if previous is not None and previous[0] == task and task >= 0:
-        raise RuntimeError(f"step_in_backward: a parameter of shape {tuple(p.shape)} got gradients from both the "
-                           f"engine (RTModule) and torch in one backward ({previous[1]} stepped it first): it would "
-                           f"be stepped twice. Use it inside the RTModule only, or drop step_in_backward.")
+        raise RuntimeError(f"step_in_backward: a parameter of shape {tuple(p.shape)} would be stepped twice in one "
+                           f"backward ({previous[1]} stepped it, now {path}): its gradient comes from more than one "
+                           f"place (an RTModule called twice before the backward, or a parameter used inside and "
+                           f"outside it). Drop step_in_backward for such a model.")
     _stepped_in[p] = (task, path)
 
 
