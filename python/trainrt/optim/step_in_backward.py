@@ -20,10 +20,10 @@ result:
 What cannot work, since every backward steps: gradient accumulation over several backwards per
 step, gradient clipping or unscaling between backward and step (FP16_Optimizer refuses such an
 optimizer), closures that re-evaluate the loss (LBFGS-style), an all-reduce of the gradients
-between backward and step (refused under torch.distributed with more than one process), and calling
-an RTModule twice before one backward (each call's backward steps its parameters). A parameter whose gradient comes from both the
-engine and torch in one backward (used inside an RTModule and outside it), or from two calls of an
-RTModule, would be stepped twice: the second step is refused with an error (after the first).
+between backward and step (refused under torch.distributed with more than one process). A parameter
+whose gradient comes from two places in one backward (an RTModule called twice before it, or a
+parameter used inside an RTModule and outside it) would be stepped twice: the second step is refused
+with an error (after the first has been taken).
 
 A parameter belongs to the step_in_backward optimizer that was given it last (an optimizer made
 again after loading a checkpoint takes over from the old one, which no longer steps it). The

@@ -150,8 +150,10 @@ TEST(ConsumedOutputs, ErrorsNameTheOutputAndTheHoldInput) {
   };
   EXPECT_NE(error_of({{"g", ""}}, {}, false).find("run() got no consumer"), std::string::npos);
   EXPECT_NE(error_of({{"nope", ""}}, {}, true).find("consumed output 'nope' is not a graph output"), std::string::npos);
-  EXPECT_NE(error_of({{"g", "w"}}, {}, true).find("hold input 'w' of consumed output 'g' is not a graph input"), std::string::npos);
-  EXPECT_NE(error_of({{"g", "x"}}, {"x"}, true).find("hold input 'x' of consumed output 'g' is donated"), std::string::npos);
+  EXPECT_NE(error_of({{"g", "w"}}, {}, true).find("hold input 'w' of consumed output 'g' is not a graph input"),
+            std::string::npos);
+  EXPECT_NE(error_of({{"g", "x"}}, {"x"}, true).find("hold input 'x' of consumed output 'g' is donated"),
+            std::string::npos);
   EXPECT_EQ(error_of({{"g", "x"}}, {}, true), "");
 }
 

@@ -61,7 +61,8 @@ void OptimizerInBackward::add_sgd(size_t index, std::string name, Tensor param, 
 void OptimizerInBackward::consume(size_t index, const Tensor& grad) {
   auto it = entries_.find(index);
   if (it == entries_.end())
-    throw InternalError(fmt("optimizer in backward: gradient ", index, " came, but no parameter was registered for it"));
+    throw InternalError(fmt("optimizer in backward: gradient ", index,
+                            " came, but no parameter was registered for it"));
   Entry& e = it->second;
   grad_ = grad;  // reuses grad_'s dims storage: no allocation per parameter
   e.state.step = read_step(e.step, e.name);
