@@ -249,3 +249,12 @@ def test_the_backward_never_holds_all_gradients():
     assert stats[True]["planned_arena_bytes"] < 2.5 * grad_bytes
     held = {m: s["planned_arena_bytes"] + s["output_bytes"] for m, s in stats.items()}
     assert held[True] < held[False] - grad_bytes
+
+
+def test_the_hook_path_refuses_what_fused_adam_refuses_naming_the_parameter():
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2))
+    model[1].weight.data = model[1].weight.data.t().contiguous().t()  # non-contiguous: no in-place step
+    optimizer = trainrt.optim.FusedAdam(model.parameters(), step_in_backward=True)
+    with pytest.raises(ValueError, match=r"parameter 2 of param_groups\[0\].*strides"):
+        model(torch.randn(3, 4)).sum().backward()
+    assert step_in_backward.owner_of(model[1].weight) is optimizer  # the registry is weak: keep it alive

@@ -44,13 +44,14 @@ class CheckedGroup(NamedTuple):
     indices: list[int]  # each one's index in group["params"]
 
 
-def params_with_grads(optimizer: str, group_index: int, group: dict) -> CheckedGroup:
-    """The group's parameters that have a gradient, checked, as engine-ready tensors."""
+def params_with_grads(optimizer: str, group_index: int, group: dict, only: int | None = None) -> CheckedGroup:
+    """The group's parameters that have a gradient (or group["params"][only] alone, if it has one),
+    checked, as engine-ready tensors."""
     names, params, grads, indices = [], [], [], []
     strided = torch.strided
     for i, p in enumerate(group["params"]):
         g = p.grad
-        if g is None:
+        if g is None or (only is not None and i != only):
             continue
         # One cheap test for the common case; the detailed one only to word the error.
         if not (p.dtype in SUPPORTED_DTYPES and g.dtype is p.dtype and g.layout is strided and p.is_cpu
@@ -165,9 +166,8 @@ class FusedOptimizer(torch.optim.Optimizer):
     def _step_one(self, p: torch.Tensor) -> None:
         """One step of p alone, with its group's options and p.grad (the torch hook's path)."""
         g, i = self._locate(p)
-        checked = params_with_grads(type(self).__name__, g, {"params": [p]})
-        self._step_group(self.param_groups[g], CheckedGroup([f"param_groups[{g}][{i}]"], checked.params,
-                                                            checked.grads, [i]), 1.0)
+        group = self.param_groups[g]
+        self._step_group(group, params_with_grads(type(self).__name__, g, group, only=i), 1.0)
 
     @staticmethod
     def _engine_can_step(p: torch.Tensor) -> bool:
