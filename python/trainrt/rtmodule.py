@@ -5,6 +5,9 @@
     loss.backward()             # the engine's backward program; gradients land in param.grad
     optimizer.step()            # any torch optimizer: parameters are read from torch every step
 
+Parameters of a trainrt.optim optimizer made with step_in_backward=True get no gradient: the engine's
+backward steps each one as soon as its gradient is final (trainrt/optim/step_in_backward.py).
+
 Mixed precision: under `torch.autocast("cpu", dtype=torch.bfloat16)`, or with
 `RTModule(model, mixed_precision="bf16")` (env TRAINRT_MIXED_PRECISION=bf16), every op computes in
 the dtype eager autocast gives it: the matmul family (linear, matmul, bmm, addmm, baddbmm),
@@ -30,6 +33,7 @@ from torch.utils import _pytree as pytree
 
 from trainrt import _C
 from trainrt.input_density import InputDensityObserver
+from trainrt.optim import step_in_backward
 
 _log = logging.getLogger("trainrt")
 if not _log.handlers:  # messages reach the user without logging configuration; levels set by DebugOptions
@@ -118,6 +122,7 @@ class _RTFunction(torch.autograd.Function):
         arrays = [_as_array(t) for t in tensors]
         outputs = engine.programs.forward(arrays, state, _draw_seed())
         ctx.engine, ctx.state, ctx.keep = engine, state, arrays  # the engine reads inputs in place at backward
+        ctx.wrt_tensors = [tensors[i] for i in engine.wrt_index]  # what a step_in_backward optimizer may step
         ctx.num_inputs = len(tensors)
         results = tuple(_from_engine(o) for o in outputs)
         user = results[engine.num_mutations:]
@@ -131,11 +136,14 @@ class _RTFunction(torch.autograd.Function):
         user_grads = grads[engine.num_mutations:]
         fed = [None if g is None else _as_array(g)
                for g, d in zip(user_grads, engine.captured.differentiable_outputs) if d]
-        input_grads = engine.programs.backward(ctx.state, fed)
+        consumer = step_in_backward.consumer_for(ctx.wrt_tensors)
+        input_grads = engine.programs.backward(ctx.state, fed, consumer)
+        if consumer is not None:
+            step_in_backward.after_engine_backward(consumer, ctx.wrt_tensors)
         result = [None] * ctx.num_inputs
         for i, g in zip(engine.wrt_index, input_grads):
-            result[i] = _from_engine(g)
-        ctx.state = ctx.keep = None
+            result[i] = None if g is None else _from_engine(g)  # None: stepped in the backward
+        ctx.state = ctx.keep = ctx.wrt_tensors = None
         return (None, *result)
 
 

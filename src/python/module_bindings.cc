@@ -1,4 +1,10 @@
-// trainrt._C.ModulePrograms / ForwardState: the engine side of RTModule's autograd.Function.
+// trainrt._C.ModulePrograms / ForwardState: the engine side of RTModule's autograd.Function; and
+// OptimizerInBackward, the consumer through which its backward steps parameters as their gradients
+// come (train/optimizer_in_backward.h; trainrt.optim's step_in_backward).
+//
+//   opt = _C.OptimizerInBackward()
+//   opt.add_adam(wrt_index, name, param, step, exp_avg, exp_avg_sq, None, adam_options, grad_scale=1.0)
+//   grads = programs.backward(state, output_grads, consumer=opt)   # None where opt stepped
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -6,6 +12,7 @@
 #include "trainrt/ir/onnx_export.h"
 #include "trainrt/ir/onnx_import.h"
 #include "trainrt/train/module_programs.h"
+#include "trainrt/train/optimizer_in_backward.h"
 
 namespace nb = nanobind;
 
@@ -22,6 +29,20 @@ nb::list to_arrays(std::vector<Tensor>& tensors) {
   nb::list out;
   for (Tensor& t : tensors) out.append(t.defined() ? array_from_tensor(std::move(t)) : nb::none());
   return out;
+}
+
+// The caller's state buffers as engine views; None stays undefined.
+OptimizerState state_views(const std::string& name, const nb::object& exp_avg, const nb::object& exp_avg_sq,
+                           const nb::object& max_exp_avg_sq, const nb::object& momentum_buffer) {
+  auto view = [&](const nb::object& a) {
+    return a.is_none() ? Tensor() : tensor_from_array(nb::cast<AnyArray>(a), name.c_str());
+  };
+  OptimizerState s;
+  s.exp_avg = view(exp_avg);
+  s.exp_avg_sq = view(exp_avg_sq);
+  s.max_exp_avg_sq = view(max_exp_avg_sq);
+  s.momentum_buffer = view(momentum_buffer);
+  return s;
 }
 
 nb::bytes graph_bytes(const Graph& g) {
@@ -43,6 +64,33 @@ nb::dict memory(const MemoryStats& m) {
 
 void bind_module_programs(nb::module_& m) {
   nb::class_<ForwardState>(m, "ForwardState").def(nb::init<>());
+  nb::class_<OptimizerInBackward>(m, "OptimizerInBackward")
+      .def(nb::init<>())
+      .def("add_adam",
+           [](OptimizerInBackward& o, size_t index, std::string name, const AnyArray& param, const AnyArray& step,
+              nb::object exp_avg, nb::object exp_avg_sq, nb::object max_exp_avg_sq, const AdamOptions& options,
+              float grad_scale) {
+             Tensor p = tensor_from_array(param, name.c_str()), s = tensor_from_array(step, name.c_str());
+             OptimizerState state = state_views(name, exp_avg, exp_avg_sq, max_exp_avg_sq, nb::none());
+             o.add_adam(index, std::move(name), std::move(p), std::move(s), std::move(state), options, grad_scale);
+           },
+           nb::arg("index"), nb::arg("name"), nb::arg("param"), nb::arg("step"), nb::arg("exp_avg"),
+           nb::arg("exp_avg_sq"), nb::arg("max_exp_avg_sq").none(), nb::arg("options"), nb::arg("grad_scale") = 1.f)
+      .def("add_sgd",
+           [](OptimizerInBackward& o, size_t index, std::string name, const AnyArray& param, const AnyArray& step,
+              nb::object momentum_buffer, const SgdOptions& options, float grad_scale) {
+             Tensor p = tensor_from_array(param, name.c_str()), s = tensor_from_array(step, name.c_str());
+             OptimizerState state = state_views(name, nb::none(), nb::none(), nb::none(), momentum_buffer);
+             o.add_sgd(index, std::move(name), std::move(p), std::move(s), std::move(state), options, grad_scale);
+           },
+           nb::arg("index"), nb::arg("name"), nb::arg("param"), nb::arg("step"), nb::arg("momentum_buffer").none(),
+           nb::arg("options"), nb::arg("grad_scale") = 1.f)
+      .def("indices", &OptimizerInBackward::indices)
+      .def("stepped", &OptimizerInBackward::stepped, nb::arg("index"))
+      .def("momentum_buffer", [](const OptimizerInBackward& o, size_t index) -> nb::object {
+        const Tensor& t = o.momentum_buffer(index);
+        return t.defined() ? array_from_tensor(t) : nb::none();
+      }, nb::arg("index"), "The momentum buffer the first SGD step created (engine memory), or None.");
   nb::class_<ModulePrograms>(m, "ModulePrograms")
       .def("__init__",
            [](ModulePrograms* self, nb::bytes model, const std::vector<std::string>& grad_outputs,
@@ -72,18 +120,21 @@ void bind_module_programs(nb::module_& m) {
            },
            nb::arg("inputs"), nb::arg("state"), nb::arg("seed"))
       .def("backward",
-           [](ModulePrograms& p, ForwardState& state, const std::vector<nb::object>& grads) {
+           [](ModulePrograms& p, ForwardState& state, const std::vector<nb::object>& grads,
+              OptimizerInBackward* consumer) {
              std::vector<Tensor> tensors;
              for (const nb::object& g : grads)
                tensors.push_back(g.is_none() ? Tensor() : tensor_from_array(nb::cast<AnyArray>(g), "output gradient"));
+             const std::vector<size_t> consumed = consumer ? consumer->indices() : std::vector<size_t>{};
              std::vector<Tensor> out;
              {
                nb::gil_scoped_release release;
-               out = p.backward(state, tensors);
+               out = p.backward(state, tensors, consumed, consumer);
              }
              return to_arrays(out);
            },
-           nb::arg("state"), nb::arg("output_grads"))
+           nb::arg("state"), nb::arg("output_grads"), nb::arg("consumer").none() = nb::none(),
+           "Gradients per wrt entry; None for those `consumer` (an OptimizerInBackward) stepped during the run.")
       .def("infer",
            [](ModulePrograms& p, const std::vector<AnyArray>& inputs, uint64_t seed) {
              auto tensors = to_tensors(inputs, "input");

@@ -23,8 +23,9 @@ from trainrt.bench.report import markdown_table, text_table, write_json
 _STEPS = {"quick": (3, 20), "full": (5, 30)}
 # The two cores' nominal f32 peak (DESIGN.md), used when the micro-benchmarks are skipped.
 _NOMINAL_PEAK_GFLOPS = 430.0
-# Rounds of the micro-benchmarks per suite: (GEMM, optimizer step).
-_MICRO_ROUNDS = {"quick": (3, 5), "full": (5, 10)}
+# Rounds of the micro-benchmarks per suite: (GEMM, optimizer step, step_in_backward's 124M-parameter
+# training step: (rounds, timed steps per round)).
+_MICRO_ROUNDS = {"quick": (3, 5, (1, 2)), "full": (5, 10, (3, 3))}
 
 
 def _names(text: str, known: list[str], what: str) -> list[str]:
@@ -74,12 +75,14 @@ def main(argv=None) -> dict:
 def _run(args, models: list[str], modes: list[str], warmup: int, steps: int, inductor_cache: str) -> dict:
     micro, peak_gflops = {}, args.peak_gflops
     if not args.no_micro:
-        from trainrt.bench import gemm, optimizer_step
+        from trainrt.bench import gemm, optimizer_step, step_in_backward
 
-        gemm_rounds, optimizer_rounds = _MICRO_ROUNDS[args.suite]
-        print("[bench] micro-benchmarks: GEMM, optimizer step", file=sys.stderr, flush=True)
-        micro = {"gemm": gemm.run(gemm_rounds), "optimizer": optimizer_step.run(optimizer_rounds)}
-        print(gemm.markdown(micro["gemm"]) + "\n\n" + optimizer_step.markdown(micro["optimizer"]) + "\n")
+        gemm_rounds, optimizer_rounds, (sib_rounds, sib_steps) = _MICRO_ROUNDS[args.suite]
+        print("[bench] micro-benchmarks: GEMM, optimizer step, step in backward", file=sys.stderr, flush=True)
+        micro = {"gemm": gemm.run(gemm_rounds), "optimizer": optimizer_step.run(optimizer_rounds),
+                 "step_in_backward": step_in_backward.run(rounds=sib_rounds, steps=sib_steps)}
+        print(gemm.markdown(micro["gemm"]) + "\n\n" + optimizer_step.markdown(micro["optimizer"]) + "\n\n" +
+              step_in_backward.markdown(micro["step_in_backward"]) + "\n")
         peak_gflops = peak_gflops or micro["gemm"]["peak_gflops"]
     peak_gflops = peak_gflops or _NOMINAL_PEAK_GFLOPS
     results = {"suite": args.suite, "steps": steps, "warmup": warmup, "modes": modes, "models": [], "micro": micro,

@@ -95,9 +95,10 @@ def markdown_table(results: dict) -> str:
     lines += ["| " + " | ".join(r) + " |" for r in rows(results)]
     lines += [""] + [f"- {n}" for n in _notes(results)]
     if results.get("micro"):
-        from trainrt.bench import gemm, optimizer_step
+        from trainrt.bench import gemm, optimizer_step, step_in_backward
 
-        lines += ["", gemm.markdown(results["micro"]["gemm"]), "", optimizer_step.markdown(results["micro"]["optimizer"])]
+        lines += ["", gemm.markdown(results["micro"]["gemm"]), "", optimizer_step.markdown(results["micro"]["optimizer"]),
+                  "", step_in_backward.markdown(results["micro"]["step_in_backward"])]
     return "\n".join(lines) + "\n"
 
 

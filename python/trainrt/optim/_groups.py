@@ -24,6 +24,8 @@ from typing import Callable, NamedTuple, Sequence
 import torch
 from torch.utils.dlpack import to_dlpack
 
+from trainrt.optim import step_in_backward as in_backward
+
 
 # Parameter dtypes the engine's optimizer kernels run (math in f32, state in the parameter's dtype).
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -42,13 +44,14 @@ class CheckedGroup(NamedTuple):
     indices: list[int]  # each one's index in group["params"]
 
 
-def params_with_grads(optimizer: str, group_index: int, group: dict) -> CheckedGroup:
-    """The group's parameters that have a gradient, checked, as engine-ready tensors."""
+def params_with_grads(optimizer: str, group_index: int, group: dict, only: int | None = None) -> CheckedGroup:
+    """The group's parameters that have a gradient (or group["params"][only] alone, if it has one),
+    checked, as engine-ready tensors."""
     names, params, grads, indices = [], [], [], []
     strided = torch.strided
     for i, p in enumerate(group["params"]):
         g = p.grad
-        if g is None:
+        if g is None or (only is not None and i != only):
             continue
         # One cheap test for the common case; the detailed one only to word the error.
         if not (p.dtype in SUPPORTED_DTYPES and g.dtype is p.dtype and g.layout is strided and p.is_cpu
@@ -130,11 +133,49 @@ def adopt(created, states: list[dict], key: str) -> None:
 
 class FusedOptimizer(torch.optim.Optimizer):
     """What FusedAdam, FusedSGD and FusedLamb share: step() checks every group, then runs one engine
-    call per group (_step_group)."""
+    call per group (_step_group). With step_in_backward (FusedAdam, FusedSGD: see step_in_backward.py)
+    each parameter is stepped during the backward instead, one at a time, by the same _step_group or
+    by the engine's OptimizerInBackward (_add_to_consumer); step() then finds no gradient to use."""
 
     # FP16_Optimizer hands the loss-scale / clip factor to step(grad_scale=...) rather than
     # rescaling the gradients in a pass of its own.
     _accepts_grad_scale = True
+
+    def __init__(self, params, defaults: dict, step_in_backward: bool = False):
+        if step_in_backward and torch.distributed.is_available() and torch.distributed.is_initialized() \
+                and torch.distributed.get_world_size() > 1:
+            raise ValueError(f"{type(self).__name__}(step_in_backward=True) steps each parameter before any "
+                             "gradient all-reduce (DDP, DeepSpeed) could run: not with a world size above 1")
+        self.step_in_backward = step_in_backward
+        self._where = None     # id(param) -> (group index, index in the group), built on use
+        super().__init__(params, defaults)
+
+    def add_param_group(self, param_group: dict) -> None:
+        super().add_param_group(param_group)
+        self._where = None
+        if self.step_in_backward:
+            in_backward.register(self, self.param_groups[-1]["params"])
+
+    def _locate(self, p: torch.Tensor) -> tuple[int, int]:
+        """(group index, index in group["params"]) of parameter p."""
+        if self._where is None:
+            self._where = {id(q): (g, i) for g, group in enumerate(self.param_groups)
+                           for i, q in enumerate(group["params"])}
+        return self._where[id(p)]
+
+    def _step_one(self, p: torch.Tensor) -> None:
+        """One step of p alone, with its group's options and p.grad (the torch hook's path)."""
+        g, i = self._locate(p)
+        group = self.param_groups[g]
+        self._step_group(group, params_with_grads(type(self).__name__, g, group, only=i), 1.0)
+
+    @staticmethod
+    def _engine_can_step(p: torch.Tensor) -> bool:
+        """Whether the engine's backward can step p in place (the memory it reads is p's)."""
+        return p.dtype is torch.float32 and p.is_cpu and p.layout is torch.strided and p.is_contiguous()
+
+    def _after_engine_step(self, consumer, index: int, p: torch.Tensor) -> None:
+        """Adopts what the engine's step of p created (nothing, unless overridden)."""
 
     @torch.no_grad()
     def step(self, closure=None, *, grad_scale: float = 1.0):

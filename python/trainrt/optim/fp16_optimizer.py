@@ -62,6 +62,10 @@ class FP16_Optimizer:  # noqa: N801 (the name Apex, DeepSpeed and ORT users know
             raise TypeError(f"FP16_Optimizer wraps an optimizer (param_groups and step()), got {type(optimizer).__name__}")
         if isinstance(optimizer, FP16_Optimizer):
             raise TypeError("FP16_Optimizer: the optimizer is already wrapped")
+        if getattr(optimizer, "step_in_backward", False):
+            raise ValueError(f"FP16_Optimizer cannot wrap a {type(optimizer).__name__} with step_in_backward=True: "
+                             "that optimizer steps during the backward, before the gradients can be unscaled, "
+                             "checked for inf / NaN or clipped")
         if static_loss_scale is not None and not static_loss_scale > 0:
             raise ValueError(f"static_loss_scale must be positive, got {static_loss_scale}")
         if not initial_scale > 0:

@@ -4,6 +4,12 @@
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=1000)
     loss.backward(); optimizer.step(); scheduler.step(); optimizer.zero_grad()
 
+With step_in_backward=True every parameter is stepped during loss.backward(), as soon as its
+gradient is final (inside the engine's backward under RTModule, from a torch hook otherwise), and
+p.grad stays None: step() and zero_grad() are then no-ops, LR schedulers keep working (the group's lr
+is read at each backward), and gradient accumulation or clipping cannot be done (see
+step_in_backward.py).
+
 A drop-in torch.optim.Optimizer: parameter groups with their own options, add_param_group, LR
 schedulers (lr is read from the group at every step), hooks, state_dict. The state of a parameter is
 what torch.optim.Adam keeps, under the same names and types ("step" a 0-d float32 tensor, "exp_avg",
@@ -22,7 +28,7 @@ import enum
 import torch
 
 from trainrt import _C
-from trainrt.optim._groups import CheckedGroup, FusedOptimizer, scalar_dtype, step_with_state
+from trainrt.optim._groups import CheckedGroup, FusedOptimizer, scalar_dtype, state_view, step_with_state, view
 
 
 class AdamWMode(enum.IntEnum):
@@ -46,18 +52,19 @@ class FusedAdam(FusedOptimizer):
     bias_correction=False drops the bias corrections (bc1 = bc2 = 1) in every mode, as Apex's
     FusedAdam(bias_correction=False) and transformers' AdamW(correct_bias=False) do. set_grad_none
     makes zero_grad() set gradients to None (the default); False zeroes them in place instead.
-    maximize (keyword only, as in torch) ascends the objective.
+    maximize (keyword only, as in torch) ascends the objective. step_in_backward (keyword only) steps
+    each parameter during the backward (module docstring).
     """
 
     def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.0, adam_w_mode: AdamWMode = AdamWMode.ADAMW_TORCH,
                  bias_correction: bool = True, set_grad_none: bool = True, amsgrad: bool = False, *,
-                 maximize: bool = False):
+                 maximize: bool = False, step_in_backward: bool = False):
         _check_options(lr, betas, eps, weight_decay, adam_w_mode)
         # adam_w_mode is kept as a plain int: torch.load(weights_only=True) refuses pickled enums.
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, adam_w_mode=int(adam_w_mode),
                         bias_correction=bias_correction, amsgrad=amsgrad, maximize=maximize)
-        super().__init__(params, defaults)
+        super().__init__(params, defaults, step_in_backward)
         self.set_grad_none = set_grad_none
 
     def __setstate__(self, state):
@@ -83,14 +90,7 @@ class FusedAdam(FusedOptimizer):
         super().zero_grad(self.set_grad_none if set_to_none is None else set_to_none)
 
     def _step_group(self, group: dict, checked: CheckedGroup, grad_scale: float) -> None:
-        options = _C.AdamOptions()
-        options.lr = float(group["lr"])
-        options.beta1, options.beta2 = (float(b) for b in group["betas"])
-        options.eps = float(group["eps"])
-        options.weight_decay = float(group["weight_decay"])
-        options.amsgrad = bool(group["amsgrad"])
-        options.bias_correction = bool(group["bias_correction"])
-        options.mode = _ENGINE_MODE[AdamWMode(group["adam_w_mode"])]
+        options = _engine_options(group)
         grad_scale = -grad_scale if group["maximize"] else grad_scale
 
         def engine_step(steps, exp_avgs, exp_avg_sqs, max_exp_avg_sqs=()):
@@ -99,6 +99,36 @@ class FusedAdam(FusedOptimizer):
 
         keys = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq") if options.amsgrad else ("exp_avg", "exp_avg_sq")
         step_with_state(self.state, group, checked.indices, keys, engine_step)
+
+    def _add_to_consumer(self, consumer, index: int, p: torch.Tensor) -> None:
+        g, i = self._locate(p)
+        group = self.param_groups[g]
+        options = _engine_options(group)
+        state = self.state[p]
+        # Created before the engine's step, as torch.optim.Adam creates them: zeros like p.
+        if "step" not in state:
+            state["step"] = torch.tensor(0.0, dtype=scalar_dtype())
+        keys = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq") if options.amsgrad else ("exp_avg", "exp_avg_sq")
+        for key in keys:
+            if key not in state:
+                state[key] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        consumer.add_adam(index, f"param_groups[{g}][{i}]", view(p), view(state["step"]), state_view(state, "exp_avg"),
+                          state_view(state, "exp_avg_sq"),
+                          state_view(state, "max_exp_avg_sq") if options.amsgrad else None, options,
+                          grad_scale=-1.0 if group["maximize"] else 1.0)
+
+
+def _engine_options(group: dict):
+    """The engine's AdamOptions for a parameter group."""
+    options = _C.AdamOptions()
+    options.lr = float(group["lr"])
+    options.beta1, options.beta2 = (float(b) for b in group["betas"])
+    options.eps = float(group["eps"])
+    options.weight_decay = float(group["weight_decay"])
+    options.amsgrad = bool(group["amsgrad"])
+    options.bias_correction = bool(group["bias_correction"])
+    options.mode = _ENGINE_MODE[AdamWMode(group["adam_w_mode"])]
+    return options
 
 
 def _check_options(lr, betas, eps, weight_decay, adam_w_mode) -> None:

@@ -30,6 +30,7 @@ class PlanBuilder {
 
   std::unique_ptr<ExecutionPlan> build(const std::vector<Tensor>& inputs) {
     bind_graph_inputs(inputs);
+    check_consumed_outputs();
     bind_initializers();
     for (Node* node : graph_.topological_order()) plan_node(*node);
     bind_graph_outputs();
@@ -179,7 +180,7 @@ class PlanBuilder {
         continue;
       }
       const Shape& shape = ctx.output(o).shape;
-      bool is_output = is_graph_output(v);
+      bool is_output = is_graph_output(v) && !is_consumed(v);
       SlotKind kind = view            ? SlotKind::kView
                       : is_output          ? SlotKind::kOutput
                       : shape.is_static() ? SlotKind::kArena
@@ -209,7 +210,7 @@ class PlanBuilder {
   bool make_view(const Node& node, const OpSchema& schema, const InferenceContext& ctx, int input_slot) {
     if (!schema.is_view || node.num_outputs() != 1 || !node.output(0) || input_slot < 0) return false;
     if (!ctx.output(0).shape.is_static() || ctx.output(0).dtype != ctx.input_dtype(0)) return false;
-    if (!is_graph_output(node.output(0))) return true;
+    if (!is_graph_output(node.output(0)) || is_consumed(node.output(0))) return true;
     Slot& viewed = plan_->slots[static_cast<size_t>(viewed_slot(input_slot))];
     if (viewed.kind == SlotKind::kArena) viewed.kind = SlotKind::kOutput;
     return viewed.kind == SlotKind::kOutput;
@@ -238,6 +239,29 @@ class PlanBuilder {
     plan_->stats.num_folded++;
   }
 
+  bool is_consumed(const Value* v) const {
+    for (const ConsumedOutput& c : options_.consumed_outputs)
+      if (c.output == v->name) return true;
+    return false;
+  }
+
+  // Each consumed output names a graph output, each hold a graph input that is not donated.
+  void check_consumed_outputs() const {
+    for (const ConsumedOutput& c : options_.consumed_outputs) {
+      const auto& outputs = graph_.outputs();
+      if (std::none_of(outputs.begin(), outputs.end(), [&](const Value* v) { return v->name == c.output; }))
+        throw InvalidModel(fmt("graph '", graph_.name, "': consumed output '", c.output, "' is not a graph output"));
+      if (c.hold.empty()) continue;
+      const auto& inputs = graph_.inputs();
+      if (std::none_of(inputs.begin(), inputs.end(), [&](const Value* v) { return v->name == c.hold; }))
+        throw InvalidModel(fmt("graph '", graph_.name, "': hold input '", c.hold, "' of consumed output '",
+                               c.output, "' is not a graph input"));
+      if (options_.donated_inputs.count(c.hold))
+        throw InvalidModel(fmt("graph '", graph_.name, "': hold input '", c.hold, "' of consumed output '",
+                               c.output, "' is donated: the run may write over the bytes its consumer updates"));
+    }
+  }
+
   bool is_graph_output(const Value* v) const {
     for (const Value* o : graph_.outputs())
       if (o == v) return true;
@@ -250,7 +274,43 @@ class PlanBuilder {
       if (it == slot_of_.end())
         throw InvalidModel(fmt("graph output '", v->name, "' is not produced by any node"));
       plan_->output_slots.push_back(it->second);
+      plan_->output_consumed.push_back(is_consumed(v));
     }
+  }
+
+  // When each consumed output is handed over: after the last step that touches its memory (the
+  // producer, later readers, views of it) and the last step that reads its hold input's memory
+  // (directly or through a view: the consumer may write it). A returned output showing a hold
+  // input's bytes is copied after the run, once the consumer has written them: refused.
+  void place_consume_points() {
+    std::unordered_map<int, int> last_touch;  // memory slot (the end of a chain of views) -> step
+    for (size_t s = 0; s < plan_->steps.size(); ++s) {
+      const PlanStep& step = plan_->steps[s];
+      for (int slot : step.inputs) if (slot >= 0) last_touch[viewed_slot(slot)] = static_cast<int>(s);
+      for (int slot : step.outputs) if (slot >= 0) last_touch[viewed_slot(slot)] = static_cast<int>(s);
+    }
+    auto touched_until = [&](int slot) {
+      auto it = last_touch.find(viewed_slot(slot));
+      return it == last_touch.end() ? -1 : it->second;
+    };
+    const auto& outputs = graph_.outputs();
+    for (size_t o = 0; o < outputs.size(); ++o) {
+      if (!plan_->output_consumed[o]) continue;
+      const int slot = plan_->output_slots[o];
+      int after = touched_until(slot);
+      for (const ConsumedOutput& c : options_.consumed_outputs) {
+        if (c.output != outputs[o]->name || c.hold.empty()) continue;
+        const int hold = slot_of_.at(graph_.find_value(c.hold));
+        after = std::max(after, touched_until(hold));
+        for (size_t r = 0; r < outputs.size(); ++r)
+          if (!plan_->output_consumed[r] && viewed_slot(plan_->output_slots[r]) == hold)
+            throw InvalidModel(fmt("graph '", graph_.name, "': output '", outputs[r]->name, "' shows the bytes of '",
+                                   c.hold, "', which the consumer of '", c.output, "' writes during the run"));
+      }
+      plan_->consume_points.push_back({after, o, slot});
+    }
+    std::stable_sort(plan_->consume_points.begin(), plan_->consume_points.end(),
+                     [](const ConsumePoint& a, const ConsumePoint& b) { return a.after_step < b.after_step; });
   }
 
   // Lifetimes over steps, in-place aliases, then offsets from the greedy-by-size planner.
@@ -276,6 +336,16 @@ class PlanBuilder {
     }
     const int num_buffers = static_cast<int>(buffer_of_slot.size());
     std::vector<Lifetime> lifetimes = compute_lifetimes(uses, num_buffers, {});
+    // A consumed output's buffer lives until it is consumed, and no op writes over it in place.
+    place_consume_points();
+    std::vector<bool> consumed_buffer(static_cast<size_t>(num_buffers));
+    for (const ConsumePoint& c : plan_->consume_points) {
+      auto it = buffer_of_slot.find(viewed_slot(c.slot));
+      if (it == buffer_of_slot.end()) continue;  // not arena memory (fresh storage, input, constant)
+      Lifetime& life = lifetimes[static_cast<size_t>(it->second)];
+      life.last_step = std::max(life.last_step, c.after_step);
+      consumed_buffer[static_cast<size_t>(it->second)] = true;
+    }
     std::vector<BufferSpec> buffers(static_cast<size_t>(num_buffers));
     for (auto [slot, b] : buffer_of_slot) {
       BufferSpec& spec = buffers[static_cast<size_t>(b)];
@@ -284,7 +354,7 @@ class PlanBuilder {
       spec.last_step = lifetimes[static_cast<size_t>(b)].last_step;
       spec.preexisting = is_donated(slot);
     }
-    for (int s = 0; s < num_steps; ++s) add_inplace_aliases(s, buffers, buffer_of_slot);
+    for (int s = 0; s < num_steps; ++s) add_inplace_aliases(s, buffers, buffer_of_slot, consumed_buffer);
 
     MemoryPlan mem = plan_memory(buffers, kTensorAlignment);
     std::vector<int> slot_of_buffer(static_cast<size_t>(num_buffers));
@@ -332,8 +402,8 @@ class PlanBuilder {
   // Outputs written over an input whose buffer dies at step `s`, as the op's schema allows. A
   // donated input is tried first: the output then takes no arena bytes, and an arena input that
   // dies here frees its bytes for what comes next.
-  void add_inplace_aliases(int s, std::vector<BufferSpec>& buffers,
-                           const std::unordered_map<int, int>& buffer_of_slot) {
+  void add_inplace_aliases(int s, std::vector<BufferSpec>& buffers, const std::unordered_map<int, int>& buffer_of_slot,
+                           const std::vector<bool>& consumed_buffer) {
     const PlanStep& step = plan_->steps[static_cast<size_t>(s)];
     std::vector<std::pair<int, int>> pairs = step.schema->inplace;
     std::stable_partition(pairs.begin(), pairs.end(), [&](std::pair<int, int> p) {
@@ -349,7 +419,8 @@ class PlanBuilder {
       BufferSpec& src = buffers[static_cast<size_t>(bi->second)];
       BufferSpec& dst = buffers[static_cast<size_t>(bo->second)];
       bool dies_here = src.last_step == s && src.size_bytes == dst.size_bytes && dst.alias_of < 0;
-      bool free = std::find(taken.begin(), taken.end(), bi->second) == taken.end();
+      bool free = std::find(taken.begin(), taken.end(), bi->second) == taken.end() &&
+                  !consumed_buffer[static_cast<size_t>(bi->second)];
       if (!dies_here || !free || read_twice(step, in)) continue;
       dst.alias_of = bi->second;
       taken.push_back(bi->second);

@@ -13,7 +13,10 @@
 //   5. lifetimes from the schedule (a read of a view is a read of the buffer it views, so that
 //      buffer lives as long as any view of it), in-place aliases where the op's schema allows and
 //      the input's buffer dies at that node (a donated input's bytes first: PlanOptions::
-//      donated_inputs), then offsets from the memory planner (plan/memory_plan.h).
+//      donated_inputs), then offsets from the memory planner (plan/memory_plan.h);
+//   6. consumed outputs (PlanOptions::consumed_outputs) stay arena values, handed to an
+//      OutputConsumer after the step that makes them final and the last read of their hold input
+//      (ExecutionPlan::consume_points), and live until then.
 // Executing the plan (executor.h) then allocates nothing for planned intermediates.
 #pragma once
 
@@ -77,13 +80,32 @@ struct PlanStats {
   int num_dynamic = 0;              // values sized at run time
 };
 
+// When a run hands a consumed output to its OutputConsumer: right after step `after_step` (-1:
+// before the first step, for a value no step produces or reads, such as a folded constant).
+struct ConsumePoint {
+  int after_step = -1;
+  size_t output = 0;  // graph output index
+  int slot = -1;
+};
+
 struct ExecutionPlan {
   std::vector<Slot> slots;
   std::vector<PlanStep> steps;
   std::vector<int> input_slots;   // per graph input
   std::vector<int> output_slots;  // per graph output
+  std::vector<ConsumePoint> consume_points;  // by after_step, then output index
+  std::vector<bool> output_consumed;         // per graph output: handed over during the run
   std::deque<Tensor> folded;      // storage of values folded at plan time (stable addresses)
   PlanStats stats;
+};
+
+// A graph output handed to an OutputConsumer during the run (runtime/output_consumer.h) rather
+// than returned. `hold` names a graph input the consumer writes (the parameter a gradient updates):
+// the output is consumed only after the last step that reads that input, directly or through a
+// view. Empty: consumed as soon as the output is final.
+struct ConsumedOutput {
+  std::string output;
+  std::string hold;
 };
 
 struct PlanOptions {
@@ -99,6 +121,9 @@ struct PlanOptions {
   // such an input over: no other input, and nothing it reads later, may share those bytes. Never
   // a graph output (it is copied out at the end of the run).
   std::set<std::string> donated_inputs;
+  // Outputs consumed during the run: arena values (not fresh storage), live until consumed. A hold
+  // input may be neither donated nor (a view of it) a returned graph output.
+  std::vector<ConsumedOutput> consumed_outputs;
 };
 
 // Builds a plan for the given concrete inputs (one per graph input, in order). Throws ShapeError

@@ -94,6 +94,7 @@ ExecutionPlan& Session::plan_for(const std::vector<Tensor>& inputs) {
     po.mutable_initializers = options_.mutable_initializers;
     po.value_inputs = options_.value_inputs;
     po.donated_inputs = options_.donated_inputs;
+    po.consumed_outputs = options_.consumed_outputs;
     auto plan = build_execution_plan(*graph_, inputs, *kernels_, po);
     TRAINRT_LOG(kVerbose) << "planned graph '" << graph_->name << "': " << plan->steps.size()
                           << " steps, " << plan->stats.arena_bytes << " arena bytes";
@@ -189,10 +190,23 @@ void Session::run_step(PlanStep& step, int index, ExecutionPlan& plan) {
   profiler_.record({step.node->name(), step.node->op_type(), start, end - start, shapes});
 }
 
-std::vector<Tensor> Session::run(const std::vector<Tensor>& inputs) {
+std::vector<Tensor> Session::run(const std::vector<Tensor>& inputs, OutputConsumer* consumer) {
+  if (!options_.consumed_outputs.empty() && !consumer)
+    throw InvalidModel(fmt("graph '", graph_->name, "': ", options_.consumed_outputs.size(), " outputs (the first '",
+                           options_.consumed_outputs.front().output,
+                           "') are consumed during the run, but run() got no consumer"));
   ExecutionPlan& plan = plan_for(inputs);
   bind(plan, inputs);
   dynamic_bytes_ = 0;
+  // Consume points come sorted by step; `next` is the first not yet handed over.
+  size_t next = 0;
+  auto consume_through = [&](int step) {
+    for (; next < plan.consume_points.size() && plan.consume_points[next].after_step <= step; ++next) {
+      const ConsumePoint& c = plan.consume_points[next];
+      consumer->consume(c.output, plan.slots[static_cast<size_t>(c.slot)].tensor);
+    }
+  };
+  consume_through(-1);
   for (size_t i = 0; i < plan.steps.size(); ++i) {
     try {
       run_step(plan.steps[i], static_cast<int>(i), plan);
@@ -201,13 +215,19 @@ std::vector<Tensor> Session::run(const std::vector<Tensor>& inputs) {
     } catch (const std::exception& e) {
       throw InternalError(fmt(plan.steps[i].node->describe(), ": ", e.what()));
     }
+    consume_through(static_cast<int>(i));
   }
   peak_dynamic_bytes_ = std::max(peak_dynamic_bytes_, dynamic_bytes_);
   ++run_counter_;
   std::vector<Tensor> outputs;
   outputs.reserve(plan.output_slots.size());
-  for (int s : plan.output_slots) {
+  for (size_t o = 0; o < plan.output_slots.size(); ++o) {
+    const int s = plan.output_slots[o];
     const Slot& slot = plan.slots[static_cast<size_t>(s)];
+    if (plan.output_consumed[o]) {  // handed to the consumer during the run
+      outputs.emplace_back();
+      continue;
+    }
     // Storage produced this run is handed over (a view shares it with the value it views);
     // inputs and constants are copied so the caller never aliases engine-owned or its own input
     // memory unexpectedly.

@@ -6,7 +6,8 @@
 // in a later run once the caller has let go of it (a training step's saved values and gradients
 // then stay in memory already paged in; a caller that keeps an output keeps it unchanged). Initializers listed in
 // SessionOptions::mutable_initializers may be rebound between runs (trainable parameters); all
-// others are constants the planner may fold.
+// others are constants the planner may fold. Outputs listed in SessionOptions::consumed_outputs are
+// instead handed to the run's OutputConsumer as soon as each is final (output_consumer.h).
 //
 //   auto graph = import_onnx_file("mlp.onnx");
 //   Session session(std::move(graph));
@@ -26,6 +27,7 @@
 #include "trainrt/ir/graph.h"
 #include "trainrt/kernels/kernel.h"
 #include "trainrt/runtime/execution_plan.h"
+#include "trainrt/runtime/output_consumer.h"
 #include "trainrt/runtime/profiler.h"
 
 namespace trainrt {
@@ -37,6 +39,9 @@ struct SessionOptions {
   std::set<std::string> value_inputs;
   // Inputs the run may write over once their last reader has run (PlanOptions::donated_inputs).
   std::set<std::string> donated_inputs;
+  // Outputs handed to the run's OutputConsumer as soon as they are final (PlanOptions::
+  // consumed_outputs): kept in the arena, not returned.
+  std::vector<ConsumedOutput> consumed_outputs;
   uint64_t seed = 0;           // seeds random ops (Dropout); same seed, same results
   bool profile = false;        // record per-node timings in profiler()
   const KernelTable* kernels = nullptr;  // defaults to the CPU kernel table
@@ -65,8 +70,10 @@ class Session {
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
-  // Runs with one tensor per graph input (in graph input order); returns one per graph output.
-  std::vector<Tensor> run(const std::vector<Tensor>& inputs);
+  // Runs with one tensor per graph input (in graph input order); returns one per graph output, an
+  // empty tensor for each consumed output, which `consumer` got during the run (required when
+  // SessionOptions::consumed_outputs is not empty).
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs, OutputConsumer* consumer = nullptr);
   // Rebinds a mutable initializer to new data of the same dtype and dims (zero-copy).
   void set_initializer(const std::string& name, const Tensor& data);
   void set_seed(uint64_t seed) { options_.seed = seed; run_counter_ = 0; }

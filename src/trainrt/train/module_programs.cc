@@ -45,6 +45,8 @@ ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::st
   for (const auto& [name, grad] : result.grad_of) order.push_back(name);
   for (const std::string& w : wrt_)
     grad_position_.push_back(static_cast<size_t>(std::find(order.begin(), order.end(), w) - order.begin()));
+  wrt_of_output_.resize(order.size());
+  for (size_t w = 0; w < wrt_.size(); ++w) wrt_of_output_[grad_position_[w]] = w;
   // Forward, backward and inference never run at the same time and keep nothing in their arenas
   // between calls (what backward reads is forward outputs, in storage of their own): one block,
   // as large as the largest of the three, instead of three held all the time.
@@ -66,7 +68,9 @@ ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::st
   for (size_t i = 0; i < num_outputs_; ++i) donated_.erase(forward_outputs[i]->name);
   for (const Value* v : programs_.forward->inputs()) donated_.erase(v->name);
   options.donated_inputs = donated_;
+  backward_options_ = options;
   backward_ = std::make_unique<Session>(programs_.backward, options);
+  last_backward_ = backward_.get();
   SessionOptions inference_options;
   inference_options.arena = options.arena;
   inference_ = std::make_unique<Session>(graph_, inference_options);
@@ -85,7 +89,55 @@ std::vector<Tensor> ModulePrograms::forward(const std::vector<Tensor>& inputs, F
   return out;
 }
 
-std::vector<Tensor> ModulePrograms::backward(ForwardState& state, const std::vector<Tensor>& output_grads) {
+namespace {
+
+// Hands a backward output to the caller's consumer under its wrt index.
+class WrtConsumer : public OutputConsumer {
+ public:
+  WrtConsumer(OutputConsumer* inner, const std::vector<size_t>& wrt_of_output)
+      : inner_(inner), wrt_of_output_(wrt_of_output) {}
+  void consume(size_t output, const Tensor& value) override { inner_->consume(wrt_of_output_[output], value); }
+
+ private:
+  OutputConsumer* inner_;
+  const std::vector<size_t>& wrt_of_output_;
+};
+
+}  // namespace
+
+// The backward session whose consumed outputs are the gradients of wrt entries `consumed`, each
+// held until the backward's last read of that entry (when it reads it: W in dX = dY W^T).
+Session& ModulePrograms::backward_session(const std::vector<size_t>& consumed) {
+  if (consumed.empty()) return *backward_;
+  if (consuming_backward_ && consumed == consumed_) return *consuming_backward_;  // no copy, no sort
+  std::vector<size_t> sorted = consumed;
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    if (sorted[i] >= wrt_.size())
+      throw ShapeError(fmt("backward: consumed gradient index ", sorted[i], " is out of range (", wrt_.size(),
+                           " wrt entries)"));
+    if (i > 0 && sorted[i] == sorted[i - 1])
+      throw ShapeError(fmt("backward: gradient of '", wrt_[sorted[i]], "' (index ", sorted[i], ") consumed twice"));
+  }
+  if (consuming_backward_ && sorted == consumed_) return *consuming_backward_;
+  const auto& inputs = programs_.backward_inputs;
+  SessionOptions options = backward_options_;
+  for (size_t w : sorted) {
+    const bool read = std::find(inputs.begin(), inputs.end(), wrt_[w]) != inputs.end();
+    options.consumed_outputs.push_back({programs_.backward->outputs()[grad_position_[w]]->name, read ? wrt_[w] : ""});
+  }
+  if (last_backward_ == consuming_backward_.get()) last_backward_ = backward_.get();
+  consuming_backward_.reset();  // its kept output storage goes before the new session takes its own
+  consuming_backward_ = std::make_unique<Session>(programs_.backward, options);
+  consumed_ = std::move(sorted);
+  return *consuming_backward_;
+}
+
+std::vector<Tensor> ModulePrograms::backward(ForwardState& state, const std::vector<Tensor>& output_grads,
+                                             const std::vector<size_t>& consumed, OutputConsumer* consumer) {
+  if (!consumed.empty() && !consumer)
+    throw InvalidModel(fmt("backward: ", consumed.size(), " gradients are to be consumed, but no consumer was given"));
+  Session& session = backward_session(consumed);
   if (state.used) throw InvalidModel("backward through the same forward call twice (retain_graph) is not supported");
   if (output_grads.size() != grad_outputs_.size())
     throw ShapeError(fmt("backward got ", output_grads.size(), " output gradients, expected ", grad_outputs_.size()));
@@ -107,7 +159,9 @@ std::vector<Tensor> ModulePrograms::backward(ForwardState& state, const std::vec
   // Spent from here on, even if the run throws: the saved values may be written over.
   state.values.clear();
   state.used = true;
-  std::vector<Tensor> grads = backward_->run(inputs);
+  WrtConsumer wrt_consumer(consumer, wrt_of_output_);
+  last_backward_ = &session;
+  std::vector<Tensor> grads = session.run(inputs, consumed.empty() ? nullptr : &wrt_consumer);
   std::vector<Tensor> out;
   for (size_t pos : grad_position_) out.push_back(std::move(grads[pos]));
   return out;

@@ -9,7 +9,11 @@
 // gradients to the backward program and returns the gradients of `wrt`, in `wrt` order.
 // The backward may write over each saved value once its last reader has run (SessionOptions
 // donated inputs: an in-place op's output goes there, not in the arena), so a state serves one
-// backward; a second is refused. infer() runs the plain graph for eval / no-grad calls and keeps nothing. The three share one
+// backward; a second is refused. backward() can hand some gradients to an
+// OutputConsumer instead of returning them (an optimizer stepping each parameter inside the backward,
+// train/optimizer_in_backward.h): each is consumed as soon as it is final and the backward has read
+// that parameter for the last time, then its arena bytes go to the next value, so the backward never
+// holds all gradients at once. infer() runs the plain graph for eval / no-grad calls and keeps nothing. The three share one
 // arena (they never run at the same time): peak intermediates of the largest, not of all three.
 //
 //   ModulePrograms p(graph, /*grad_outputs=*/{"loss"}, /*wrt=*/{"fc.weight", "fc.bias"});
@@ -46,17 +50,23 @@ class ModulePrograms {
 
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs, ForwardState& state, uint64_t seed);
   // `output_grads` has one tensor per grad_outputs entry (undefined = zeros). Returns one tensor
-  // per wrt entry. Throws InvalidModel when the state was already used (backward called twice).
-  std::vector<Tensor> backward(ForwardState& state, const std::vector<Tensor>& output_grads);
+  // per wrt entry. The wrt entries listed in `consumed` (indices, at most once each) go to
+  // `consumer` instead, consume(wrt index, gradient), during the run: after the last read of that
+  // wrt entry's input (the parameter the consumer updates); they come back empty. Throws
+  // InvalidModel when the state was already used (backward called twice) and ShapeError naming
+  // the index when one in `consumed` is out of range or repeated.
+  std::vector<Tensor> backward(ForwardState& state, const std::vector<Tensor>& output_grads,
+                               const std::vector<size_t>& consumed = {}, OutputConsumer* consumer = nullptr);
   std::vector<Tensor> infer(const std::vector<Tensor>& inputs, uint64_t seed);
 
   const std::vector<std::string>& unreached() const { return unreached_; }
   // The block the three programs share for their intermediates.
   const Arena& arena() const { return forward_->arena(); }
   MemoryStats forward_memory() const { return forward_->memory_stats(); }
-  MemoryStats backward_memory() const { return backward_->memory_stats(); }
+  // Of the backward session that ran last (the one with consumed gradients, or the plain one).
+  MemoryStats backward_memory() const { return last_backward_->memory_stats(); }
   Profiler& forward_profiler() { return forward_->profiler(); }
-  Profiler& backward_profiler() { return backward_->profiler(); }
+  Profiler& backward_profiler() { return last_backward_->profiler(); }
   const Graph& forward_graph() const { return *programs_.forward; }
   const Graph& backward_graph() const { return *programs_.backward; }
   const Graph& joint_graph() const { return *joint_; }
@@ -68,12 +78,20 @@ class ModulePrograms {
   std::vector<std::string> grad_outputs_, wrt_;
   std::vector<std::string> output_grad_inputs_;  // per grad_outputs entry
   std::vector<size_t> grad_position_;            // per wrt entry: its index among backward outputs
+  std::vector<size_t> wrt_of_output_;            // per backward output: its wrt entry
   void hand_over_saved_values(const ForwardState& state, std::vector<Tensor>& inputs) const;
+  Session& backward_session(const std::vector<size_t>& consumed);
 
   std::vector<std::string> unreached_;
   std::set<std::string> donated_;  // backward inputs that are saved values: written over in place
   size_t num_outputs_ = 0;
+  SessionOptions backward_options_;
   std::unique_ptr<Session> forward_, backward_, inference_;
+  // The backward that hands the gradients of `consumed_` (wrt indices, sorted) to a consumer: one
+  // session per set, rebuilt when the set changes (an optimizer added or changed: rare).
+  std::vector<size_t> consumed_;
+  std::unique_ptr<Session> consuming_backward_;
+  Session* last_backward_ = nullptr;
 };
 
 }  // namespace trainrt
