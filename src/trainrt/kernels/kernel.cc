@@ -22,6 +22,15 @@ bool KernelTable::supports(const std::string& domain, const std::string& op) con
   return it != factories_.end() && std::get<0>(it->first) == d && std::get<1>(it->first) == op;
 }
 
+void KernelTable::add_row_ranges(std::string_view domain, std::string_view op, DType dtype) {
+  row_ranges_.insert({std::string(domain), std::string(op), dtype});
+}
+
+bool KernelTable::computes_row_ranges(const Node& node) const {
+  const std::string d = node.domain() == "ai.onnx" ? std::string() : node.domain();
+  return row_ranges_.count({d, node.op_type(), key_dtype(node)}) > 0;
+}
+
 DType KernelTable::key_dtype(const Node& node) {
   for (Value* v : node.inputs())
     if (v) return v->dtype;

@@ -6,6 +6,11 @@
 // omitted optional inputs are null. An output buffer may alias an input buffer only where the
 // op's schema lists that pair as in-place.
 //
+// A kernel registered with add_row_ranges() may also be asked for rows [row_begin, row_end) of its
+// output 0 alone (its first axis): out(0) then holds only those rows, and the kernel computes them
+// as the whole run would (same values, bit for bit). A session uses it to hand a large output to an
+// OutputConsumer block by block while each block is still in cache (runtime/output_consumer.h).
+//
 //   KernelFn make_relu(const Node&) {
 //     return [](KernelContext& ctx) { relu(ctx.in(0), ctx.out(0)); };
 //   }
@@ -15,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <span>
 #include <string>
 #include <tuple>
@@ -32,6 +38,12 @@ struct KernelContext {
   // Fresh for every run of every node: seeds random ops (Dropout) so a session seed makes runs
   // reproducible while two runs, or two nodes, never draw the same stream.
   uint64_t random_seed = 0;
+  // Rows [row_begin, row_end) of output 0 only (row_end < 0: the whole output); set only for a
+  // kernel registered with KernelTable::add_row_ranges.
+  int64_t row_begin = 0;
+  int64_t row_end = -1;
+
+  bool whole_output() const { return row_end < 0; }
 
   bool has_in(int i) const { return i < static_cast<int>(inputs.size()) && inputs[i] != nullptr; }
   const Tensor& in(int i) const { return *inputs[static_cast<size_t>(i)]; }
@@ -53,10 +65,15 @@ class KernelTable {
   // the node, op and dtype when there is none.
   KernelFn create(const Node& node) const;
   bool supports(const std::string& domain, const std::string& op) const;
+  // Declares that the kernel of (domain, op, dtype) computes any row range of its output 0 on its
+  // own (KernelContext::row_begin / row_end); computes_row_ranges asks it for a node.
+  void add_row_ranges(std::string_view domain, std::string_view op, DType dtype);
+  bool computes_row_ranges(const Node& node) const;
   static DType key_dtype(const Node& node);
 
  private:
   std::map<std::tuple<std::string, std::string, DType>, KernelFactory> factories_;
+  std::set<std::tuple<std::string, std::string, DType>> row_ranges_;
 };
 
 }  // namespace trainrt

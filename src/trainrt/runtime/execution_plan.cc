@@ -307,10 +307,36 @@ class PlanBuilder {
             throw InvalidModel(fmt("graph '", graph_.name, "': output '", outputs[r]->name, "' shows the bytes of '",
                                    c.hold, "', which the consumer of '", c.output, "' writes during the run"));
       }
-      plan_->consume_points.push_back({after, o, slot});
+      plan_->consume_points.push_back({after, o, slot, block_rows(o, slot, after, last_touch)});
     }
     std::stable_sort(plan_->consume_points.begin(), plan_->consume_points.end(),
                      [](const ConsumePoint& a, const ConsumePoint& b) { return a.after_step < b.after_step; });
+  }
+
+  // Rows per block when graph output `o` in `slot`, consumed after step `after`, is made and
+  // consumed in row blocks (PlanOptions::consume_row_block_bytes); 0: consumed whole. `last_touch`:
+  // the last step touching each memory slot. The producer must be step `after` itself, and must
+  // not read the hold input (the consumer writes it after the first block, before the last) nor
+  // write in place (one block's bytes cannot hold the input it overwrites).
+  int64_t block_rows(size_t o, int slot, int after, const std::unordered_map<int, int>& last_touch) const {
+    const std::string& name = graph_.outputs()[o]->name;
+    auto wanted = options_.consume_row_block_bytes.find(name);
+    if (wanted == options_.consume_row_block_bytes.end() || wanted->second == 0 || after < 0) return 0;
+    const PlanStep& step = plan_->steps[static_cast<size_t>(after)];
+    const Slot& home = plan_->slots[static_cast<size_t>(slot)];
+    if (home.kind != SlotKind::kArena || step.outputs.empty() || step.outputs[0] != slot || !step.schema->inplace.empty() ||
+        step.needs_runtime_inference || !table_.computes_row_ranges(*step.node) || home.tensor.rank() < 1)
+      return 0;
+    for (const ConsumedOutput& c : options_.consumed_outputs) {
+      if (c.output != name || c.hold.empty()) continue;
+      auto hold = last_touch.find(viewed_slot(slot_of_.at(graph_.find_value(c.hold))));
+      if (hold != last_touch.end() && hold->second >= after) return 0;
+    }
+    const int64_t rows = home.tensor.dim(0);
+    const size_t row_bytes = rows > 0 ? home.tensor.nbytes() / static_cast<size_t>(rows) : 0;
+    if (row_bytes == 0) return 0;
+    const int64_t per_block = std::max<int64_t>(1, static_cast<int64_t>(wanted->second / row_bytes));
+    return per_block < rows ? per_block : 0;
   }
 
   // Lifetimes over steps, in-place aliases, then offsets from the greedy-by-size planner.
@@ -353,6 +379,12 @@ class PlanBuilder {
       spec.first_step = lifetimes[static_cast<size_t>(b)].first_step;
       spec.last_step = lifetimes[static_cast<size_t>(b)].last_step;
       spec.preexisting = is_donated(slot);
+    }
+    for (const ConsumePoint& c : plan_->consume_points) {  // made and consumed one block at a time
+      if (c.block_rows == 0) continue;
+      const Tensor& whole = slots[static_cast<size_t>(c.slot)].tensor;
+      buffers[static_cast<size_t>(buffer_of_slot.at(c.slot))].size_bytes =
+          whole.nbytes() / static_cast<size_t>(whole.dim(0)) * static_cast<size_t>(c.block_rows);
     }
     for (int s = 0; s < num_steps; ++s) add_inplace_aliases(s, buffers, buffer_of_slot, consumed_buffer);
 

@@ -16,12 +16,14 @@
 //      donated_inputs), then offsets from the memory planner (plan/memory_plan.h);
 //   6. consumed outputs (PlanOptions::consumed_outputs) stay arena values, handed to an
 //      OutputConsumer after the step that makes them final and the last read of their hold input
-//      (ExecutionPlan::consume_points), and live until then.
+//      (ExecutionPlan::consume_points), and live until then; one consumed in row blocks
+//      (PlanOptions::consume_row_block_bytes) takes one block's bytes in the arena.
 // Executing the plan (executor.h) then allocates nothing for planned intermediates.
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -82,10 +84,15 @@ struct PlanStats {
 
 // When a run hands a consumed output to its OutputConsumer: right after step `after_step` (-1:
 // before the first step, for a value no step produces or reads, such as a folded constant).
+// block_rows > 0: step after_step makes the output itself, block_rows rows of its output 0 at a time
+// (KernelContext::row_begin / row_end) into one block of arena bytes, each handed over as made
+// (OutputConsumer::consume_rows); the slot's tensor has the whole output's dims, its bytes one
+// block's.
 struct ConsumePoint {
   int after_step = -1;
   size_t output = 0;  // graph output index
   int slot = -1;
+  int64_t block_rows = 0;
 };
 
 struct ExecutionPlan {
@@ -124,6 +131,12 @@ struct PlanOptions {
   // Outputs consumed during the run: arena values (not fresh storage), live until consumed. A hold
   // input may be neither donated nor (a view of it) a returned graph output.
   std::vector<ConsumedOutput> consumed_outputs;
+  // Consumed outputs (by name) whose consumer takes blocks of this many bytes of rows: such an
+  // output is made and consumed block by block when its producer computes row ranges (KernelTable::
+  // add_row_ranges), it is the producer's output 0 with static dims and more than one block of
+  // rows, no later step reads it, and the producer is after the last read of its hold input (the
+  // consumer writes the hold between blocks). Else it is consumed whole.
+  std::map<std::string, size_t> consume_row_block_bytes;
 };
 
 // Builds a plan for the given concrete inputs (one per graph input, in order). Throws ShapeError

@@ -61,6 +61,11 @@ Session::Session(std::shared_ptr<Graph> graph, SessionOptions options)
       throw InvalidModel(fmt("value input '", name, "' is ", dtype_name((*it)->dtype), ", expected i64 (a shape)"));
     value_input_positions_.push_back(static_cast<size_t>(it - inputs.begin()));
   }
+  for (const ConsumedOutput& c : options_.consumed_outputs) {  // a name no output has: the plan reports it
+    const auto& outputs = graph_->outputs();
+    auto it = std::find_if(outputs.begin(), outputs.end(), [&](const Value* v) { return v->name == c.output; });
+    consumed_positions_.push_back(static_cast<size_t>(it - outputs.begin()));
+  }
   profiler_.enable(options_.profile);
 }
 
@@ -85,8 +90,13 @@ void Session::set_initializer(const std::string& name, const Tensor& data) {
   it->second = data;
 }
 
-ExecutionPlan& Session::plan_for(const std::vector<Tensor>& inputs) {
+// The plan for these inputs and the row blocks `consumer` takes of each consumed output.
+ExecutionPlan& Session::plan_for(const std::vector<Tensor>& inputs, const OutputConsumer* consumer) {
   signature_of(inputs, value_input_positions_, key_scratch_);
+  for (size_t position : consumed_positions_)
+    key_scratch_.push_back(consumer && position < graph_->outputs().size()
+                               ? static_cast<int64_t>(consumer->row_block_bytes(position))
+                               : 0);
   if (last_plan_ && key_scratch_ == last_key_) return *last_plan_;
   auto it = plans_.find(key_scratch_);
   if (it == plans_.end()) {
@@ -95,6 +105,9 @@ ExecutionPlan& Session::plan_for(const std::vector<Tensor>& inputs) {
     po.value_inputs = options_.value_inputs;
     po.donated_inputs = options_.donated_inputs;
     po.consumed_outputs = options_.consumed_outputs;
+    for (size_t c = 0; c < consumed_positions_.size(); ++c)
+      po.consume_row_block_bytes[options_.consumed_outputs[c].output] =
+          static_cast<size_t>(key_scratch_[key_scratch_.size() - consumed_positions_.size() + c]);
     auto plan = build_execution_plan(*graph_, inputs, *kernels_, po);
     TRAINRT_LOG(kVerbose) << "planned graph '" << graph_->name << "': " << plan->steps.size()
                           << " steps, " << plan->stats.arena_bytes << " arena bytes";
@@ -153,7 +166,7 @@ void Session::infer_at_run_time(PlanStep& step, ExecutionPlan& plan) {
   }
 }
 
-void Session::run_step(PlanStep& step, int index, ExecutionPlan& plan) {
+void Session::run_step(PlanStep& step, int index, ExecutionPlan& plan, int64_t row_begin, int64_t row_end) {
   if (step.needs_runtime_inference) infer_at_run_time(step, plan);
   for (size_t i = 0; i < step.inputs.size(); ++i)
     step.input_ptrs[i] = step.inputs[i] < 0 ? nullptr : &plan.slots[static_cast<size_t>(step.inputs[i])].tensor;
@@ -174,6 +187,8 @@ void Session::run_step(PlanStep& step, int index, ExecutionPlan& plan) {
   ctx.outputs = step.output_ptrs;
   ctx.pool = options_.threads;
   ctx.random_seed = mix(options_.seed ^ mix(run_counter_ * 1000003ull + static_cast<uint64_t>(index)));
+  ctx.row_begin = row_begin;
+  ctx.row_end = row_end;
   if (!profiler_.enabled()) {
     step.kernel(ctx);
     return;
@@ -190,26 +205,54 @@ void Session::run_step(PlanStep& step, int index, ExecutionPlan& plan) {
   profiler_.record({step.node->name(), step.node->op_type(), start, end - start, shapes});
 }
 
+// Step `index` makes its output 0 (the slot of `point`) block_rows rows at a time in the block of
+// arena bytes the plan gave it, and hands each block to the consumer before making the next.
+void Session::run_step_in_blocks(PlanStep& step, int index, ExecutionPlan& plan, const ConsumePoint& point,
+                                 OutputConsumer& consumer) {
+  Tensor& out = plan.slots[static_cast<size_t>(point.slot)].tensor;
+  void* bytes = out.raw();
+  block_dims_ = out.dims();  // reuses block_dims_'s storage after the first run
+  const int64_t rows = block_dims_[0];
+  for (int64_t r0 = 0; r0 < rows; r0 += point.block_rows) {
+    const int64_t r1 = std::min(rows, r0 + point.block_rows);
+    block_dims_[0] = r1 - r0;
+    out.rebind(bytes, block_dims_);
+    run_step(step, index, plan, r0, r1);
+    consumer.consume_rows(point.output, out, r0);
+  }
+  block_dims_[0] = rows;
+  out.rebind(bytes, block_dims_);
+}
+
 std::vector<Tensor> Session::run(const std::vector<Tensor>& inputs, OutputConsumer* consumer) {
   if (!options_.consumed_outputs.empty() && !consumer)
     throw InvalidModel(fmt("graph '", graph_->name, "': ", options_.consumed_outputs.size(), " outputs (the first '",
                            options_.consumed_outputs.front().output,
                            "') are consumed during the run, but run() got no consumer"));
-  ExecutionPlan& plan = plan_for(inputs);
+  ExecutionPlan& plan = plan_for(inputs, consumer);
   bind(plan, inputs);
   dynamic_bytes_ = 0;
-  // Consume points come sorted by step; `next` is the first not yet handed over.
+  // Consume points come sorted by step; `next` is the first not yet handed over. One in row blocks
+  // was handed over by its step.
   size_t next = 0;
   auto consume_through = [&](int step) {
     for (; next < plan.consume_points.size() && plan.consume_points[next].after_step <= step; ++next) {
       const ConsumePoint& c = plan.consume_points[next];
-      consumer->consume(c.output, plan.slots[static_cast<size_t>(c.slot)].tensor);
+      if (c.block_rows == 0) consumer->consume(c.output, plan.slots[static_cast<size_t>(c.slot)].tensor);
     }
+  };
+  auto blocked_at = [&](int step) -> const ConsumePoint* {
+    for (size_t c = next; c < plan.consume_points.size() && plan.consume_points[c].after_step == step; ++c)
+      if (plan.consume_points[c].block_rows > 0) return &plan.consume_points[c];
+    return nullptr;
   };
   consume_through(-1);
   for (size_t i = 0; i < plan.steps.size(); ++i) {
     try {
-      run_step(plan.steps[i], static_cast<int>(i), plan);
+      if (const ConsumePoint* point = blocked_at(static_cast<int>(i)))
+        run_step_in_blocks(plan.steps[i], static_cast<int>(i), plan, *point, *consumer);
+      else
+        run_step(plan.steps[i], static_cast<int>(i), plan);
     } catch (const Error&) {
       throw;
     } catch (const std::exception& e) {

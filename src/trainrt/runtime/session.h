@@ -7,7 +7,8 @@
 // then stay in memory already paged in; a caller that keeps an output keeps it unchanged). Initializers listed in
 // SessionOptions::mutable_initializers may be rebound between runs (trainable parameters); all
 // others are constants the planner may fold. Outputs listed in SessionOptions::consumed_outputs are
-// instead handed to the run's OutputConsumer as soon as each is final (output_consumer.h).
+// instead handed to the run's OutputConsumer as soon as each is final (output_consumer.h), in row
+// blocks where the consumer takes them and the plan allows (a plan is kept per consumer's answer).
 //
 //   auto graph = import_onnx_file("mlp.onnx");
 //   Session session(std::move(graph));
@@ -88,9 +89,11 @@ class Session {
   const Arena& arena() const { return *arena_; }
 
  private:
-  ExecutionPlan& plan_for(const std::vector<Tensor>& inputs);
+  ExecutionPlan& plan_for(const std::vector<Tensor>& inputs, const OutputConsumer* consumer);
   void bind(ExecutionPlan& plan, const std::vector<Tensor>& inputs);
-  void run_step(PlanStep& step, int index, ExecutionPlan& plan);
+  void run_step(PlanStep& step, int index, ExecutionPlan& plan, int64_t row_begin = 0, int64_t row_end = -1);
+  void run_step_in_blocks(PlanStep& step, int index, ExecutionPlan& plan, const ConsumePoint& point,
+                          OutputConsumer& consumer);
   void infer_at_run_time(PlanStep& step, ExecutionPlan& plan);
   void release_outputs(ExecutionPlan& plan);
 
@@ -100,6 +103,8 @@ class Session {
   // Plans keyed by the input signature: dtype and dims of every input, values of value_inputs.
   std::map<std::vector<int64_t>, std::unique_ptr<ExecutionPlan>> plans_;
   std::vector<size_t> value_input_positions_;
+  std::vector<size_t> consumed_positions_;  // graph output index per SessionOptions::consumed_outputs
+  std::vector<int64_t> block_dims_;         // dims of the block being made (run_step_in_blocks)
   ExecutionPlan* last_plan_ = nullptr;
   std::vector<int64_t> last_key_;
   std::vector<int64_t> key_scratch_;

@@ -220,8 +220,11 @@ GemmDims gemm_dims(const GemmAttrs& g, const KernelContext& ctx) {
                            " does not broadcast to the result (", d.m, ", ", d.n, ")"));
   }
   const Tensor& y = ctx.out(0);
-  TRAINRT_CHECK(y.rank() == 2 && y.dim(0) == d.m && y.dim(1) == d.n, g.where, ": output allocated as ",
-                to_string(y.dims()), ", expected (", d.m, ", ", d.n, ")");
+  const int64_t rows = ctx.whole_output() ? d.m : ctx.row_end - ctx.row_begin;
+  TRAINRT_CHECK(ctx.whole_output() || (0 <= ctx.row_begin && ctx.row_begin <= ctx.row_end && ctx.row_end <= d.m),
+                g.where, ": rows [", ctx.row_begin, ", ", ctx.row_end, ") of a result with ", d.m, " rows");
+  TRAINRT_CHECK(y.rank() == 2 && y.dim(0) == rows && y.dim(1) == d.n, g.where, ": output allocated as ",
+                to_string(y.dims()), ", expected (", rows, ", ", d.n, ")");
   return d;
 }
 
@@ -232,15 +235,21 @@ T c_at(const Tensor& c, int64_t i, int64_t j) {
   return c.data<T>()[(rows == 1 ? 0 : i) * cols + (cols == 1 ? 0 : j)];
 }
 
-// In bf16, beta * C adds C's bf16 values to the f32 sums.
+// Rows [r0, r1) of the result into y (r1 - r0, N): the same product on rows r0.. of op(A), which
+// are rows of A, or columns of A (transA: A is (K, M)) read with A's own leading dimension. The
+// library splits a product along N (gemm.h), never K, so each element sums the same terms in the
+// same order whatever the row range. In bf16, beta * C adds C's bf16 values to the f32 sums.
 template <typename T>
-void gemm_onednn(const GemmAttrs& g, const GemmDims& d, const Tensor& a, const Tensor& b, const Tensor* c, T* y) {
+void gemm_onednn(const GemmAttrs& g, const GemmDims& d, int64_t r0, int64_t r1, const Tensor& a, const Tensor& b,
+                 const Tensor* c, T* y) {
   if (c) {
-    for (int64_t i = 0; i < d.m; ++i)
-      for (int64_t j = 0; j < d.n; ++j) y[i * d.n + j] = c_at<T>(*c, i, j);
+    for (int64_t i = r0; i < r1; ++i)
+      for (int64_t j = 0; j < d.n; ++j) y[(i - r0) * d.n + j] = c_at<T>(*c, i, j);
   }
-  gemm_batched<T>(1, g.trans_a, g.trans_b, d.m, d.n, d.k, g.alpha, a.data<T>(), std::max<int64_t>(1, a.dim(1)), 0,
-                  b.data<T>(), std::max<int64_t>(1, b.dim(1)), 0, c ? g.beta : 0.f, y, std::max<int64_t>(1, d.n), 0);
+  const int64_t lda = std::max<int64_t>(1, a.dim(1));
+  const T* a_rows = a.data<T>() + (g.trans_a ? r0 : r0 * lda);
+  gemm_batched<T>(1, g.trans_a, g.trans_b, r1 - r0, d.n, d.k, g.alpha, a_rows, lda, 0, b.data<T>(),
+                  std::max<int64_t>(1, b.dim(1)), 0, c ? g.beta : 0.f, y, std::max<int64_t>(1, d.n), 0);
 }
 
 // As the ONNX reference: the product in T's own arithmetic, then alpha and beta * C in f64.
@@ -260,11 +269,13 @@ void gemm_loop(const GemmAttrs& g, const GemmDims& d, const Tensor& a, const Ten
 template <typename T>
 KernelFn make_gemm(const Node& node) {
   return [g = gemm_attrs(node)](KernelContext& ctx) {
+    TRAINRT_CHECK(kOnDnn<T> || ctx.whole_output(), g.where, ": no row-range entry for ", dtype_name(dtype_of<T>()));
     GemmDims d = gemm_dims(g, ctx);
     const Tensor* c = ctx.has_in(2) && g.beta != 0.f ? &ctx.in(2) : nullptr;  // beta 0 ignores C
     T* y = ctx.out(0).data<T>();
     if constexpr (kOnDnn<T>)
-      gemm_onednn(g, d, ctx.in(0), ctx.in(1), c, y);
+      gemm_onednn(g, d, ctx.whole_output() ? 0 : ctx.row_begin, ctx.whole_output() ? d.m : ctx.row_end, ctx.in(0),
+                  ctx.in(1), c, y);
     else
       gemm_loop(g, d, ctx.in(0), ctx.in(1), c, y, ctx.threads());
   };
@@ -274,6 +285,7 @@ template <typename T>
 void add_kernels(KernelTable& t) {
   t.add("", "MatMul", dtype_of<T>(), make_matmul<T>);
   t.add("", "Gemm", dtype_of<T>(), make_gemm<T>);
+  if constexpr (kOnDnn<T>) t.add_row_ranges("", "Gemm", dtype_of<T>());
 }
 
 }  // namespace
