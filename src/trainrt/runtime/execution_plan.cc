@@ -1,6 +1,7 @@
 #include "trainrt/runtime/execution_plan.h"
 
 #include <algorithm>
+#include <numeric>
 #include <unordered_map>
 
 #include "trainrt/core/error.h"
@@ -335,7 +336,10 @@ class PlanBuilder {
     const int64_t rows = home.tensor.dim(0);
     const size_t row_bytes = rows > 0 ? home.tensor.nbytes() / static_cast<size_t>(rows) : 0;
     if (row_bytes == 0) return 0;
-    const int64_t per_block = std::max<int64_t>(1, static_cast<int64_t>(wanted->second / row_bytes));
+    // Every block starts kTensorAlignment-aligned, as the whole output does: a vectorized consumer
+    // then runs the same code over each element (no scalar head), and gets the same bits.
+    const int64_t align = static_cast<int64_t>(kTensorAlignment / std::gcd(row_bytes, kTensorAlignment));
+    const int64_t per_block = std::max<int64_t>(1, static_cast<int64_t>(wanted->second / row_bytes) / align) * align;
     return per_block < rows ? per_block : 0;
   }
 

@@ -97,6 +97,10 @@ class WrtConsumer : public OutputConsumer {
   WrtConsumer(OutputConsumer* inner, const std::vector<size_t>& wrt_of_output)
       : inner_(inner), wrt_of_output_(wrt_of_output) {}
   void consume(size_t output, const Tensor& value) override { inner_->consume(wrt_of_output_[output], value); }
+  size_t row_block_bytes(size_t output) const override { return inner_->row_block_bytes(wrt_of_output_[output]); }
+  void consume_rows(size_t output, const Tensor& rows, int64_t row_begin) override {
+    inner_->consume_rows(wrt_of_output_[output], rows, row_begin);
+  }
 
  private:
   OutputConsumer* inner_;

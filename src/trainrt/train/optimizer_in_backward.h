@@ -12,6 +12,12 @@
 //   OptimizerInBackward opt;
 //   opt.add_adam(0, "fc.weight", weight, step, {.exp_avg = m, .exp_avg_sq = v}, AdamOptions::adamw());
 //   programs.backward(state, {Tensor::scalar(1.f)}, opt.indices(), &opt);   // fc.weight updated
+//
+// A parameter larger than kRowBlocksAbove takes its gradient in row blocks of kRowBlockBytes where
+// the backward can make it so (output_consumer.h): each block steps the matching rows of the
+// parameter and its state with the same adam_step / sgd_step, while the block is still in L2. The
+// step counter advances once per parameter, after its last block; the results are those of the
+// whole-gradient step, bit for bit (elementwise math, same order per element).
 #pragma once
 
 #include <map>
@@ -43,6 +49,18 @@ class OptimizerInBackward : public OutputConsumer {
   // One step of the parameter registered under `index`, with `grad` (valid during the call only).
   // Throws InternalError for an index no parameter was registered under.
   void consume(size_t index, const Tensor& grad) override;
+  // kRowBlockBytes for a registered parameter larger than kRowBlocksAbove whose state is all there
+  // (SGD's momentum buffer is created whole by the first step), else 0.
+  size_t row_block_bytes(size_t index) const override;
+  // The step of rows [row_begin, row_begin + rows.dim(0)) of the parameter under `index`. Throws
+  // ShapeError naming the parameter for rows that do not match its dims.
+  void consume_rows(size_t index, const Tensor& rows, int64_t row_begin) override;
+
+  // Gradients of more than kRowBlocksAbove bytes come in blocks of kRowBlockBytes: a 36 MiB
+  // gradient does not fit the 32 MiB L3 (stepped whole it is read back from memory), a block fits
+  // the 1 MiB L2 with its rows of param, exp_avg and exp_avg_sq.
+  static constexpr size_t kRowBlocksAbove = size_t{1} << 20;
+  static constexpr size_t kRowBlockBytes = size_t{128} << 10;
 
   std::vector<size_t> indices() const;  // the registered indices, sorted
   bool stepped(size_t index) const;     // whether consume() ran for it
@@ -61,8 +79,14 @@ class OptimizerInBackward : public OutputConsumer {
   Entry& add(size_t index, std::string name, Tensor param, Tensor step, OptimizerState state, float grad_scale);
   const Entry& at(size_t index) const;
 
+  Entry& entry(size_t index);
+  void step(Entry& e, const ParamSlot& slot);
+
   std::map<size_t, Entry> entries_;
   Tensor grad_;  // the gradient being consumed, as a ParamSlot takes it
+  // The rows a block steps: views of the entry's param and state, rebound per block.
+  Tensor param_rows_;
+  OptimizerState state_rows_;
 };
 
 }  // namespace trainrt

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "trainrt/core/testing.h"
 #include "trainrt/train/module_programs.h"
 
@@ -145,6 +147,91 @@ TEST(OptimizerInBackward, TheBackwardNeverHoldsAllGradients) {
   EXPECT_EQ(consumed.output_bytes, 0u);
   EXPECT_LT(consumed.planned_arena_bytes, 2 * grad_bytes + grad_bytes / 2);
   EXPECT_LT(consumed.planned_arena_bytes + consumed.output_bytes, plain.planned_arena_bytes + plain.output_bytes);
+}
+
+// An OptimizerInBackward that counts the row blocks it takes.
+struct CountingBlocks : OptimizerInBackward {
+  int blocks = 0;
+  void consume_rows(size_t index, const Tensor& rows, int64_t row_begin) override {
+    ++blocks;
+    OptimizerInBackward::consume_rows(index, rows, row_begin);
+  }
+};
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.dims() == b.dims() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+}
+
+// y = (x W0) W1 with (wide, wide + 5) and (wide + 5, wide) weights of more than kRowBlocksAbove
+// bytes: W0's gradient (no later read of W0) comes in row blocks of 32 rows (3092-byte rows, blocks
+// start 64-byte aligned). AdamW (amsgrad) and SGD with momentum (whole on the first step, which creates the
+// buffer; blocks after): parameters and state bit for bit those of a step after the backward.
+TEST(OptimizerInBackward, RowBlocksStepBitForBitAsTheWholeGradient) {
+  constexpr int64_t kWide = 768;
+  auto graph = [&] {
+    auto g = std::make_shared<Graph>();
+    g->set_opset("", 18);
+    Value* w0 = g->add_input("w0", DType::kF32, Shape({kWide, kWide + 5}));
+    Value* w1 = g->add_input("w1", DType::kF32, Shape({kWide + 5, kWide}));
+    Value* h = g->add_input("x", DType::kF32, Shape({kBatch, kWide}));
+    h = g->add_node("MatMul", {h, w0}, {"h"})->output(0);           // (batch, wide + 5)
+    g->add_output(g->add_node("MatMul", {h, w1}, {"y"})->output(0));  // (batch, wide)
+    return g;
+  };
+  for (bool adam : {true, false}) {
+    SCOPED_TRACE(adam ? "adamw, amsgrad" : "sgd, momentum");
+    ModulePrograms reference(graph(), {"y"}, {"w0", "w1"});
+    ModulePrograms fused(graph(), {"y"}, {"w0", "w1"});
+    const std::vector<std::vector<int64_t>> dims = {{kWide, kWide + 5}, {kWide + 5, kWide}};
+    std::vector<Tensor> wa, wb, steps;
+    std::vector<OptimizerState> sa(2), sb(2);
+    for (size_t i = 0; i < 2; ++i) {
+      wa.push_back(random_tensor(dims[i], 20 + static_cast<uint32_t>(i), -0.2f, 0.2f));
+      wb.push_back(wa.back().clone());
+      steps.push_back(Tensor::scalar(0.f));
+      for (OptimizerState* s : {&sa[i], &sb[i]})
+        if (adam) {
+          s->exp_avg = Tensor::zeros(DType::kF32, dims[i]);
+          s->exp_avg_sq = Tensor::zeros(DType::kF32, dims[i]);
+          s->max_exp_avg_sq = Tensor::zeros(DType::kF32, dims[i]);
+        }
+    }
+    AdamOptions adam_options = adamw();
+    adam_options.amsgrad = true;
+    SgdOptions sgd;
+    sgd.lr = 0.05;
+    sgd.momentum = 0.9;
+    int blocks = 0;
+    for (int step = 0; step < 3; ++step) {
+      Tensor x = random_tensor({kBatch, kWide}, 500 + step), dy = random_tensor({kBatch, kWide}, 600 + step);
+      ForwardState ra, rb;
+      reference.forward({wa[0], wa[1], x}, ra, 0);
+      std::vector<Tensor> grads = reference.backward(ra, {dy});
+      for (size_t i = 0; i < 2; ++i) {
+        const ParamSlot slot{"w", wa[i], grads[i], sa[i]};
+        if (adam) adam_step({&slot, 1}, adam_options);
+        else sgd_step({&slot, 1}, sgd);
+      }
+      fused.forward({wb[0], wb[1], x}, rb, 0);
+      CountingBlocks opt;
+      for (size_t i = 0; i < 2; ++i) {
+        if (adam) opt.add_adam(i, "w" + std::to_string(i), wb[i], steps[i], sb[i], adam_options);
+        else opt.add_sgd(i, "w" + std::to_string(i), wb[i], steps[i], sb[i], sgd);
+      }
+      fused.backward(rb, {dy}, opt.indices(), &opt);
+      for (size_t i = 0; i < 2; ++i) {
+        if (!adam) sb[i].momentum_buffer = opt.momentum_buffer(i);
+        EXPECT_EQ(*steps[i].data<float>(), static_cast<float>(step + 1));
+        EXPECT_TRUE(same_bits(wb[i], wa[i])) << "w" << i << " step " << step;
+        for (auto buffer : {&OptimizerState::exp_avg, &OptimizerState::exp_avg_sq, &OptimizerState::max_exp_avg_sq,
+                            &OptimizerState::momentum_buffer})
+          if ((sa[i].*buffer).defined()) EXPECT_TRUE(same_bits(sb[i].*buffer, sa[i].*buffer)) << "w" << i;
+      }
+      if (adam || step > 0) EXPECT_GE(opt.blocks, 24) << "step " << step;  // W0's 768 rows, 32 a block
+      blocks += opt.blocks;
+    }
+    EXPECT_GT(blocks, 0);
+  }
 }
 
 TEST(OptimizerInBackward, RefusesWhatItCannotStep) {
