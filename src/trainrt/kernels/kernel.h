@@ -8,7 +8,7 @@
 //
 // A kernel registered with add_row_ranges() may also be asked for rows [row_begin, row_end) of its
 // output 0 alone (its first axis): out(0) then holds only those rows, and the kernel computes them
-// as the whole run would (same values, bit for bit). A session uses it to hand a large output to an
+// as the whole run would (same values, up to the library's rounding). A session uses it to hand a large output to an
 // OutputConsumer block by block while each block is still in cache (runtime/output_consumer.h).
 //
 //   KernelFn make_relu(const Node&) {

@@ -237,8 +237,10 @@ T c_at(const Tensor& c, int64_t i, int64_t j) {
 
 // Rows [r0, r1) of the result into y (r1 - r0, N): the same product on rows r0.. of op(A), which
 // are rows of A, or columns of A (transA: A is (K, M)) read with A's own leading dimension. The
-// library splits a product along N (gemm.h), never K, so each element sums the same terms in the
-// same order whatever the row range. In bf16, beta * C adds C's bf16 values to the f32 sums.
+// library never splits K (gemm.h), but oneDNN picks its kernel per piece shape: the rows are those
+// of the whole product bit for bit in the cases tested (runtime/consumed_row_blocks_test.cc, the
+// weight gradients X^T dY among them), within rounding otherwise. In bf16, beta * C adds C's bf16
+// values to the f32 sums.
 template <typename T>
 void gemm_onednn(const GemmAttrs& g, const GemmDims& d, int64_t r0, int64_t r1, const Tensor& a, const Tensor& b,
                  const Tensor* c, T* y) {
