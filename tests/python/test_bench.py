@@ -128,3 +128,10 @@ def test_step_in_backward_bench_times_every_variant_and_keeps_no_gradients_in_th
     # below the gradients a step after the backward needs.
     assert r["RTModule + FusedAdam step_in_backward"]["gradients_held_mb"] * 1e6 < grad_bytes
     assert "step_in_backward speed-up over eager + torch AdamW fused=True" in step_in_backward.markdown(f)
+    # The optimizer's share: each variant's step minus forward + backward alone of its front end.
+    fused = r["RTModule + FusedAdam"]
+    assert fused["optimizer_ms"] == fused["median_ms"] - r["RTModule forward + backward only"]["median_ms"]
+    eager = r["eager + torch AdamW fused=True"]
+    assert eager["optimizer_ms"] == eager["median_ms"] - r["eager forward + backward only"]["median_ms"]
+    assert "optimizer_ms" not in r["eager forward + backward only"]
+    assert "| optimizer ms | optimizer GB/s (28 B/param) |" in step_in_backward.markdown(f)
