@@ -130,7 +130,7 @@ void OptimizerInBackward::consume_rows(size_t index, const Tensor& rows, int64_t
     e.state.step = state_rows_.step;
     e.stepped = true;
   }
-  grad_ = Tensor();
+  grad_.rebind(nullptr, grad_.dims());  // the bytes are the backward's again; the dims storage stays
 }
 
 std::vector<size_t> OptimizerInBackward::indices() const {
