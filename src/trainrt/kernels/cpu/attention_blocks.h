@@ -91,7 +91,7 @@ template <typename T>
 const compute_t<T>* load(const T* x, int64_t n, compute_t<T>*& buf) {
   if constexpr (kIsFloat16<T>) {
     compute_t<T>* y = buf;
-    widen(x, y, n);
+    convert_to_f32(x, y, n);
     buf += n;
     return y;
   } else {
@@ -112,7 +112,7 @@ compute_t<T>* accumulator(T* x, int64_t n, compute_t<T>*& buf) {
 // Rounds an accumulator into x (nothing to do when it is x).
 template <typename T>
 void store(const compute_t<T>* acc, T* x, int64_t n) {
-  if constexpr (kIsFloat16<T>) narrow(acc, x, n);
+  if constexpr (kIsFloat16<T>) convert_from_f32(acc, x, n);
 }
 
 // Registers the gradient kernel (attention_grad_kernels.cc).

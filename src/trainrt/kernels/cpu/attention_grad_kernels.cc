@@ -34,7 +34,7 @@ struct ScoresGrad {
   DType dtype = DType::kUndefined;
 };
 void store_row(const float* x, const ScoresGrad& ds, int64_t offset, int64_t n) {
-  if (ds.dtype == DType::kBF16) narrow(x, static_cast<BFloat16*>(ds.data) + offset, n);
+  if (ds.dtype == DType::kBF16) convert_from_f32(x, static_cast<BFloat16*>(ds.data) + offset, n);
   else std::copy(x, x + n, static_cast<float*>(ds.data) + offset);
 }
 void store_row(const double* x, const ScoresGrad& ds, int64_t offset, int64_t n) {

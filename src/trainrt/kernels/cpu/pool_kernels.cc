@@ -122,7 +122,7 @@ template <typename T>
 const pool_t<T>* plane_in(const T* src, int64_t n, int slot) {
   if constexpr (std::is_same_v<T, BFloat16>) {
     float* buf = scratch<float>(slot, n);
-    widen(src, buf, n);
+    convert_to_f32(src, buf, n);
     return buf;
   } else {
     return src;
@@ -136,7 +136,7 @@ pool_t<T>* plane_out(T* dst, int64_t n, int slot) {
 }
 template <typename T>
 void plane_commit(const pool_t<T>* src, T* dst, int64_t n) {
-  if constexpr (std::is_same_v<T, BFloat16>) narrow(src, dst, n);
+  if constexpr (std::is_same_v<T, BFloat16>) convert_from_f32(src, dst, n);
 }
 
 // The window maxima of plane x into y (out_plane) and, with kArgmax, each window's first largest

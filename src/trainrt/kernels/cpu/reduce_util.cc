@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "trainrt/core/error.h"
-#include "trainrt/core/simd.h"
 
 namespace trainrt {
 namespace {
@@ -82,19 +81,6 @@ Tensor move_reduced_axes_last(const Tensor& x, const std::vector<bool>& mask) {
     default: TRAINRT_CHECK(false, "no element size ", dtype_size(x.dtype()));
   }
   return y;
-}
-
-void widen(const Half* src, float* dst, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(src[i].bits);
-}
-TRAINRT_SIMD_CLONES void widen(const BFloat16* src, float* dst, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(src[i].bits);
-}
-void narrow(const float* src, Half* dst, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i].bits = f32_to_f16(src[i]);
-}
-TRAINRT_SIMD_CLONES void narrow(const float* src, BFloat16* dst, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i].bits = f32_to_bf16(src[i]);
 }
 
 }  // namespace trainrt

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "trainrt/core/dtype.h"
+#include "trainrt/core/dtype_convert.h"  // convert_to_f32 / convert_from_f32: the staging
 #include "trainrt/core/tensor.h"
 #include "trainrt/core/thread_pool.h"
 
@@ -74,12 +75,6 @@ inline T from_compute(compute_t<T> v) {
   else return v;
 }
 
-// Converts n 16-bit floats to float and back (round to nearest even).
-void widen(const Half* src, float* dst, int64_t n);
-void widen(const BFloat16* src, float* dst, int64_t n);
-void narrow(const float* src, Half* dst, int64_t n);
-void narrow(const float* src, BFloat16* dst, int64_t n);
-
 // A thread-local scratch buffer of at least n elements; `slot` (0-3) tells apart buffers used at
 // once. Valid until the same thread asks for the same slot again; it keeps its largest size for
 // the thread's life, so steady-state runs do not allocate.
@@ -103,7 +98,7 @@ template <typename T>
 Staged<T> stage_in(const T* src, int64_t rows, int64_t cols, int64_t stride, int slot) {
   if constexpr (kIsFloat16<T>) {
     float* buf = scratch<float>(slot, rows * cols);
-    for (int64_t r = 0; r < rows; ++r) widen(src + r * stride, buf + r * cols, cols);
+    for (int64_t r = 0; r < rows; ++r) convert_to_f32(src + r * stride, buf + r * cols, cols);
     return {buf, cols};
   } else {
     return {const_cast<T*>(src), stride};
@@ -118,7 +113,7 @@ Staged<T> stage_out(T* dst, int64_t rows, int64_t cols, int64_t stride, int slot
 template <typename T>
 void commit(const Staged<T>& block, T* dst, int64_t rows, int64_t cols, int64_t stride) {
   if constexpr (kIsFloat16<T>) {
-    for (int64_t r = 0; r < rows; ++r) narrow(block.data + r * block.stride, dst + r * stride, cols);
+    for (int64_t r = 0; r < rows; ++r) convert_from_f32(block.data + r * block.stride, dst + r * stride, cols);
   }
 }
 

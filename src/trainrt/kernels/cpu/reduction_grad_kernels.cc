@@ -75,7 +75,7 @@ void reduce_sum_to_shape(const Tensor& x, Tensor& y) {
     thread_local std::vector<float> sums;  // keeps its largest size: no allocation in steady state
     sums.assign(static_cast<size_t>(y.numel()), 0.f);
     sum_to_shape<T>(x, yd, sums.data());
-    narrow(sums.data(), y.data<T>(), y.numel());
+    convert_from_f32(sums.data(), y.data<T>(), y.numel());
   } else {
     std::memset(static_cast<void*>(y.data<T>()), 0, y.nbytes());
     sum_to_shape<T>(x, yd, y.data<T>());
