@@ -34,3 +34,37 @@ def test_resnet_eval_mode_uses_running_statistics_and_batch_size_can_change():
         with torch.no_grad():
             torch.testing.assert_close(model(images, labels), eager(images, labels), rtol=1e-5, atol=1e-6)
     assert model._fallback_reason is None
+
+
+def test_resnet_blocks_recompute_batch_norm_and_relu_in_the_backward(monkeypatch):
+    """The saved-set choice recomputes each block's first BN + ReLU in the backward (plan/saved_values.h,
+    rule 4): the backward program runs three BatchNormalization nodes, the forward saves one (B, w, H, W)
+    less per block, and the results match the programs that save them (compute optimizer off, which
+    also turns off the other rewrites; plan_test checks this rule alone bit for bit)."""
+    import copy
+
+    import onnx
+
+    torch.manual_seed(0)
+    plain = ResNetCNN(widths=(8, 16, 32))
+    images, labels = image_batches(6)(0)
+    saved, recomputed, results = {}, {}, {}
+    for flag in ("1", "0"):
+        monkeypatch.setenv("ORTMODULE_ENABLE_COMPUTE_OPTIMIZER", flag)
+        model = trainrt.RTModule(copy.deepcopy(plain))
+        loss = model(images, labels)
+        loss.backward()
+        assert model._fallback_reason is None
+        programs = model.engines[0].programs
+        saved[flag] = programs.memory_stats()["forward"]["output_bytes"]
+        backward = onnx.load_from_string(programs.backward_graph_onnx())
+        recomputed[flag] = sum(n.op_type == "BatchNormalization" for n in backward.graph.node)
+        results[flag] = {n: p.grad.clone() for n, p in model.named_parameters()}
+        results[flag].update({n: b.clone() for n, b in model.named_buffers()})
+        results[flag]["loss"] = loss.detach()
+    assert recomputed == {"1": 3, "0": 0}
+    # The blocks' first ReLU outputs, (6, w, H, W) f32: 16x16 images, 8x8 after the stem's pool.
+    relu_bytes = 4 * 6 * (8 * 8 * 8 + 16 * 4 * 4 + 32 * 2 * 2)
+    assert saved["0"] - saved["1"] >= relu_bytes
+    for name, value in results["0"].items():
+        torch.testing.assert_close(results["1"][name], value, rtol=1e-5, atol=1e-6, msg=name)

@@ -29,6 +29,10 @@ class SavedValueChooser {
     for (Node* n : joint_.nodes())
       if (forward_.count(n) && recomputing_pays(*n)) pointwise.push_back(n);
     for (Node* n : pointwise) recompute_in_backward(*n);
+    std::vector<Node*> normalized;  // Relu nodes on a batch norm's output, collected first likewise
+    for (Node* n : joint_.nodes())
+      if (forward_.count(n) && recomputing_batch_norm_pays(*n)) normalized.push_back(n);
+    for (Node* n : normalized) recompute_batch_norm_in_backward(*n);
     return made_;
   }
 
@@ -61,9 +65,46 @@ class SavedValueChooser {
   // input or initializer (kept by the caller), so running `n` again there saves the output's bytes.
   bool recomputing_pays(const Node& n) const {
     if (!is_cheap_pointwise(n) || is_graph_output(n.output(0)) || !read_by_backward(n.output(0))) return false;
-    const Value* x = n.input(0);
+    return reaches_backward_free(n.input(0));
+  }
+
+  // Whether the backward can read `x` at no cost in saved bytes: it is saved already, or it is a
+  // forward input or initializer (kept by the caller).
+  bool reaches_backward_free(const Value* x) const {
+    if (!x) return false;
     if (!x->producer) return is_forward_value(x);
     return forward_.count(x->producer) && read_by_backward(x);
+  }
+
+  // Rule 4: Relu(BatchNormalization(X)) in training mode, X (N, C, ...) saved for the batch norm's
+  // gradient, the Relu's output R saved too (a Conv's weight gradient and ReluGrad read it) and the
+  // batch norm's output read by the Relu alone. The backward runs the batch norm (statistics from
+  // X again: the same kernel on the same X, so the same bits) and the Relu on X, and only X is
+  // saved: in a ResNet block this drops R (N, C, H, W) per BatchNorm + ReLU, for one batch-norm
+  // pass (two reads of X, one write) in the backward. The batch norm's other inputs (scale, bias,
+  // running statistics) are (C) vectors: the backward reads them from the caller's inputs, or they
+  // are saved (the running variance torch's capture rescales in the forward), C values against
+  // N * C * H * W. Its running-statistic outputs stay in the forward (training-mode Y does not
+  // depend on the running statistics it reads).
+  // Only when the forward reads R in Convs alone (BN -> ReLU -> Conv): a network's stem (Conv -> BN
+  // -> ReLU -> MaxPool on the full-resolution image) has its largest activation there, and its
+  // MaxPoolGrad holds R beside its own R-sized output, which on the CNN bench raised the backward
+  // arena by R's 8 MiB, all it saved.
+  bool recomputing_batch_norm_pays(const Node& relu) const {
+    if (relu.domain() != kOnnxDomain || relu.op_type() != "Relu" || relu.num_inputs() != 1 || !relu.input(0) ||
+        relu.num_outputs() != 1 || !relu.output(0) || is_graph_output(relu.output(0)) ||
+        !read_by_backward(relu.output(0)))
+      return false;
+    for (const Use& u : relu.output(0)->uses)
+      if (forward_.count(u.node) && u.node->op_type() != "Conv") return false;
+    const Value* y = relu.input(0);
+    const Node* bn = y->producer;
+    if (!bn || !forward_.count(bn) || bn->domain() != kOnnxDomain || bn->op_type() != "BatchNormalization" ||
+        bn->attr_int("training_mode", 0) == 0 || bn->output(0) != y || y->uses.size() != 1 || is_graph_output(y))
+      return false;
+    for (int i = 1; i < bn->num_inputs(); ++i)
+      if (!is_forward_value(bn->input(i))) return false;
+    return reaches_backward_free(bn->input(0));
   }
 
   // A copy of `n` in the backward, on the same input; every backward reader reads the copy instead.
@@ -72,11 +113,19 @@ class SavedValueChooser {
   // the Flatten a weight-gradient Gemm reads, which move along): its output then lives from there
   // to its last reader, not from the start of the backward.
   void recompute_in_backward(const Node& n) {
+    place_recompute(n, n.input(0));
+    made_.pointwise_recomputed++;
+  }
+
+  // Adds a copy of single-output `n` reading `input`, moves every backward reader of `n`'s output
+  // to the copy and places the copy (and the views of it) before the first reader that does work.
+  // Returns the copy.
+  Node* place_recompute(const Node& n, Value* input) {
     Value* y = n.output(0);
     std::vector<Use> readers;
     for (const Use& u : y->uses)
       if (!forward_.count(u.node)) readers.push_back(u);
-    Node* copy = joint_.add_node(n.op_type(), {n.input(0)}, {joint_.unique_name(y->name + "/recompute")}, n.domain(),
+    Node* copy = joint_.add_node(n.op_type(), {input}, {joint_.unique_name(y->name + "/recompute")}, n.domain(),
                                  n.name() + "/recompute");
     for (const auto& [key, value] : n.attrs()) copy->set_attr(key, value);
     copy->output(0)->dtype = y->dtype;
@@ -91,7 +140,22 @@ class SavedValueChooser {
       joint_.move_before(copy, *first);
       for (Node* view : views) joint_.move_before(view, *first);
     }
-    made_.pointwise_recomputed++;
+    return copy;
+  }
+
+  // A copy of `relu`'s batch norm (output Y only) and of `relu` on it in the backward; every backward
+  // reader of the Relu's output reads the copy, placed before the first of them as in
+  // recompute_in_backward.
+  void recompute_batch_norm_in_backward(const Node& relu) {
+    const Node& bn = *relu.input(0)->producer;
+    Node* norm = joint_.add_node(bn.op_type(), bn.inputs(), {joint_.unique_name(bn.output(0)->name + "/recompute")},
+                                 bn.domain(), bn.name() + "/recompute");
+    for (const auto& [key, value] : bn.attrs()) norm->set_attr(key, value);
+    norm->output(0)->dtype = bn.output(0)->dtype;
+    norm->output(0)->shape = bn.output(0)->shape;
+    Node* copy = place_recompute(relu, norm->output(0));
+    joint_.move_before(norm, copy);
+    made_.batch_norms_recomputed++;
   }
 
   // The readers of `v`, looking through single-input views: views in `views`, the rest in `workers`.

@@ -221,5 +221,65 @@ TEST(SavedValues, NothingIsRecomputedWhenItsInputWouldHaveToBeSaved) {
   EXPECT_EQ(count_ops(*chosen.programs.backward, "Relu"), 0);
 }
 
+// loss = ReduceSum(Conv(Relu(BatchNormalization(Conv(x, w1))), w2)^2), batch norm in training
+// mode: the ResNet block's Conv -> BN -> ReLU -> Conv (x (2, 3, 5, 5), both convs 3x3, pad 1).
+std::shared_ptr<Graph> conv_bn_relu_graph(const std::string& after_relu) {
+  auto g = std::make_shared<Graph>();
+  g->set_opset("", 18);
+  Value* x = g->add_input("x", DType::kF32, Shape({2, 3, 5, 5}));
+  Value* w1 = g->add_initializer("w1", random_tensor({4, 3, 3, 3}, 11));
+  Value* w2 = g->add_initializer("w2", random_tensor({4, 4, 3, 3}, 12));
+  const Attribute pads = Attribute::of_ints({1, 1, 1, 1});
+  Node* conv1 = g->add_node("Conv", {x, w1}, {"c"});
+  conv1->set_attr("pads", pads);
+  std::vector<Value*> stats;
+  for (const char* name : {"scale", "bias", "mean", "var"})
+    stats.push_back(g->add_initializer(name, random_tensor({4}, static_cast<uint32_t>(name[0]))));
+  stats[3] = g->add_node("Abs", {stats[3]}, {"var_abs"})->output(0);  // a (C) value the forward computes
+  Node* bn = g->add_node("BatchNormalization", {conv1->output(0), stats[0], stats[1], stats[2], stats[3]},
+                         {"y", "running_mean", "running_var"});
+  bn->set_attr("training_mode", Attribute::of_int(1));
+  Value* r = g->add_node("Relu", {bn->output(0)}, {"r"})->output(0);  // (2, 4, 5, 5)
+  Node* next = after_relu == "Conv" ? g->add_node("Conv", {r, w2}, {"o"}) : g->add_node(after_relu, {r}, {"o"});
+  if (after_relu == "Conv") next->set_attr("pads", pads);
+  if (after_relu == "MaxPool") next->set_attr("kernel_shape", Attribute::of_ints({2, 2}));
+  Value* o = next->output(0);
+  Node* loss = g->add_node("ReduceSum", {g->add_node("Mul", {o, o}, {"sq"})->output(0)}, {"loss"});
+  loss->set_attr("keepdims", Attribute::of_int(0));
+  g->add_output(loss->output(0));
+  return g;
+}
+
+TEST(SavedValues, ABatchNormAndReluBeforeAConvAreRecomputedFromTheBatchNormInput) {
+  auto make = [] { return conv_bn_relu_graph("Conv"); };
+  const std::map<std::string, Tensor> inputs = {{"x", random_tensor({2, 3, 5, 5}, 13)}};
+  const std::vector<std::string> wrt = {"w1", "w2", "scale", "bias"};
+  TrainingStep plain = train_step(make, wrt, inputs, false);
+  TrainingStep chosen = train_step(make, wrt, inputs, true);
+  EXPECT_TRUE(saves(plain.programs, "c"));
+  EXPECT_TRUE(saves(plain.programs, "r"));
+  EXPECT_EQ(chosen.made.batch_norms_recomputed, 1);
+  EXPECT_TRUE(saves(chosen.programs, "c"));
+  EXPECT_FALSE(saves(chosen.programs, "r"));
+  EXPECT_TRUE(saves(chosen.programs, "var_abs"));  // the (C) running variance the recompute reads
+  EXPECT_EQ(count_ops(*chosen.programs.backward, "BatchNormalization"), 1);
+  EXPECT_EQ(count_ops(*chosen.programs.backward, "Relu"), 1);
+  // The same kernel on the same input: the same bits.
+  expect_close(chosen.forward_outputs[0], plain.forward_outputs[0], 0, 0);
+  ASSERT_EQ(chosen.grads.size(), plain.grads.size());
+  for (size_t i = 0; i < plain.grads.size(); ++i) expect_close(chosen.grads[i], plain.grads[i], 0, 0);
+}
+
+// The stem's Conv -> BN -> ReLU -> MaxPool: MaxPoolGrad holds R beside its R-sized output, so the
+// recompute would add R to the backward's peak; R stays saved.
+TEST(SavedValues, ABatchNormAndReluBeforeAMaxPoolStaySaved) {
+  auto make = [] { return conv_bn_relu_graph("MaxPool"); };
+  const std::map<std::string, Tensor> inputs = {{"x", random_tensor({2, 3, 5, 5}, 13)}};
+  TrainingStep chosen = train_step(make, {"w1", "scale", "bias"}, inputs, true);
+  EXPECT_EQ(chosen.made.batch_norms_recomputed, 0);
+  EXPECT_TRUE(saves(chosen.programs, "r"));
+  EXPECT_EQ(count_ops(*chosen.programs.backward, "BatchNormalization"), 0);
+}
+
 }  // namespace
 }  // namespace trainrt
