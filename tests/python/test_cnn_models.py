@@ -36,11 +36,13 @@ def test_resnet_eval_mode_uses_running_statistics_and_batch_size_can_change():
     assert model._fallback_reason is None
 
 
-def test_resnet_blocks_recompute_batch_norm_and_relu_in_the_backward(monkeypatch):
-    """The saved-set choice recomputes each block's first BN + ReLU in the backward (plan/saved_values.h,
-    rule 4): the backward program runs three BatchNormalization nodes, the forward saves one (B, w, H, W)
-    less per block, and the results match the programs that save them (compute optimizer off, which
-    also turns off the other rewrites; plan_test checks this rule alone bit for bit)."""
+def test_resnet_saves_less_than_the_plain_partition_and_results_stay_the_same(monkeypatch):
+    """The saved-set choices on the ResNet (plan/saved_values.h): each block's first BN + ReLU is
+    recomputed in the backward (rule 4: three BatchNormalization nodes there), and the stem's MaxPool
+    gradient reads the pooled output and an i32 argmax instead of the ReLU output (rule 5). The forward
+    saves one (B, w, H, W) less per block and 3/4 of the stem's ReLU output less; the results match the
+    programs without the choices (compute optimizer off, which also turns off the other rewrites;
+    plan_test checks rules 4 and 5 alone bit for bit)."""
     import copy
 
     import onnx
@@ -48,7 +50,7 @@ def test_resnet_blocks_recompute_batch_norm_and_relu_in_the_backward(monkeypatch
     torch.manual_seed(0)
     plain = ResNetCNN(widths=(8, 16, 32))
     images, labels = image_batches(6)(0)
-    saved, recomputed, results = {}, {}, {}
+    saved, ops, results = {}, {}, {}
     for flag in ("1", "0"):
         monkeypatch.setenv("ORTMODULE_ENABLE_COMPUTE_OPTIMIZER", flag)
         model = trainrt.RTModule(copy.deepcopy(plain))
@@ -58,13 +60,16 @@ def test_resnet_blocks_recompute_batch_norm_and_relu_in_the_backward(monkeypatch
         programs = model.engines[0].programs
         saved[flag] = programs.memory_stats()["forward"]["output_bytes"]
         backward = onnx.load_from_string(programs.backward_graph_onnx())
-        recomputed[flag] = sum(n.op_type == "BatchNormalization" for n in backward.graph.node)
+        ops[flag] = [n.op_type for n in backward.graph.node]
         results[flag] = {n: p.grad.clone() for n, p in model.named_parameters()}
         results[flag].update({n: b.clone() for n, b in model.named_buffers()})
         results[flag]["loss"] = loss.detach()
-    assert recomputed == {"1": 3, "0": 0}
-    # The blocks' first ReLU outputs, (6, w, H, W) f32: 16x16 images, 8x8 after the stem's pool.
+    assert ops["1"].count("BatchNormalization") == 3 and ops["0"].count("BatchNormalization") == 0
+    assert ops["1"].count("MaxPoolArgmaxGrad") == 1 and "MaxPoolGrad" not in ops["1"]
+    # f32 bytes: the blocks' first ReLU outputs (6, w, H, W) on 16x16 images (8x8 after the stem's
+    # pool), and the stem's ReLU output (6, 8, 16, 16) less the argmax (6, 8, 8, 8) i32 kept instead.
     relu_bytes = 4 * 6 * (8 * 8 * 8 + 16 * 4 * 4 + 32 * 2 * 2)
-    assert saved["0"] - saved["1"] >= relu_bytes
+    stem_bytes = 4 * 6 * 8 * 16 * 16 - 4 * 6 * 8 * 8 * 8
+    assert saved["0"] - saved["1"] >= relu_bytes + stem_bytes
     for name, value in results["0"].items():
         torch.testing.assert_close(results["1"][name], value, rtol=1e-5, atol=1e-6, msg=name)

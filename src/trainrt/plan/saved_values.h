@@ -25,6 +25,11 @@
 //      and the backward also reads the Relu's output R: the backward runs both again on X, and only
 //      X is saved. In a ResNet BasicBlock, Conv -> BN -> ReLU -> Conv saves the first Conv's
 //      output and the ReLU's: one (N, C, H, W) instead of two, for one batch-norm pass.
+//   5. P = MaxPool(R), R = Relu(Y), R read by the backward only in MaxPoolGrad and ReluGrad: the
+//      forward writes the windows' i32 argmax beside P (MaxPoolWithArgmax) and the backward runs
+//      MaxPoolArgmaxGrad(ReluGrad(dP, P), argmax): the same bits without R (ReLU and max pooling
+//      commute). A CNN stem (Conv -> BN -> ReLU -> MaxPool 2x2) saves argmax (R's bytes / 4)
+//      instead of R.
 //
 //   GradientResult grads = build_gradients(*joint, request);
 //   SavedValueChoices made = choose_saved_values(*joint, grads);  // edits joint, grads.forward_nodes
@@ -41,6 +46,7 @@ struct SavedValueChoices {
   int log_probs_kept = 0;           // loss nodes now writing log_prob for their gradient
   int pointwise_recomputed = 0;     // pointwise outputs recomputed in the backward, not saved
   int batch_norms_recomputed = 0;   // Relu(BatchNormalization(X)) recomputed from X, not saved
+  int pools_by_argmax = 0;          // MaxPool(Relu(.)) whose gradient reads an argmax, not the ReLU output
 };
 
 SavedValueChoices choose_saved_values(Graph& joint, GradientResult& gradients);

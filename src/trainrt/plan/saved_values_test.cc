@@ -270,15 +270,55 @@ TEST(SavedValues, ABatchNormAndReluBeforeAConvAreRecomputedFromTheBatchNormInput
   for (size_t i = 0; i < plain.grads.size(); ++i) expect_close(chosen.grads[i], plain.grads[i], 0, 0);
 }
 
-// The stem's Conv -> BN -> ReLU -> MaxPool: MaxPoolGrad holds R beside its R-sized output, so the
-// recompute would add R to the backward's peak; R stays saved.
-TEST(SavedValues, ABatchNormAndReluBeforeAMaxPoolStaySaved) {
+// The stem's Conv -> BN -> ReLU -> MaxPool: rule 4 does not apply (MaxPoolGrad would hold the
+// recomputed R beside its R-sized output); rule 5 does: the backward reads the pooled P (saved for
+// the next reader anyway) and the i32 argmax instead of R, and gives the same bits.
+TEST(SavedValues, AMaxPoolAfterAReluKeepsItsArgmaxInsteadOfTheReluOutput) {
   auto make = [] { return conv_bn_relu_graph("MaxPool"); };
   const std::map<std::string, Tensor> inputs = {{"x", random_tensor({2, 3, 5, 5}, 13)}};
-  TrainingStep chosen = train_step(make, {"w1", "scale", "bias"}, inputs, true);
+  const std::vector<std::string> wrt = {"w1", "scale", "bias"};
+  TrainingStep plain = train_step(make, wrt, inputs, false);
+  TrainingStep chosen = train_step(make, wrt, inputs, true);
+  EXPECT_TRUE(saves(plain.programs, "r"));
   EXPECT_EQ(chosen.made.batch_norms_recomputed, 0);
-  EXPECT_TRUE(saves(chosen.programs, "r"));
-  EXPECT_EQ(count_ops(*chosen.programs.backward, "BatchNormalization"), 0);
+  EXPECT_EQ(chosen.made.pools_by_argmax, 1);
+  EXPECT_FALSE(saves(chosen.programs, "r"));
+  EXPECT_TRUE(saves(chosen.programs, "o"));
+  EXPECT_TRUE(saves(chosen.programs, "o/argmax"));
+  EXPECT_EQ(count_ops(*chosen.programs.forward, "MaxPool"), 0);
+  EXPECT_EQ(count_ops(*chosen.programs.forward, "MaxPoolWithArgmax"), 1);
+  EXPECT_EQ(count_ops(*chosen.programs.backward, "MaxPoolGrad"), 0);
+  EXPECT_EQ(count_ops(*chosen.programs.backward, "MaxPoolArgmaxGrad"), 1);
+  EXPECT_EQ(count_ops(*chosen.programs.backward, "ReluGrad"), 1);
+  expect_close(chosen.forward_outputs[0], plain.forward_outputs[0], 0, 0);
+  ASSERT_EQ(chosen.grads.size(), plain.grads.size());
+  for (size_t i = 0; i < plain.grads.size(); ++i) expect_close(chosen.grads[i], plain.grads[i], 0, 0);
+}
+
+// A ReLU output the forward also reads outside the MaxPool (here a residual Add) is not the stem
+// pattern: MaxPoolGrad keeps reading it.
+TEST(SavedValues, AMaxPoolOnAReluOutputReadElsewhereKeepsMaxPoolGrad) {
+  auto make = [] {
+    auto g = std::make_shared<Graph>();
+    g->set_opset("", 18);
+    Value* x = g->add_input("x", DType::kF32, Shape({1, 2, 4, 4}));
+    Value* w = g->add_initializer("w", random_tensor({1, 2, 4, 4}, 31));
+    Value* r = g->add_node("Relu", {g->add_node("Mul", {x, w}, {"h"})->output(0)}, {"r"})->output(0);
+    Node* pool = g->add_node("MaxPool", {r}, {"p"});
+    pool->set_attr("kernel_shape", Attribute::of_ints({2, 2}));
+    pool->set_attr("strides", Attribute::of_ints({2, 2}));
+    Value* p = pool->output(0);
+    Node* a = g->add_node("ReduceSum", {g->add_node("Mul", {p, p}, {"pp"})->output(0)}, {"a"});
+    Node* b = g->add_node("ReduceSum", {g->add_node("Mul", {r, r}, {"rr"})->output(0)}, {"b"});
+    for (Node* sum : {a, b}) sum->set_attr("keepdims", Attribute::of_int(0));
+    Node* loss = g->add_node("Add", {a->output(0), b->output(0)}, {"loss"});
+    g->add_output(loss->output(0));
+    return g;
+  };
+  const std::map<std::string, Tensor> inputs = {{"x", random_tensor({1, 2, 4, 4}, 32)}};
+  TrainingStep chosen = train_step(make, {"w"}, inputs, true);
+  EXPECT_EQ(chosen.made.pools_by_argmax, 0);
+  EXPECT_EQ(count_ops(*chosen.programs.backward, "MaxPoolGrad"), 1);
 }
 
 }  // namespace

@@ -23,6 +23,11 @@
 //                               conv-BN-ReLU-MaxPool saves X anyway for ReluGrad(dY, Y), and
 //                               saved int64 indices would add half of X's bytes for a 2x2 pool)
 //   AveragePoolGrad(dY, shape)  dX[tap] += dY[window] / count for every in-bounds tap
+//   MaxPoolWithArgmax(X)        Y as MaxPool, and Argmax (i32): each window's first largest tap
+//                               as an offset within its plane, -1 for a window wholly in padding
+//   MaxPoolArgmaxGrad(dY, Argmax, shape)  dX[Argmax[window]] += dY[window]: MaxPoolGrad's sums
+//                               in the same order, without X (plan/saved_values.h: the stem's
+//                               ReLU output is then not saved, only the i32 Argmax)
 // The global pools reduce each contiguous plane with the vectorized row reductions.
 // MaxPool: f32, f64, bf16, i8, u8; the others f32, f64, bf16 (bf16 computes in f32 per plane).
 #include <algorithm>
@@ -196,6 +201,29 @@ void max_pool(const PoolSpec& s, KeptPooling& kept, KernelContext& ctx) {
 }
 
 template <typename T>
+void max_pool_with_argmax(const PoolSpec& s, KeptPooling& kept, KernelContext& ctx) {
+  using C = pool_t<T>;
+  const Tensor& x = ctx.in(0);
+  const Windows& w = kept.of(s, x.dims()).windows;
+  const T* xd = x.data<T>();
+  T* yd = ctx.out(0).data<T>();
+  int32_t* argmax = ctx.out(1).data<int32_t>();
+  const int64_t in_plane = w.in_plane(), out_plane = w.out_plane();
+  if (in_plane > std::numeric_limits<int32_t>::max())
+    throw UnsupportedOp(fmt(s.node, ": input 0 of shape ", to_string(x.dims()),
+                            " has planes past the i32 range of output 1 (Argmax)"));
+  ctx.threads().parallel_for(w.planes, rows_per_task(in_plane), [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      const C* plane = plane_in(xd + p * in_plane, in_plane, 0);
+      C* y = plane_out(yd + p * out_plane, out_plane, 1);
+      int32_t* at = argmax + p * out_plane;
+      max_plane<true>(w, plane, y, [&](int64_t o, int64_t best) { at[o] = static_cast<int32_t>(best); });
+      plane_commit(y, yd + p * out_plane, out_plane);
+    }
+  });
+}
+
+template <typename T>
 void average_pool(const PoolSpec& s, KeptPooling& kept, KernelContext& ctx) {
   using C = pool_t<T>;
   const Tensor& x = ctx.in(0);
@@ -266,6 +294,36 @@ void max_pool_grad(const PoolSpec& s, KeptPooling& kept, KernelContext& ctx) {
 }
 
 template <typename T>
+void max_pool_argmax_grad(const PoolSpec& s, KeptPooling& kept, KernelContext& ctx) {
+  using C = pool_t<T>;
+  const Tensor& dy = ctx.in(0);
+  const Tensor& argmax = ctx.in(1);
+  const Tensor& x_shape = ctx.in(2);  // i64 (the schema's)
+  TRAINRT_CHECK(x_shape.rank() == 1, s.node, ": input 2 (X_shape) is ", describe(x_shape), ", expected a 1-D tensor");
+  TRAINRT_CHECK(argmax.dims() == dy.dims(), s.node, ": input 1 (Argmax) has shape ", to_string(argmax.dims()),
+                ", expected dY's ", to_string(dy.dims()));
+  const Windows& w = grad_windows(s, kept, dy, std::span(x_shape.data<int64_t>(), static_cast<size_t>(x_shape.numel())));
+  const T* dyd = dy.data<T>();
+  T* dxd = ctx.out(0).data<T>();
+  const int64_t in_plane = w.in_plane(), out_plane = w.out_plane();
+  ctx.threads().parallel_for(w.planes, rows_per_task(in_plane), [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      const C* dyp = plane_in(dyd + p * out_plane, out_plane, 1);
+      const int32_t* at = argmax.data<int32_t>() + p * out_plane;
+      C* dx = plane_out(dxd + p * in_plane, in_plane, 2);
+      std::fill(dx, dx + in_plane, C(0));
+      for (int64_t o = 0; o < out_plane; ++o) {
+        if (at[o] < 0) continue;
+        TRAINRT_CHECK(at[o] < in_plane, s.node, ": input 1 (Argmax) names offset ", at[o],
+                      " past the plane of X of shape ", describe(x_shape));
+        dx[at[o]] += dyp[o];
+      }
+      plane_commit(dx, dxd + p * in_plane, in_plane);
+    }
+  });
+}
+
+template <typename T>
 void average_pool_grad(const PoolSpec& s, KeptPooling& kept, KernelContext& ctx) {
   using C = pool_t<T>;
   const Tensor& dy = ctx.in(0);
@@ -317,6 +375,18 @@ KernelFn make_max_pool_grad(const Node& node) {
   return [s = spec_of(node), kept = KeptPooling()](KernelContext& ctx) mutable { max_pool_grad<T>(s, kept, ctx); };
 }
 template <typename T>
+KernelFn make_max_pool_with_argmax(const Node& node) {
+  return [s = spec_of(node), kept = KeptPooling()](KernelContext& ctx) mutable {
+    max_pool_with_argmax<T>(s, kept, ctx);
+  };
+}
+template <typename T>
+KernelFn make_max_pool_argmax_grad(const Node& node) {
+  return [s = spec_of(node), kept = KeptPooling()](KernelContext& ctx) mutable {
+    max_pool_argmax_grad<T>(s, kept, ctx);
+  };
+}
+template <typename T>
 KernelFn make_average_pool_grad(const Node& node) {
   return [s = spec_of(node), kept = KeptPooling()](KernelContext& ctx) mutable {
     average_pool_grad<T>(s, kept, ctx);
@@ -341,6 +411,12 @@ void register_pool_kernels(KernelTable& t) {
   t.add(kTrainrtDomain, "MaxPoolGrad", DType::kF32, make_max_pool_grad<float>);
   t.add(kTrainrtDomain, "MaxPoolGrad", DType::kF64, make_max_pool_grad<double>);
   t.add(kTrainrtDomain, "MaxPoolGrad", DType::kBF16, make_max_pool_grad<BFloat16>);
+  t.add(kTrainrtDomain, "MaxPoolWithArgmax", DType::kF32, make_max_pool_with_argmax<float>);
+  t.add(kTrainrtDomain, "MaxPoolWithArgmax", DType::kF64, make_max_pool_with_argmax<double>);
+  t.add(kTrainrtDomain, "MaxPoolWithArgmax", DType::kBF16, make_max_pool_with_argmax<BFloat16>);
+  t.add(kTrainrtDomain, "MaxPoolArgmaxGrad", DType::kF32, make_max_pool_argmax_grad<float>);
+  t.add(kTrainrtDomain, "MaxPoolArgmaxGrad", DType::kF64, make_max_pool_argmax_grad<double>);
+  t.add(kTrainrtDomain, "MaxPoolArgmaxGrad", DType::kBF16, make_max_pool_argmax_grad<BFloat16>);
   t.add(kTrainrtDomain, "AveragePoolGrad", DType::kF32, make_average_pool_grad<float>);
   t.add(kTrainrtDomain, "AveragePoolGrad", DType::kF64, make_average_pool_grad<double>);
   t.add(kTrainrtDomain, "AveragePoolGrad", DType::kBF16, make_average_pool_grad<BFloat16>);
