@@ -73,3 +73,31 @@ def test_resnet_saves_less_than_the_plain_partition_and_results_stay_the_same(mo
     assert saved["0"] - saved["1"] >= relu_bytes + stem_bytes
     for name, value in results["0"].items():
         torch.testing.assert_close(results["1"][name], value, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_resnet_under_bf16_autocast_saves_the_bf16_conv_outputs_not_their_f32_casts(monkeypatch):
+    """Under bf16 autocast each BatchNorm reads the f32 Cast of a bf16 Conv output; the saved-set choice
+    saves the bf16 output and casts again in the backward (plan/saved_values.h, rule 3's widening Cast):
+    at least half of the f32 BN inputs' bytes are not saved, and the results match the programs without
+    the choices."""
+    import copy
+
+    torch.manual_seed(0)
+    plain = ResNetCNN(widths=(8, 16, 32))
+    images, labels = image_batches(6)(0)
+    saved, results = {}, {}
+    for flag in ("1", "0"):
+        monkeypatch.setenv("ORTMODULE_ENABLE_COMPUTE_OPTIMIZER", flag)
+        model = trainrt.RTModule(copy.deepcopy(plain), mixed_precision="bf16")
+        loss = model(images, labels)
+        loss.backward()
+        assert model._fallback_reason is None
+        saved[flag] = model.engines[0].programs.memory_stats()["forward"]["output_bytes"]
+        results[flag] = {n: p.grad.clone() for n, p in model.named_parameters()}
+        results[flag]["loss"] = loss.detach()
+    # The nine BN inputs (6, w, H, W): the stem's 8 x 16 x 16, then 8 x 8 x 8 (two), and per later
+    # block three of 16 x 4 x 4 and three of 32 x 2 x 2; 2 of their 4 bytes each.
+    bn_values = 6 * (8 * 16 * 16 + 2 * 8 * 8 * 8 + 3 * 16 * 4 * 4 + 3 * 32 * 2 * 2)
+    assert saved["0"] - saved["1"] >= 2 * bn_values
+    for name, value in results["0"].items():
+        torch.testing.assert_close(results["1"][name], value, rtol=1e-5, atol=1e-6, msg=name)

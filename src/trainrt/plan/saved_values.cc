@@ -69,7 +69,17 @@ class SavedValueChooser {
   // input or initializer (kept by the caller), so running `n` again there saves the output's bytes.
   bool recomputing_pays(const Node& n) const {
     if (!is_cheap_pointwise(n) || is_graph_output(n.output(0)) || !read_by_backward(n.output(0))) return false;
-    return reaches_backward_free(n.input(0));
+    return reaches_backward_free(n.input(0)) || is_widening_cast(n);
+  }
+
+  // A Cast to a wider type of a forward value (bf16 -> f32 before a batch norm under autocast): exact,
+  // so the backward can cast again, and saving the input costs fewer bytes than saving the output
+  // even when the input was not saved before (a bf16 Conv output: half the f32 bytes).
+  bool is_widening_cast(const Node& n) const {
+    if (n.op_type() != "Cast" || !is_forward_value(n.input(0))) return false;
+    const DType from = n.input(0)->dtype, to = n.output(0)->dtype;
+    const bool exact = (from == DType::kBF16 || from == DType::kF16) && (to == DType::kF32 || to == DType::kF64);
+    return exact || (from == DType::kF32 && to == DType::kF64);
   }
 
   // Whether the backward can read `x` at no cost in saved bytes: it is saved already, or it is a

@@ -21,6 +21,9 @@
 //      gradient reads fc's output X (B, T, 4C) and the out-projection's weight gradient reads
 //      Gelu(X) (B, T, 4C): one (B, T, 4C) saved instead of two, for one GELU pass in the backward.
 //      The recompute is placed just before its first backward reader, where the schedule runs it.
+//      A widening Cast (bf16 -> f32) is recomputed even when its input was not saved: the input has
+//      fewer bytes (under bf16 autocast the batch norm's gradient reads the f32 cast of a bf16 Conv
+//      output; the bf16 output is saved instead, half the bytes).
 //   4. Relu(BatchNormalization(X)) in training mode, where the batch norm's gradient reads X (saved)
 //      and the backward also reads the Relu's output R: the backward runs both again on X, and only
 //      X is saved. In a ResNet BasicBlock, Conv -> BN -> ReLU -> Conv saves the first Conv's

@@ -196,6 +196,40 @@ TEST(SavedValues, APointwiseOutputIsRecomputedFromItsSavedInput) {
   expect_same_results(chosen, plain);
 }
 
+// loss = ReduceSum(f * f), f = Cast(Cast(x @ w, bf16), f32): the Mul gradient reads the f32 f; its
+// bf16 input is saved instead (half the bytes, though nothing else read it) and the exact widening
+// Cast runs again in the backward.
+TEST(SavedValues, AWideningCastIsRecomputedFromItsNarrowerInput) {
+  auto make = [] {
+    auto g = std::make_shared<Graph>();
+    g->set_opset("", 18);
+    Value* x = g->add_input("x", DType::kF32, Shape({4, 3}));
+    Value* w = g->add_initializer("w", random_tensor({3, 6}, 41));
+    Value* h = g->add_node("MatMul", {x, w}, {"h"})->output(0);
+    Node* narrow = g->add_node("Cast", {h}, {"hb"});
+    narrow->set_attr("to", Attribute::of_int(dtype_to_onnx(DType::kBF16)));
+    Node* widen = g->add_node("Cast", {narrow->output(0)}, {"f"});
+    widen->set_attr("to", Attribute::of_int(dtype_to_onnx(DType::kF32)));
+    Value* f = widen->output(0);
+    Node* loss = g->add_node("ReduceSum", {g->add_node("Mul", {f, f}, {"sq"})->output(0)}, {"loss"});
+    loss->set_attr("keepdims", Attribute::of_int(0));
+    g->add_output(loss->output(0));
+    return g;
+  };
+  const std::map<std::string, Tensor> inputs = {{"x", random_tensor({4, 3}, 42)}};
+  TrainingStep plain = train_step(make, {"w"}, inputs, false);
+  TrainingStep chosen = train_step(make, {"w"}, inputs, true);
+  EXPECT_TRUE(saves(plain.programs, "f"));
+  EXPECT_FALSE(saves(plain.programs, "hb"));
+  EXPECT_EQ(chosen.made.pointwise_recomputed, 1);
+  EXPECT_FALSE(saves(chosen.programs, "f"));
+  EXPECT_TRUE(saves(chosen.programs, "hb"));
+  EXPECT_EQ(count_ops(*chosen.programs.backward, "Cast"), count_ops(*plain.programs.backward, "Cast") + 1);
+  expect_close(chosen.forward_outputs[0], plain.forward_outputs[0], 0, 0);
+  ASSERT_EQ(chosen.grads.size(), plain.grads.size());
+  for (size_t i = 0; i < plain.grads.size(); ++i) expect_close(chosen.grads[i], plain.grads[i], 0, 0);
+}
+
 // A Relu whose gradient reads its output only: the input is not saved, so recomputing would save
 // the input instead of the output, no fewer bytes. The output stays saved.
 TEST(SavedValues, NothingIsRecomputedWhenItsInputWouldHaveToBeSaved) {
