@@ -19,9 +19,9 @@
 //   AveragePool  y = sum of the in-bounds taps / count: count_include_pad=0 counts those taps,
 //                1 also the taps on explicit or automatic padding (not those past it, which
 //                ceil_mode can add: PyTorch avg_pool2d's divisor)
-//   MaxPoolGrad(dY, X)          dX[argmax of window] += dY[window]  (argmax found again in X:
-//                               conv-BN-ReLU-MaxPool saves X anyway for ReluGrad(dY, Y), and
-//                               saved int64 indices would add half of X's bytes for a 2x2 pool)
+//   MaxPoolGrad(dY, X)          dX[argmax of window] += dY[window]  (argmax found again in X,
+//                               which the backward reads anyway when another gradient reads X;
+//                               saved int64 indices would add half of X's f32 bytes for a 2x2 pool)
 //   AveragePoolGrad(dY, shape)  dX[tap] += dY[window] / count for every in-bounds tap
 //   MaxPoolWithArgmax(X)        Y as MaxPool, and Argmax (i32): each window's first largest tap
 //                               as an offset within its plane, -1 for a window wholly in padding
