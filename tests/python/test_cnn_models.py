@@ -39,7 +39,7 @@ def test_resnet_eval_mode_uses_running_statistics_and_batch_size_can_change():
 def test_resnet_saves_less_than_the_plain_partition_and_results_stay_the_same(monkeypatch):
     """The saved-set choices on the ResNet (plan/saved_values.h): each block's first BN + ReLU is
     recomputed in the backward (rule 4: three BatchNormalization nodes there), and the stem's MaxPool
-    gradient reads the pooled output and an i32 argmax instead of the ReLU output (rule 5). The forward
+    gradient reads the pooled output and a u8 argmax instead of the ReLU output (rule 5). The forward
     saves one (B, w, H, W) less per block and 3/4 of the stem's ReLU output less; the results match the
     programs without the choices (compute optimizer off, which also turns off the other rewrites;
     plan_test checks rules 4 and 5 alone bit for bit)."""
@@ -67,9 +67,9 @@ def test_resnet_saves_less_than_the_plain_partition_and_results_stay_the_same(mo
     assert ops["1"].count("BatchNormalization") == 3 and ops["0"].count("BatchNormalization") == 0
     assert ops["1"].count("MaxPoolArgmaxGrad") == 1 and "MaxPoolGrad" not in ops["1"]
     # f32 bytes: the blocks' first ReLU outputs (6, w, H, W) on 16x16 images (8x8 after the stem's
-    # pool), and the stem's ReLU output (6, 8, 16, 16) less the argmax (6, 8, 8, 8) i32 kept instead.
+    # pool), and the stem's ReLU output (6, 8, 16, 16) less the argmax (6, 8, 8, 8) u8 kept instead.
     relu_bytes = 4 * 6 * (8 * 8 * 8 + 16 * 4 * 4 + 32 * 2 * 2)
-    stem_bytes = 4 * 6 * 8 * 16 * 16 - 4 * 6 * 8 * 8 * 8
+    stem_bytes = 4 * 6 * 8 * 16 * 16 - 6 * 8 * 8 * 8
     assert saved["0"] - saved["1"] >= relu_bytes + stem_bytes
     for name, value in results["0"].items():
         torch.testing.assert_close(results["1"][name], value, rtol=1e-5, atol=1e-6, msg=name)

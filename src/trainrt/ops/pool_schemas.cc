@@ -3,8 +3,9 @@
 //   MaxPool(X) -> (Y, [Indices])          AveragePool(X) -> Y
 //   GlobalMaxPool(X) -> Y                 GlobalAveragePool(X) -> Y         Y: (N, C, 1, ..., 1)
 //   MaxPoolGrad(dY, X) -> dX              the argmax of each window is found again in X
-//   MaxPoolWithArgmax(X) -> (Y, Argmax)   Argmax: i32, Y's shape: the offset within its (N, C) plane
-//                                         of each window's first largest tap, -1 for none
+//   MaxPoolWithArgmax(X) -> (Y, Argmax)   Argmax: u8, Y's shape: each window's first largest tap as
+//                                         its index among the kernel's taps (row major), 255 for
+//                                         none; kernel_shape of at most 255 taps
 //   MaxPoolArgmaxGrad(dY, Argmax, X_shape) -> dX   dY routed to the taps Argmax names
 //   AveragePoolGrad(dY, X_shape) -> dX    X_shape: X's dims as a 1-D i64 value
 // The gradient ops carry the forward node's attributes; without kernel_shape the window is the
@@ -50,9 +51,15 @@ void infer_max_pool(InferenceContext& ctx) {
 
 void infer_max_pool_with_argmax(InferenceContext& ctx) {
   ctx.expect_dtype(0, {DType::kF32, DType::kF64, DType::kBF16});
+  const PoolAttributes a = PoolAttributes::of(ctx.node());
+  int64_t taps = 1;
+  for (int64_t k : a.kernel) taps *= k;
+  if (a.global || taps > 255)
+    ctx.fail(fmt("kernel_shape ", to_string(a.kernel), " has ", a.global ? "no" : std::to_string(taps),
+                 " taps; output 1 (Argmax, u8) holds a tap index below 255"));
   const Shape y = pooled_shape(ctx, ctx.input_shape(0));
   ctx.set_output(0, ctx.input_dtype(0), y);
-  ctx.set_output(1, DType::kI32, y);
+  ctx.set_output(1, DType::kU8, y);
 }
 
 void infer_average_pool(InferenceContext& ctx) {
@@ -105,7 +112,7 @@ void infer_average_pool_grad(InferenceContext& ctx) {
 
 void infer_max_pool_argmax_grad(InferenceContext& ctx) {
   ctx.expect_dtype(0, {DType::kF32, DType::kF64, DType::kBF16});
-  ctx.expect_dtype(1, {DType::kI32});
+  ctx.expect_dtype(1, {DType::kU8});
   Shape x = x_shape_input(ctx, 2);
   expect_pooled(ctx, x);
   ctx.set_output(0, ctx.input_dtype(0), std::move(x));

@@ -29,9 +29,9 @@
 //      X is saved. In a ResNet BasicBlock, Conv -> BN -> ReLU -> Conv saves the first Conv's
 //      output and the ReLU's: one (N, C, H, W) instead of two, for one batch-norm pass.
 //   5. P = MaxPool(R), R = Relu(Y), R read by the backward only in MaxPoolGrad and ReluGrad: the
-//      forward writes the windows' i32 argmax beside P (MaxPoolWithArgmax) and the backward runs
+//      forward writes the windows' u8 argmax beside P (MaxPoolWithArgmax) and the backward runs
 //      MaxPoolArgmaxGrad(ReluGrad(dP, P), argmax): the same bits without R (ReLU and max pooling
-//      commute). A CNN stem (Conv -> BN -> ReLU -> MaxPool 2x2) saves argmax (R's bytes / 4)
+//      commute). A CNN stem (Conv -> BN -> ReLU -> MaxPool 2x2) saves argmax (R's f32 bytes / 16)
 //      instead of R.
 //
 //   GradientResult grads = build_gradients(*joint, request);

@@ -306,7 +306,7 @@ TEST(SavedValues, ABatchNormAndReluBeforeAConvAreRecomputedFromTheBatchNormInput
 
 // The stem's Conv -> BN -> ReLU -> MaxPool: rule 4 does not apply (MaxPoolGrad would hold the
 // recomputed R beside its R-sized output); rule 5 does: the backward reads the pooled P (saved for
-// the next reader anyway) and the i32 argmax instead of R, and gives the same bits.
+// the next reader anyway) and the u8 argmax instead of R, and gives the same bits.
 TEST(SavedValues, AMaxPoolAfterAReluKeepsItsArgmaxInsteadOfTheReluOutput) {
   auto make = [] { return conv_bn_relu_graph("MaxPool"); };
   const std::map<std::string, Tensor> inputs = {{"x", random_tensor({2, 3, 5, 5}, 13)}};
