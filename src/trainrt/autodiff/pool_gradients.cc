@@ -2,7 +2,9 @@
 // node's attributes (kernels in kernels/cpu/pool_kernels.cc):
 //   MaxPool, GlobalMaxPool          dX = MaxPoolGrad(dY, X): dY goes to the first largest tap of
 //                                   its window, found again in X (PyTorch max_pool2d_with_indices
-//                                   backward, without keeping the indices alive)
+//                                   backward, without keeping the indices alive; when X is a
+//                                   ReLU output kept only for this, plan/saved_values.h rule 5
+//                                   keeps a u8 argmax instead: MaxPoolArgmaxGrad)
 //   AveragePool, GlobalAveragePool  dX = AveragePoolGrad(dY, Shape(X)): dY / count to every tap
 // The global pools' gradient ops carry no kernel_shape: their window is the whole plane. A
 // gradient flowing into MaxPool's Indices output is not supported (it is integer).

@@ -2,9 +2,12 @@
 // (autodiff/normalization_gradients.cc emits it):
 //   BatchNormalization(X, scale, B, input_mean, input_var) -> (Y, [running_mean], [running_var])
 //     X (N, C, d1, ..., dk) with k >= 0, the others (C); Y X's shape; the running stats (C),
-//     produced only in training mode (training_mode=1).
+//     produced only in training mode (training_mode=1). Y may be written over X: the kernel takes
+//     all the statistics before it writes Y, element by element.
 //   BatchNormalizationGrad(dY, X, scale, [mean, inv_std]) -> (dX, [dScale], [dBias])
 //     dX X's shape, dScale and dBias (C); attributes epsilon and training_mode as on the forward.
+//     dX may be written over dY: the kernel reads a channel's dY for its sums before writing its dX,
+//     element by element (the ResNet stem's backward then needs no second (N, C, H, W) buffer).
 // All tensors share X's dtype (ONNX allows other types for scale and the stats; TrainRT does not).
 #include "trainrt/ops/op_schema.h"
 #include "trainrt/ops/register_schemas.h"
@@ -75,9 +78,9 @@ void infer_batch_norm_grad(InferenceContext& ctx) {
 
 void register_batch_norm_schemas(OpRegistry& r) {
   r.add({.name = "BatchNormalization", .min_inputs = 5, .max_inputs = 5, .min_outputs = 1, .max_outputs = 3,
-         .infer = infer_batch_norm});
+         .infer = infer_batch_norm, .inplace = {{0, 0}}});
   r.add({.domain = std::string(kTrainrtDomain), .name = "BatchNormalizationGrad", .min_inputs = 3, .max_inputs = 5,
-         .min_outputs = 1, .max_outputs = 3, .infer = infer_batch_norm_grad});
+         .min_outputs = 1, .max_outputs = 3, .infer = infer_batch_norm_grad, .inplace = {{0, 0}}});
 }
 
 }  // namespace trainrt

@@ -3,6 +3,10 @@
 //   MaxPool(X) -> (Y, [Indices])          AveragePool(X) -> Y
 //   GlobalMaxPool(X) -> Y                 GlobalAveragePool(X) -> Y         Y: (N, C, 1, ..., 1)
 //   MaxPoolGrad(dY, X) -> dX              the argmax of each window is found again in X
+//   MaxPoolWithArgmax(X) -> (Y, Argmax)   Argmax: u8, Y's shape: each window's first largest tap as
+//                                         its index among the kernel's taps (row major), 255 for
+//                                         none; kernel_shape of at most 255 taps
+//   MaxPoolArgmaxGrad(dY, Argmax, X_shape) -> dX   dY routed to the taps Argmax names
 //   AveragePoolGrad(dY, X_shape) -> dX    X_shape: X's dims as a 1-D i64 value
 // The gradient ops carry the forward node's attributes; without kernel_shape the window is the
 // whole spatial extent (the gradients of the global pools).
@@ -45,6 +49,19 @@ void infer_max_pool(InferenceContext& ctx) {
   ctx.set_output(1, DType::kI64, y);
 }
 
+void infer_max_pool_with_argmax(InferenceContext& ctx) {
+  ctx.expect_dtype(0, {DType::kF32, DType::kF64, DType::kBF16});
+  const PoolAttributes a = PoolAttributes::of(ctx.node());
+  int64_t taps = 1;
+  for (int64_t k : a.kernel) taps *= k;
+  if (a.global || taps > 255)
+    ctx.fail(fmt("kernel_shape ", to_string(a.kernel), " has ", a.global ? "no" : std::to_string(taps),
+                 " taps; output 1 (Argmax, u8) holds a tap index below 255"));
+  const Shape y = pooled_shape(ctx, ctx.input_shape(0));
+  ctx.set_output(0, ctx.input_dtype(0), y);
+  ctx.set_output(1, DType::kU8, y);
+}
+
 void infer_average_pool(InferenceContext& ctx) {
   ctx.expect_dtype(0, {DType::kF32, DType::kF64, DType::kBF16});
   ctx.set_output(0, ctx.input_dtype(0), pooled_shape(ctx, ctx.input_shape(0)));
@@ -72,17 +89,31 @@ void infer_max_pool_grad(InferenceContext& ctx) {
   ctx.set_output(0, ctx.input_dtype(0), ctx.input_shape(1));
 }
 
-void infer_average_pool_grad(InferenceContext& ctx) {
-  ctx.expect_dtype(0, {DType::kF32, DType::kF64, DType::kBF16});
-  ctx.expect_dtype(1, {DType::kI64});
+// X's shape from input `i` (X_shape, 1-D i64): its values when constant, else its rank with dY's N, C.
+Shape x_shape_input(InferenceContext& ctx, int i) {
+  ctx.expect_dtype(i, {DType::kI64});
   Shape x = Shape::unknown_rank();
-  if (const Tensor* dims = ctx.input_value(1)) {
+  if (const Tensor* dims = ctx.input_value(i)) {
     x = Shape::of(dims->to_i64_vector());
-  } else if (const Shape& s = ctx.input_shape(1); s.rank_known && s.rank() == 1 && s.dims[0].is_static()) {
+  } else if (const Shape& s = ctx.input_shape(i); s.rank_known && s.rank() == 1 && s.dims[0].is_static()) {
     x = Shape(std::vector<Dim>(static_cast<size_t>(s.dims[0].value)));
     const Shape& dy = ctx.input_shape(0);
     if (dy.rank_known && dy.rank() == x.rank()) x.dims[0] = dy.dims[0], x.dims[1] = dy.dims[1];
   }
+  return x;
+}
+
+void infer_average_pool_grad(InferenceContext& ctx) {
+  ctx.expect_dtype(0, {DType::kF32, DType::kF64, DType::kBF16});
+  Shape x = x_shape_input(ctx, 1);
+  expect_pooled(ctx, x);
+  ctx.set_output(0, ctx.input_dtype(0), std::move(x));
+}
+
+void infer_max_pool_argmax_grad(InferenceContext& ctx) {
+  ctx.expect_dtype(0, {DType::kF32, DType::kF64, DType::kBF16});
+  ctx.expect_dtype(1, {DType::kU8});
+  Shape x = x_shape_input(ctx, 2);
   expect_pooled(ctx, x);
   ctx.set_output(0, ctx.input_dtype(0), std::move(x));
 }
@@ -99,6 +130,10 @@ void register_pool_schemas(OpRegistry& r) {
   r.add({.domain = trainrt, .name = "MaxPoolGrad", .min_inputs = 2, .max_inputs = 2, .infer = infer_max_pool_grad});
   r.add({.domain = trainrt, .name = "AveragePoolGrad", .min_inputs = 2, .max_inputs = 2,
          .infer = infer_average_pool_grad});
+  r.add({.domain = trainrt, .name = "MaxPoolWithArgmax", .min_inputs = 1, .max_inputs = 1, .min_outputs = 2,
+         .max_outputs = 2, .infer = infer_max_pool_with_argmax});
+  r.add({.domain = trainrt, .name = "MaxPoolArgmaxGrad", .min_inputs = 3, .max_inputs = 3,
+         .infer = infer_max_pool_argmax_grad});
 }
 
 }  // namespace trainrt

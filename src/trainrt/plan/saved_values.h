@@ -1,7 +1,7 @@
 // Choices about what the forward keeps for the backward, made on the joint graph (forward and
 // backward nodes from build_gradients) before partition_joint_graph splits it.
 //
-// The saved set is every forward value the backward reads. Two local rewrites make it smaller or
+// The saved set is every forward value the backward reads. Local rewrites make it smaller or
 // cheaper to produce, and never larger:
 //   1. Shape and Size nodes of the backward that read a forward value move to the forward. The
 //      gradients of Reshape, Flatten and friends read only their input's shape; the backward then
@@ -21,6 +21,18 @@
 //      gradient reads fc's output X (B, T, 4C) and the out-projection's weight gradient reads
 //      Gelu(X) (B, T, 4C): one (B, T, 4C) saved instead of two, for one GELU pass in the backward.
 //      The recompute is placed just before its first backward reader, where the schedule runs it.
+//      A widening Cast (bf16 -> f32) is recomputed even when its input was not saved: the input has
+//      fewer bytes (under bf16 autocast the batch norm's gradient reads the f32 cast of a bf16 Conv
+//      output; the bf16 output is saved instead, half the bytes).
+//   4. Relu(BatchNormalization(X)) in training mode, where the batch norm's gradient reads X (saved)
+//      and the backward also reads the Relu's output R: the backward runs both again on X, and only
+//      X is saved. In a ResNet BasicBlock, Conv -> BN -> ReLU -> Conv saves the first Conv's
+//      output and the ReLU's: one (N, C, H, W) instead of two, for one batch-norm pass.
+//   5. P = MaxPool(R), R = Relu(Y), R read by the backward only in MaxPoolGrad and ReluGrad: the
+//      forward writes the windows' u8 argmax beside P (MaxPoolWithArgmax) and the backward runs
+//      MaxPoolArgmaxGrad(ReluGrad(dP, P), argmax): the same bits without R (ReLU and max pooling
+//      commute). A CNN stem (Conv -> BN -> ReLU -> MaxPool 2x2) saves argmax (R's f32 bytes / 16)
+//      instead of R.
 //
 //   GradientResult grads = build_gradients(*joint, request);
 //   SavedValueChoices made = choose_saved_values(*joint, grads);  // edits joint, grads.forward_nodes
@@ -36,6 +48,8 @@ struct SavedValueChoices {
   int shapes_moved_to_forward = 0;  // Shape / Size nodes now in the forward
   int log_probs_kept = 0;           // loss nodes now writing log_prob for their gradient
   int pointwise_recomputed = 0;     // pointwise outputs recomputed in the backward, not saved
+  int batch_norms_recomputed = 0;   // Relu(BatchNormalization(X)) recomputed from X, not saved
+  int pools_by_argmax = 0;          // MaxPool(Relu(.)) whose gradient reads an argmax, not the ReLU output
 };
 
 SavedValueChoices choose_saved_values(Graph& joint, GradientResult& gradients);

@@ -196,6 +196,40 @@ TEST(SavedValues, APointwiseOutputIsRecomputedFromItsSavedInput) {
   expect_same_results(chosen, plain);
 }
 
+// loss = ReduceSum(f * f), f = Cast(Cast(x @ w, bf16), f32): the Mul gradient reads the f32 f; its
+// bf16 input is saved instead (half the bytes, though nothing else read it) and the exact widening
+// Cast runs again in the backward.
+TEST(SavedValues, AWideningCastIsRecomputedFromItsNarrowerInput) {
+  auto make = [] {
+    auto g = std::make_shared<Graph>();
+    g->set_opset("", 18);
+    Value* x = g->add_input("x", DType::kF32, Shape({4, 3}));
+    Value* w = g->add_initializer("w", random_tensor({3, 6}, 41));
+    Value* h = g->add_node("MatMul", {x, w}, {"h"})->output(0);
+    Node* narrow = g->add_node("Cast", {h}, {"hb"});
+    narrow->set_attr("to", Attribute::of_int(dtype_to_onnx(DType::kBF16)));
+    Node* widen = g->add_node("Cast", {narrow->output(0)}, {"f"});
+    widen->set_attr("to", Attribute::of_int(dtype_to_onnx(DType::kF32)));
+    Value* f = widen->output(0);
+    Node* loss = g->add_node("ReduceSum", {g->add_node("Mul", {f, f}, {"sq"})->output(0)}, {"loss"});
+    loss->set_attr("keepdims", Attribute::of_int(0));
+    g->add_output(loss->output(0));
+    return g;
+  };
+  const std::map<std::string, Tensor> inputs = {{"x", random_tensor({4, 3}, 42)}};
+  TrainingStep plain = train_step(make, {"w"}, inputs, false);
+  TrainingStep chosen = train_step(make, {"w"}, inputs, true);
+  EXPECT_TRUE(saves(plain.programs, "f"));
+  EXPECT_FALSE(saves(plain.programs, "hb"));
+  EXPECT_EQ(chosen.made.pointwise_recomputed, 1);
+  EXPECT_FALSE(saves(chosen.programs, "f"));
+  EXPECT_TRUE(saves(chosen.programs, "hb"));
+  EXPECT_EQ(count_ops(*chosen.programs.backward, "Cast"), count_ops(*plain.programs.backward, "Cast") + 1);
+  expect_close(chosen.forward_outputs[0], plain.forward_outputs[0], 0, 0);
+  ASSERT_EQ(chosen.grads.size(), plain.grads.size());
+  for (size_t i = 0; i < plain.grads.size(); ++i) expect_close(chosen.grads[i], plain.grads[i], 0, 0);
+}
+
 // A Relu whose gradient reads its output only: the input is not saved, so recomputing would save
 // the input instead of the output, no fewer bytes. The output stays saved.
 TEST(SavedValues, NothingIsRecomputedWhenItsInputWouldHaveToBeSaved) {
@@ -219,6 +253,106 @@ TEST(SavedValues, NothingIsRecomputedWhenItsInputWouldHaveToBeSaved) {
   EXPECT_TRUE(saves(chosen.programs, "r"));
   EXPECT_FALSE(saves(chosen.programs, "h"));
   EXPECT_EQ(count_ops(*chosen.programs.backward, "Relu"), 0);
+}
+
+// loss = ReduceSum(Conv(Relu(BatchNormalization(Conv(x, w1))), w2)^2), batch norm in training
+// mode: the ResNet block's Conv -> BN -> ReLU -> Conv (x (2, 3, 5, 5), both convs 3x3, pad 1).
+std::shared_ptr<Graph> conv_bn_relu_graph(const std::string& after_relu) {
+  auto g = std::make_shared<Graph>();
+  g->set_opset("", 18);
+  Value* x = g->add_input("x", DType::kF32, Shape({2, 3, 5, 5}));
+  Value* w1 = g->add_initializer("w1", random_tensor({4, 3, 3, 3}, 11));
+  Value* w2 = g->add_initializer("w2", random_tensor({4, 4, 3, 3}, 12));
+  const Attribute pads = Attribute::of_ints({1, 1, 1, 1});
+  Node* conv1 = g->add_node("Conv", {x, w1}, {"c"});
+  conv1->set_attr("pads", pads);
+  std::vector<Value*> stats;
+  for (const char* name : {"scale", "bias", "mean", "var"})
+    stats.push_back(g->add_initializer(name, random_tensor({4}, static_cast<uint32_t>(name[0]))));
+  stats[3] = g->add_node("Abs", {stats[3]}, {"var_abs"})->output(0);  // a (C) value the forward computes
+  Node* bn = g->add_node("BatchNormalization", {conv1->output(0), stats[0], stats[1], stats[2], stats[3]},
+                         {"y", "running_mean", "running_var"});
+  bn->set_attr("training_mode", Attribute::of_int(1));
+  Value* r = g->add_node("Relu", {bn->output(0)}, {"r"})->output(0);  // (2, 4, 5, 5)
+  Node* next = after_relu == "Conv" ? g->add_node("Conv", {r, w2}, {"o"}) : g->add_node(after_relu, {r}, {"o"});
+  if (after_relu == "Conv") next->set_attr("pads", pads);
+  if (after_relu == "MaxPool") next->set_attr("kernel_shape", Attribute::of_ints({2, 2}));
+  Value* o = next->output(0);
+  Node* loss = g->add_node("ReduceSum", {g->add_node("Mul", {o, o}, {"sq"})->output(0)}, {"loss"});
+  loss->set_attr("keepdims", Attribute::of_int(0));
+  g->add_output(loss->output(0));
+  return g;
+}
+
+TEST(SavedValues, ABatchNormAndReluBeforeAConvAreRecomputedFromTheBatchNormInput) {
+  auto make = [] { return conv_bn_relu_graph("Conv"); };
+  const std::map<std::string, Tensor> inputs = {{"x", random_tensor({2, 3, 5, 5}, 13)}};
+  const std::vector<std::string> wrt = {"w1", "w2", "scale", "bias"};
+  TrainingStep plain = train_step(make, wrt, inputs, false);
+  TrainingStep chosen = train_step(make, wrt, inputs, true);
+  EXPECT_TRUE(saves(plain.programs, "c"));
+  EXPECT_TRUE(saves(plain.programs, "r"));
+  EXPECT_EQ(chosen.made.batch_norms_recomputed, 1);
+  EXPECT_TRUE(saves(chosen.programs, "c"));
+  EXPECT_FALSE(saves(chosen.programs, "r"));
+  EXPECT_TRUE(saves(chosen.programs, "var_abs"));  // the (C) running variance the recompute reads
+  EXPECT_EQ(count_ops(*chosen.programs.backward, "BatchNormalization"), 1);
+  EXPECT_EQ(count_ops(*chosen.programs.backward, "Relu"), 1);
+  // The same kernel on the same input: the same bits.
+  expect_close(chosen.forward_outputs[0], plain.forward_outputs[0], 0, 0);
+  ASSERT_EQ(chosen.grads.size(), plain.grads.size());
+  for (size_t i = 0; i < plain.grads.size(); ++i) expect_close(chosen.grads[i], plain.grads[i], 0, 0);
+}
+
+// The stem's Conv -> BN -> ReLU -> MaxPool: rule 4 does not apply (MaxPoolGrad would hold the
+// recomputed R beside its R-sized output); rule 5 does: the backward reads the pooled P (saved for
+// the next reader anyway) and the u8 argmax instead of R, and gives the same bits.
+TEST(SavedValues, AMaxPoolAfterAReluKeepsItsArgmaxInsteadOfTheReluOutput) {
+  auto make = [] { return conv_bn_relu_graph("MaxPool"); };
+  const std::map<std::string, Tensor> inputs = {{"x", random_tensor({2, 3, 5, 5}, 13)}};
+  const std::vector<std::string> wrt = {"w1", "scale", "bias"};
+  TrainingStep plain = train_step(make, wrt, inputs, false);
+  TrainingStep chosen = train_step(make, wrt, inputs, true);
+  EXPECT_TRUE(saves(plain.programs, "r"));
+  EXPECT_EQ(chosen.made.batch_norms_recomputed, 0);
+  EXPECT_EQ(chosen.made.pools_by_argmax, 1);
+  EXPECT_FALSE(saves(chosen.programs, "r"));
+  EXPECT_TRUE(saves(chosen.programs, "o"));
+  EXPECT_TRUE(saves(chosen.programs, "o/argmax"));
+  EXPECT_EQ(count_ops(*chosen.programs.forward, "MaxPool"), 0);
+  EXPECT_EQ(count_ops(*chosen.programs.forward, "MaxPoolWithArgmax"), 1);
+  EXPECT_EQ(count_ops(*chosen.programs.backward, "MaxPoolGrad"), 0);
+  EXPECT_EQ(count_ops(*chosen.programs.backward, "MaxPoolArgmaxGrad"), 1);
+  EXPECT_EQ(count_ops(*chosen.programs.backward, "ReluGrad"), 1);
+  expect_close(chosen.forward_outputs[0], plain.forward_outputs[0], 0, 0);
+  ASSERT_EQ(chosen.grads.size(), plain.grads.size());
+  for (size_t i = 0; i < plain.grads.size(); ++i) expect_close(chosen.grads[i], plain.grads[i], 0, 0);
+}
+
+// A ReLU output the forward also reads outside the MaxPool (here a residual Add) is not the stem
+// pattern: MaxPoolGrad keeps reading it.
+TEST(SavedValues, AMaxPoolOnAReluOutputReadElsewhereKeepsMaxPoolGrad) {
+  auto make = [] {
+    auto g = std::make_shared<Graph>();
+    g->set_opset("", 18);
+    Value* x = g->add_input("x", DType::kF32, Shape({1, 2, 4, 4}));
+    Value* w = g->add_initializer("w", random_tensor({1, 2, 4, 4}, 31));
+    Value* r = g->add_node("Relu", {g->add_node("Mul", {x, w}, {"h"})->output(0)}, {"r"})->output(0);
+    Node* pool = g->add_node("MaxPool", {r}, {"p"});
+    pool->set_attr("kernel_shape", Attribute::of_ints({2, 2}));
+    pool->set_attr("strides", Attribute::of_ints({2, 2}));
+    Value* p = pool->output(0);
+    Node* a = g->add_node("ReduceSum", {g->add_node("Mul", {p, p}, {"pp"})->output(0)}, {"a"});
+    Node* b = g->add_node("ReduceSum", {g->add_node("Mul", {r, r}, {"rr"})->output(0)}, {"b"});
+    for (Node* sum : {a, b}) sum->set_attr("keepdims", Attribute::of_int(0));
+    Node* loss = g->add_node("Add", {a->output(0), b->output(0)}, {"loss"});
+    g->add_output(loss->output(0));
+    return g;
+  };
+  const std::map<std::string, Tensor> inputs = {{"x", random_tensor({1, 2, 4, 4}, 32)}};
+  TrainingStep chosen = train_step(make, {"w"}, inputs, true);
+  EXPECT_EQ(chosen.made.pools_by_argmax, 0);
+  EXPECT_EQ(count_ops(*chosen.programs.backward, "MaxPoolGrad"), 1);
 }
 
 }  // namespace

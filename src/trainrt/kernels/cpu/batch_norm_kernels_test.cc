@@ -6,6 +6,7 @@
 #include "trainrt/core/testing.h"
 #include "trainrt/kernels/cpu/cpu_kernels.h"
 #include "trainrt/kernels/cpu/node_runner.h"
+#include "trainrt/ops/op_schema.h"
 
 namespace trainrt {
 namespace {
@@ -172,6 +173,97 @@ TEST(BatchNormKernels, TrainingModeOnConvShapes) {
     const Tensor y = run_node(batch_norm_spec(true), {x, scale, b, mean, var}, cpu_kernel_table())[0];
     expect_values(y, normalized(x, channel_stats(x), scale, b, static_cast<double>(1e-5f)), 1e-5, 1e-5,
                   to_string(dims));
+  }
+}
+
+// The schema lets dX be written over dY: with output 0 aliasing input 0 the kernel gives the bits of
+// separate buffers, on the per-channel path (S > 1) and on the (N, C) columns, in both modes.
+TEST(BatchNormGradKernels, DxWrittenOverDyMatchesSeparateBuffers) {
+  const OpSchema* schema = OpRegistry::global().find(std::string(kTrainrtDomain), "BatchNormalizationGrad");
+  ASSERT_NE(schema, nullptr);
+  EXPECT_EQ(schema->inplace, (std::vector<std::pair<int, int>>{{0, 0}}));
+  for (std::vector<int64_t> dims : {std::vector<int64_t>{8, 6, 4, 4}, {64, 3, 8, 8}, {9, 5}}) {
+    for (bool training : {true, false}) {
+      SCOPED_TRACE(to_string(dims) + (training ? " training" : " eval"));
+      const int64_t c = dims[1];
+      std::vector<Tensor> inputs{random_tensor(dims, 21), random_tensor(dims, 22), random_tensor({c}, 23)};
+      if (!training) {
+        inputs.push_back(random_tensor({c}, 24));
+        inputs.push_back(random_tensor({c}, 25, 0.5f, 2.f));
+      }
+      NodeSpec spec{.op = "BatchNormalizationGrad",
+                    .attrs = {{"training_mode", Attribute::of_int(training ? 1 : 0)}},
+                    .num_outputs = 3,
+                    .domain = std::string(kTrainrtDomain)};
+      const std::vector<Tensor> want = run_node(spec, inputs, cpu_kernel_table());
+
+      Graph g;
+      std::vector<Value*> values;
+      std::vector<Tensor> copies;
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        copies.push_back(inputs[i].clone());
+        values.push_back(g.add_initializer("in" + std::to_string(i), copies.back()));
+      }
+      Node* node = g.add_node(spec.op, values, {"dx", "dscale", "dbias"}, kTrainrtDomain);
+      for (const auto& [name, a] : spec.attrs) node->set_attr(name, a);
+      KernelFn kernel = cpu_kernel_table().create(*node);
+      Tensor dscale = Tensor::empty(DType::kF32, {c}), dbias = Tensor::empty(DType::kF32, {c});
+      std::vector<const Tensor*> in_ptrs;
+      for (const Tensor& t : copies) in_ptrs.push_back(&t);
+      std::vector<Tensor*> out_ptrs = {&copies[0], &dscale, &dbias};
+      KernelContext ctx;
+      ctx.inputs = in_ptrs;
+      ctx.outputs = out_ptrs;
+      kernel(ctx);
+      testing::expect_close(copies[0], want[0], 0, 0);
+      testing::expect_close(dscale, want[1], 0, 0);
+      testing::expect_close(dbias, want[2], 0, 0);
+    }
+  }
+}
+
+// The schema lets Y be written over X: with output 0 aliasing input 0 the kernel gives the bits of
+// separate buffers (statistics first, then Y element by element), on both paths and in both modes.
+TEST(BatchNormKernels, YWrittenOverXMatchesSeparateBuffers) {
+  const OpSchema* schema = OpRegistry::global().find("", "BatchNormalization");
+  ASSERT_NE(schema, nullptr);
+  EXPECT_EQ(schema->inplace, (std::vector<std::pair<int, int>>{{0, 0}}));
+  for (std::vector<int64_t> dims : {std::vector<int64_t>{8, 6, 4, 4}, {64, 3, 8, 8}, {9, 5}}) {
+    for (bool training : {true, false}) {
+      SCOPED_TRACE(to_string(dims) + (training ? " training" : " eval"));
+      const int64_t c = dims[1];
+      const std::vector<Tensor> inputs{random_tensor(dims, 26), random_tensor({c}, 27), random_tensor({c}, 28),
+                                       random_tensor({c}, 29), random_tensor({c}, 30, 0.5f, 2.f)};
+      const NodeSpec spec = batch_norm_spec(training);
+      const std::vector<Tensor> want = run_node(spec, inputs, cpu_kernel_table());
+      Graph g;
+      g.set_opset("", 15);
+      std::vector<Value*> values;
+      std::vector<Tensor> copies;
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        copies.push_back(inputs[i].clone());
+        values.push_back(g.add_initializer("in" + std::to_string(i), copies.back()));
+      }
+      std::vector<std::string> names{"y"};
+      if (training) names = {"y", "running_mean", "running_var"};
+      Node* node = g.add_node(spec.op, values, names);
+      for (const auto& [name, a] : spec.attrs) node->set_attr(name, a);
+      KernelFn kernel = cpu_kernel_table().create(*node);
+      Tensor running_mean = Tensor::empty(DType::kF32, {c}), running_var = Tensor::empty(DType::kF32, {c});
+      std::vector<const Tensor*> in_ptrs;
+      for (const Tensor& t : copies) in_ptrs.push_back(&t);
+      std::vector<Tensor*> out_ptrs = {&copies[0]};
+      if (training) out_ptrs = {&copies[0], &running_mean, &running_var};
+      KernelContext ctx;
+      ctx.inputs = in_ptrs;
+      ctx.outputs = out_ptrs;
+      kernel(ctx);
+      testing::expect_close(copies[0], want[0], 0, 0);
+      if (training) {
+        testing::expect_close(running_mean, want[1], 0, 0);
+        testing::expect_close(running_var, want[2], 0, 0);
+      }
+    }
   }
 }
 

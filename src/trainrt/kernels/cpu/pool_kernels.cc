@@ -19,10 +19,16 @@
 //   AveragePool  y = sum of the in-bounds taps / count: count_include_pad=0 counts those taps,
 //                1 also the taps on explicit or automatic padding (not those past it, which
 //                ceil_mode can add: PyTorch avg_pool2d's divisor)
-//   MaxPoolGrad(dY, X)          dX[argmax of window] += dY[window]  (argmax found again in X:
-//                               conv-BN-ReLU-MaxPool saves X anyway for ReluGrad(dY, Y), and
-//                               saved int64 indices would add half of X's bytes for a 2x2 pool)
+//   MaxPoolGrad(dY, X)          dX[argmax of window] += dY[window]  (argmax found again in X,
+//                               which the backward reads anyway when another gradient reads X;
+//                               saved int64 indices would add half of X's f32 bytes for a 2x2 pool)
 //   AveragePoolGrad(dY, shape)  dX[tap] += dY[window] / count for every in-bounds tap
+//   MaxPoolWithArgmax(X)        Y as MaxPool, and Argmax (u8): each window's first largest tap
+//                               as its index among the window's kernel taps (row major over
+//                               kernel_shape), 255 for a window wholly in padding
+//   MaxPoolArgmaxGrad(dY, Argmax, shape)  dX[tap Argmax[window]] += dY[window]: MaxPoolGrad's
+//                               sums in the same order, without X (plan/saved_values.h: the
+//                               stem's ReLU output is then not saved, one byte per window instead)
 // The global pools reduce each contiguous plane with the vectorized row reductions.
 // MaxPool: f32, f64, bf16, i8, u8; the others f32, f64, bf16 (bf16 computes in f32 per plane).
 #include <algorithm>
@@ -47,6 +53,10 @@
 
 namespace trainrt {
 namespace {
+
+// MaxPoolWithArgmax's one-byte Argmax: a tap index below kMaxArgmaxTaps, or kNoArgmax.
+constexpr int64_t kMaxArgmaxTaps = 255;
+constexpr uint8_t kNoArgmax = 255;
 
 struct PoolSpec {
   std::string node;
@@ -195,6 +205,65 @@ void max_pool(const PoolSpec& s, KeptPooling& kept, KernelContext& ctx) {
   });
 }
 
+// The offset of each kernel tap (row major over kernel_shape) from its window's origin
+// start[0] * in[1] * in[2] + start[1] * in[2] + start[2]; a tap's plane offset is origin + this.
+std::array<int64_t, kMaxArgmaxTaps> tap_offsets(const Windows& w) {
+  std::array<int64_t, kMaxArgmaxTaps> at{};
+  int64_t t = 0;
+  for (int64_t i = 0; i < w.kernel[0]; ++i)
+    for (int64_t j = 0; j < w.kernel[1]; ++j)
+      for (int64_t k = 0; k < w.kernel[2]; ++k)
+        at[static_cast<size_t>(t++)] = (i * w.dilation[0] * w.in[1] + j * w.dilation[1]) * w.in[2] + k * w.dilation[2];
+  return at;
+}
+
+int64_t window_origin(const Windows& w, const std::array<int64_t, 3>& start) {
+  return (start[0] * w.in[1] + start[1]) * w.in[2] + start[2];
+}
+
+// The index among the window's kernel taps of the in-bounds tap at plane offset p (in-bounds taps
+// have distinct offsets; an out-of-bounds tap can share one when a window is wider than a row).
+int64_t tap_index(const Windows& w, int64_t p, const std::array<TapRange, 3>& r, const std::array<int64_t, 3>& start) {
+  for (int64_t i = r[0].lo; i < r[0].hi; ++i)
+    for (int64_t j = r[1].lo; j < r[1].hi; ++j) {
+      const int64_t row = ((start[0] + i * w.dilation[0]) * w.in[1] + start[1] + j * w.dilation[1]) * w.in[2];
+      const int64_t d = p - row - start[2];
+      if (d < 0 || d % w.dilation[2] != 0) continue;
+      const int64_t k = d / w.dilation[2];
+      if (k >= r[2].lo && k < r[2].hi) return (i * w.kernel[1] + j) * w.kernel[2] + k;
+    }
+  return -1;
+}
+
+int64_t kernel_taps(const Windows& w) { return w.kernel[0] * w.kernel[1] * w.kernel[2]; }
+
+template <typename T>
+void max_pool_with_argmax(const PoolSpec& s, KeptPooling& kept, KernelContext& ctx) {
+  using C = pool_t<T>;
+  const Tensor& x = ctx.in(0);
+  const Windows& w = kept.of(s, x.dims()).windows;
+  if (kernel_taps(w) > kMaxArgmaxTaps)
+    throw UnsupportedOp(fmt(s.node, ": a window of ", kernel_taps(w), " taps does not fit output 1 (Argmax, u8); at most ",
+                            kMaxArgmaxTaps));
+  const T* xd = x.data<T>();
+  T* yd = ctx.out(0).data<T>();
+  uint8_t* argmax = ctx.out(1).data<uint8_t>();
+  const int64_t in_plane = w.in_plane(), out_plane = w.out_plane();
+  ctx.threads().parallel_for(w.planes, rows_per_task(in_plane), [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      const C* plane = plane_in(xd + p * in_plane, in_plane, 0);
+      C* y = plane_out(yd + p * out_plane, out_plane, 1);
+      int64_t* best = scratch<int64_t>(2, out_plane);
+      max_plane<true>(w, plane, y, [&](int64_t o, int64_t b) { best[o] = b; });
+      uint8_t* at = argmax + p * out_plane;
+      w.for_each_window([&](int64_t o, const std::array<TapRange, 3>& r, const std::array<int64_t, 3>& start) {
+        at[o] = best[o] < 0 ? kNoArgmax : static_cast<uint8_t>(tap_index(w, best[o], r, start));
+      });
+      plane_commit(y, yd + p * out_plane, out_plane);
+    }
+  });
+}
+
 template <typename T>
 void average_pool(const PoolSpec& s, KeptPooling& kept, KernelContext& ctx) {
   using C = pool_t<T>;
@@ -266,6 +335,37 @@ void max_pool_grad(const PoolSpec& s, KeptPooling& kept, KernelContext& ctx) {
 }
 
 template <typename T>
+void max_pool_argmax_grad(const PoolSpec& s, KeptPooling& kept, KernelContext& ctx) {
+  using C = pool_t<T>;
+  const Tensor& dy = ctx.in(0);
+  const Tensor& argmax = ctx.in(1);
+  const Tensor& x_shape = ctx.in(2);  // i64 (the schema's)
+  TRAINRT_CHECK(x_shape.rank() == 1, s.node, ": input 2 (X_shape) is ", describe(x_shape), ", expected a 1-D tensor");
+  TRAINRT_CHECK(argmax.dims() == dy.dims(), s.node, ": input 1 (Argmax) has shape ", to_string(argmax.dims()),
+                ", expected dY's ", to_string(dy.dims()));
+  const Windows& w = grad_windows(s, kept, dy, std::span(x_shape.data<int64_t>(), static_cast<size_t>(x_shape.numel())));
+  const int64_t taps = kernel_taps(w);
+  const std::array<int64_t, kMaxArgmaxTaps> offsets = tap_offsets(w);
+  const T* dyd = dy.data<T>();
+  T* dxd = ctx.out(0).data<T>();
+  const int64_t in_plane = w.in_plane(), out_plane = w.out_plane();
+  ctx.threads().parallel_for(w.planes, rows_per_task(in_plane), [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      const C* dyp = plane_in(dyd + p * out_plane, out_plane, 1);
+      const uint8_t* at = argmax.data<uint8_t>() + p * out_plane;
+      C* dx = plane_out(dxd + p * in_plane, in_plane, 2);
+      std::fill(dx, dx + in_plane, C(0));
+      w.for_each_window([&](int64_t o, const std::array<TapRange, 3>&, const std::array<int64_t, 3>& start) {
+        if (at[o] == kNoArgmax) return;
+        TRAINRT_CHECK(at[o] < taps, s.node, ": input 1 (Argmax) names tap ", int{at[o]}, " of a window of ", taps);
+        dx[window_origin(w, start) + offsets[at[o]]] += dyp[o];
+      });
+      plane_commit(dx, dxd + p * in_plane, in_plane);
+    }
+  });
+}
+
+template <typename T>
 void average_pool_grad(const PoolSpec& s, KeptPooling& kept, KernelContext& ctx) {
   using C = pool_t<T>;
   const Tensor& dy = ctx.in(0);
@@ -317,6 +417,18 @@ KernelFn make_max_pool_grad(const Node& node) {
   return [s = spec_of(node), kept = KeptPooling()](KernelContext& ctx) mutable { max_pool_grad<T>(s, kept, ctx); };
 }
 template <typename T>
+KernelFn make_max_pool_with_argmax(const Node& node) {
+  return [s = spec_of(node), kept = KeptPooling()](KernelContext& ctx) mutable {
+    max_pool_with_argmax<T>(s, kept, ctx);
+  };
+}
+template <typename T>
+KernelFn make_max_pool_argmax_grad(const Node& node) {
+  return [s = spec_of(node), kept = KeptPooling()](KernelContext& ctx) mutable {
+    max_pool_argmax_grad<T>(s, kept, ctx);
+  };
+}
+template <typename T>
 KernelFn make_average_pool_grad(const Node& node) {
   return [s = spec_of(node), kept = KeptPooling()](KernelContext& ctx) mutable {
     average_pool_grad<T>(s, kept, ctx);
@@ -341,6 +453,12 @@ void register_pool_kernels(KernelTable& t) {
   t.add(kTrainrtDomain, "MaxPoolGrad", DType::kF32, make_max_pool_grad<float>);
   t.add(kTrainrtDomain, "MaxPoolGrad", DType::kF64, make_max_pool_grad<double>);
   t.add(kTrainrtDomain, "MaxPoolGrad", DType::kBF16, make_max_pool_grad<BFloat16>);
+  t.add(kTrainrtDomain, "MaxPoolWithArgmax", DType::kF32, make_max_pool_with_argmax<float>);
+  t.add(kTrainrtDomain, "MaxPoolWithArgmax", DType::kF64, make_max_pool_with_argmax<double>);
+  t.add(kTrainrtDomain, "MaxPoolWithArgmax", DType::kBF16, make_max_pool_with_argmax<BFloat16>);
+  t.add(kTrainrtDomain, "MaxPoolArgmaxGrad", DType::kF32, make_max_pool_argmax_grad<float>);
+  t.add(kTrainrtDomain, "MaxPoolArgmaxGrad", DType::kF64, make_max_pool_argmax_grad<double>);
+  t.add(kTrainrtDomain, "MaxPoolArgmaxGrad", DType::kBF16, make_max_pool_argmax_grad<BFloat16>);
   t.add(kTrainrtDomain, "AveragePoolGrad", DType::kF32, make_average_pool_grad<float>);
   t.add(kTrainrtDomain, "AveragePoolGrad", DType::kF64, make_average_pool_grad<double>);
   t.add(kTrainrtDomain, "AveragePoolGrad", DType::kBF16, make_average_pool_grad<BFloat16>);

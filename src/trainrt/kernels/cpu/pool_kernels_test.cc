@@ -165,6 +165,57 @@ TEST(PoolKernels, GradientsRouteAsTheReference) {
   }
 }
 
+// An f32 tensor's values as f32 or f64.
+Tensor in_type(const Tensor& f32, DType t) {
+  if (t == DType::kF32) return f32;
+  Tensor out = Tensor::empty(DType::kF64, f32.dims());
+  for (int64_t i = 0; i < f32.numel(); ++i) out.data<double>()[i] = f32.to_double(i);
+  return out;
+}
+
+// MaxPoolWithArgmax gives MaxPool's Y and, per window, a tap index (255 where the reference has no
+// argmax); MaxPoolArgmaxGrad on it gives MaxPoolGrad's dX bit for bit (the same sums in the same
+// order: every window's dY lands on the reference's argmax), on every geometry, in f32
+// (vectorized rows) and f64 (window by window).
+TEST(PoolKernels, ArgmaxPoolAndItsGradientMatchMaxPoolAndMaxPoolGrad) {
+  const std::string trainrt(kTrainrtDomain);
+  for (const Case& c : cases()) {
+    for (DType t : {DType::kF32, DType::kF64}) {
+      const std::string what = to_string(c.x) + " kernel " + to_string(c.kernel) + " " + std::string(dtype_name(t));
+      const Tensor x = in_type(random_tensor(c.x, 4), t);
+      const Reference r = reference(c, x, nullptr);
+      const std::vector<Tensor> pooled =
+          run_node(NodeSpec{.op = "MaxPoolWithArgmax", .attrs = attrs_of(c), .num_outputs = 2, .domain = trainrt},
+                   {x}, cpu_kernel_table());
+      expect_close(pooled[0], run_node("MaxPool", {x}, attrs_of(c))[0], 0, 0);
+      ASSERT_EQ(pooled[1].dtype(), DType::kU8) << what;
+      // Windows wholly in padding: 255 where the reference has -1.
+      for (size_t o = 0; o < r.argmax.size(); ++o)
+        if (r.argmax[o] < 0) EXPECT_EQ(pooled[1].data<uint8_t>()[o], 255) << what << " window " << o;
+      const Tensor dy = in_type(random_tensor(pooled[0].dims(), 5), t);
+      const Tensor want =
+          run_node(NodeSpec{.op = "MaxPoolGrad", .attrs = attrs_of(c), .domain = trainrt}, {dy, x}, cpu_kernel_table())[0];
+      const Tensor got = run_node(NodeSpec{.op = "MaxPoolArgmaxGrad", .attrs = attrs_of(c), .domain = trainrt},
+                                  {dy, pooled[1], Tensor::from_i64(c.x)}, cpu_kernel_table())[0];
+      expect_close(got, want, 0, 0);
+    }
+  }
+}
+
+TEST(PoolKernels, ArgmaxGradRejectsAnArgmaxOfAnotherShape) {
+  const Tensor dy = random_tensor({1, 1, 2, 2}, 6);
+  NodeSpec spec{.op = "MaxPoolArgmaxGrad", .attrs = {{"kernel_shape", ints({2, 2})}, {"strides", ints({2, 2})}},
+                .domain = std::string(kTrainrtDomain)};
+  const Tensor argmax = make_tensor<uint8_t>({1, 1, 4}, {0, 1, 2, 3});
+  try {
+    run_node(spec, {dy, argmax, Tensor::from_i64({1, 1, 4, 4})}, cpu_kernel_table());
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("MaxPoolArgmaxGrad"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("input 1 (Argmax)"), std::string::npos) << e.what();
+  }
+}
+
 TEST(PoolKernels, TiesGoToTheFirstMaximum) {
   // One 2x2 window of equal values: torch routes the whole gradient to the first one.
   const Tensor x = make_tensor<float>({1, 1, 2, 2}, {5, 5, 5, 5});
