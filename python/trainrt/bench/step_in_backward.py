@@ -5,8 +5,8 @@ small's count) fed 8 rows, so forward and backward are a few GFLOP while the opt
 per parameter (read p, g, m, v; write p, m, v: 3.4 GB). A step after the backward cannot move fewer;
 stepping each parameter inside the engine's backward reads the gradient while it is still in cache
 and never writes all gradients to fresh memory (trainrt/optim/step_in_backward.py). A gradient of more
-than 1 MiB made by a product (a Linear weight's dW = dY^T X) is made and stepped in 128 KiB row blocks,
-each while still in L2 (runtime/output_consumer.h): a 3072 x 3072 f32 gradient (36 MiB, more than this
+than 4 MiB made by a product (a Linear weight's dW = dY^T X) is made and stepped in 2 MiB row blocks,
+each while still in cache (runtime/output_consumer.h): a 3072 x 3072 f32 gradient (36 MiB, more than this
 machine's 32 MiB L3) is then never in memory whole. --width 1536 --layers 52 or --width 768 --layers 208
 give the same parameter count in smaller weights; --gpt2 a chain of GPT-2 small's weight shapes (12 x
 (768 -> 2304 -> 768 -> 3072 -> 768), then a 768 -> 50257 head: 138M parameters; no tied embedding).

@@ -88,7 +88,7 @@ size_t OptimizerInBackward::row_block_bytes(size_t index) const {
   if (it == entries_.end()) return 0;
   const Entry& e = it->second;
   const bool state_whole = e.adam || e.sgd.momentum == 0 || e.state.momentum_buffer.defined();
-  return state_whole && e.param.nbytes() > kRowBlocksAbove ? kRowBlockBytes : 0;
+  return state_whole && block_bytes_ > 0 && e.param.nbytes() > 2 * block_bytes_ ? block_bytes_ : 0;
 }
 
 namespace {

@@ -149,8 +149,9 @@ TEST(OptimizerInBackward, TheBackwardNeverHoldsAllGradients) {
   EXPECT_LT(consumed.planned_arena_bytes + consumed.output_bytes, plain.planned_arena_bytes + plain.output_bytes);
 }
 
-// An OptimizerInBackward that counts the row blocks it takes.
+// An OptimizerInBackward in 128 KiB row blocks that counts the blocks it takes.
 struct CountingBlocks : OptimizerInBackward {
+  CountingBlocks() : OptimizerInBackward(size_t{128} << 10) {}
   int blocks = 0;
   void consume_rows(size_t index, const Tensor& rows, int64_t row_begin) override {
     ++blocks;
@@ -162,8 +163,8 @@ bool same_bits(const Tensor& a, const Tensor& b) {
   return a.dims() == b.dims() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
 }
 
-// y = (x W0) W1 with (wide, wide + 5) and (wide + 5, wide) weights of more than kRowBlocksAbove
-// bytes: W0's gradient (no later read of W0) comes in row blocks of 32 rows (3092-byte rows, blocks
+// y = (x W0) W1 with (wide, wide + 5) and (wide + 5, wide) weights of more than two
+// 128 KiB blocks: W0's gradient (no later read of W0) comes in row blocks of 32 rows (3092-byte rows, blocks
 // start 64-byte aligned). AdamW (amsgrad) and SGD with momentum (whole on the first step, which creates the
 // buffer; blocks after): parameters and state bit for bit those of a step after the backward.
 TEST(OptimizerInBackward, RowBlocksStepBitForBitAsTheWholeGradient) {

@@ -254,11 +254,6 @@ TEST(SteadyStateAllocations, ConsumingBackwardAddsOnlyTheOptimizerCalls) {
   EXPECT_LE(consuming, plain + 2 * 7) << "returning the gradients: " << plain;
 }
 
-// A consumer that takes every gradient whole (no row blocks).
-struct WholeGradients : OptimizerInBackward {
-  size_t row_block_bytes(size_t) const override { return 0; }
-};
-
 // Allocations per consuming backward of y = x W with a (512, 1024) f32 W (2 MiB): its gradient in
 // 16 row blocks of 128 KiB, or whole (a consumer that takes no blocks).
 int64_t blocked_backward_allocations(bool blocks) {
@@ -273,9 +268,7 @@ int64_t blocked_backward_allocations(bool blocks) {
   OptimizerState state;
   state.exp_avg = Tensor::zeros(DType::kF32, {512, 1024});
   state.exp_avg_sq = Tensor::zeros(DType::kF32, {512, 1024});
-  OptimizerInBackward in_blocks;
-  WholeGradients whole;
-  OptimizerInBackward& opt = blocks ? in_blocks : static_cast<OptimizerInBackward&>(whole);
+  OptimizerInBackward opt(blocks ? size_t{128} << 10 : 0);  // 0: every gradient whole
   opt.add_adam(0, "w", param, step, state, AdamOptions::adamw());
   ForwardState fs;
   for (int s = 0; s < 2; ++s) {  // warm-up
