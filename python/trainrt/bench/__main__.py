@@ -25,7 +25,7 @@ _STEPS = {"quick": (3, 20), "full": (5, 30)}
 _NOMINAL_PEAK_GFLOPS = 430.0
 # Rounds of the micro-benchmarks per suite: (GEMM, optimizer step, step_in_backward's 124M-parameter
 # training step: (rounds, timed steps per round)).
-_MICRO_ROUNDS = {"quick": (3, 5, (1, 2)), "full": (5, 10, (3, 3))}
+_MICRO_ROUNDS = {"quick": (3, 5, (2, 3)), "full": (5, 10, (3, 5))}
 
 
 def _names(text: str, known: list[str], what: str) -> list[str]:
