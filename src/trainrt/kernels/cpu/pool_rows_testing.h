@@ -1,11 +1,17 @@
-// Test support for the fast pooling paths (max_pool_rows, average_pool_rows): random 1-D and 2-D
-// pool geometries on one image of 2 channels, as both fast-path tests compare them with the
-// general window walk.
+// Test support for the fast pooling paths (max_pool_rows, average_pool_rows, average_pool_grad_rows):
+// random 1-D and 2-D pool geometries on one image of 2 channels, plane values, and the bit-for-bit
+// check each fast-path test runs against the general window walk.
 //
 //   std::mt19937 rng(7);
 //   if (auto pool = random_pool(rng, "MaxPool(test)")) { const Windows w(pool->geometry); ... }
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
 #include <optional>
 #include <random>
 #include <string>
@@ -50,6 +56,34 @@ inline std::optional<RandomPool> random_pool(std::mt19937& rng, const char* op) 
            std::to_string(p.attrs.strides.back()) + " d " + std::to_string(p.attrs.dilations.back()) + " pads " +
            std::to_string(begin.back()) + "," + std::to_string(end.back()) + (p.attrs.ceil_mode ? " ceil" : "");
   return p;
+}
+
+// n spread values (sums whose rounding depends on the order) or, with `specials`, some NaN, +inf,
+// -inf and -0 among them.
+inline std::vector<float> spread_values(int64_t n, bool specials, std::mt19937& rng) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  std::vector<float> v(static_cast<size_t>(n));
+  std::uniform_real_distribution<float> spread(-3.f, 3.f);
+  std::uniform_int_distribution<int> pick(0, 29);
+  for (float& e : v) {
+    const int k = specials ? pick(rng) : 29;
+    e = k == 0 ? std::numeric_limits<float>::quiet_NaN() : k == 1 ? kInf : k == 2 ? -kInf : k == 3 ? -0.f : spread(rng);
+  }
+  return v;
+}
+
+// A fast path's plane against the general walk's, bit for bit; where the walk gives NaN, any NaN
+// will do (counted in `nans`).
+inline ::testing::AssertionResult same_bits(const std::vector<float>& got, const std::vector<float>& ref, int& nans) {
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (std::isnan(ref[i])) {
+      if (!std::isnan(got[i])) return ::testing::AssertionFailure() << "element " << i << ": " << got[i] << " vs NaN";
+      ++nans;
+    } else if (std::bit_cast<uint32_t>(got[i]) != std::bit_cast<uint32_t>(ref[i])) {
+      return ::testing::AssertionFailure() << "element " << i << ": " << got[i] << " vs " << ref[i];
+    }
+  }
+  return ::testing::AssertionSuccess();
 }
 
 }  // namespace trainrt
