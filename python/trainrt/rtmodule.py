@@ -70,16 +70,26 @@ class _Engine:
         params = dict(module.named_parameters(remove_duplicate=False))
         self.param_names = [fqn for _, fqn in captured.param_inputs]
         self.buffer_names = [fqn for _, fqn in captured.buffer_inputs]
-        grad_params = [name for (name, fqn) in captured.param_inputs if params[fqn].requires_grad]
+        # A parameter the forward never reads gets no gradient (grad None, as in eager), nor one the
+        # loss does not depend on (`unreached` below: read through detach or integer paths only).
+        read = {name for node in captured.model.graph.node for name in node.input}
+        grad_params = [name for (name, fqn) in captured.param_inputs if params[fqn].requires_grad and name in read]
         grad_inputs = [name for name, rg in zip(captured.user_inputs, input_requires_grad) if rg]
         self.wrt = grad_params + grad_inputs
         self.grad_outputs = [o for o, d in zip(captured.outputs, captured.differentiable_outputs) if d]
         graph_inputs = [n for n, _ in captured.param_inputs] + [n for n, _ in captured.buffer_inputs] + captured.user_inputs
         index = {name: i for i, name in enumerate(graph_inputs)}
-        self.wrt_index = [index[name] for name in self.wrt]
         self.programs = _C.ModulePrograms(captured.model.SerializeToString(), self.grad_outputs, self.wrt, profile,
                                           optimize)
+        unreached = set(self.programs.unreached)
+        self.wrt_index = [index[name] if name not in unreached else None for name in self.wrt]
         self.num_mutations = len(captured.buffer_mutations)
+        # Forward inputs the backward reads in place, but the buffers RTModule writes new values into
+        # after each forward (BatchNorm's running stats), whose version changes by design.
+        mutated = {fqn for _, fqn in captured.buffer_mutations}
+        names = self.param_names + self.buffer_names
+        self.inputs_read = [i for i in self.programs.inputs_read_by_backward
+                            if i >= len(names) or names[i] not in mutated]
         self.input_density = InputDensityObserver(captured.model, captured.user_inputs)
         self._homes = None  # per parameter / buffer input: (the dict holding it, its key, tensor, data_ptr)
 
@@ -114,7 +124,13 @@ def _unsupported(tensors) -> str | None:
 
 
 class _RTFunction(torch.autograd.Function):
-    """forward/backward of one engine call; inputs are params, buffers and user tensors, flattened."""
+    """forward/backward of one engine call; inputs are params, buffers and user tensors, flattened.
+
+    Eager's autograd semantics: the inputs and outputs whose bytes the engine's backward reads are
+    saved with ctx.save_for_backward, so an in-place change to one of them between forward and
+    backward raises autograd's own error (version counters) instead of giving a gradient of the
+    changed values, and a second backward without retain_graph raises autograd's error for a graph
+    already freed. With retain_graph the engine keeps its state for the next backward."""
 
     @staticmethod
     def forward(ctx, engine: _Engine, *tensors):
@@ -122,9 +138,11 @@ class _RTFunction(torch.autograd.Function):
         arrays = [_as_array(t) for t in tensors]
         outputs = engine.programs.forward(arrays, state, _draw_seed())
         ctx.engine, ctx.state, ctx.keep = engine, state, arrays  # the engine reads inputs in place at backward
-        ctx.wrt_tensors = [tensors[i] for i in engine.wrt_index]  # what a step_in_backward optimizer may step
+        # What a step_in_backward optimizer may step (None: no gradient reaches it).
+        ctx.wrt_tensors = [None if i is None else tensors[i] for i in engine.wrt_index]
         ctx.num_inputs = len(tensors)
         results = tuple(_from_engine(o) for o in outputs)
+        ctx.save_for_backward(*[tensors[i] for i in engine.inputs_read], *[results[i] for i in state.outputs_read])
         user = results[engine.num_mutations:]
         ctx.mark_non_differentiable(*results[:engine.num_mutations],
                                     *[o for o, d in zip(user, engine.captured.differentiable_outputs) if not d])
@@ -132,19 +150,40 @@ class _RTFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
+        ctx.saved_tensors  # noqa: B018  (autograd checks here that none was changed in place, or freed)
+        if ctx.state is None:
+            raise RuntimeError(_BACKWARD_TWICE)
         engine = ctx.engine
+        retain = _keep_graph()
         user_grads = grads[engine.num_mutations:]
         fed = [None if g is None else _as_array(g)
                for g, d in zip(user_grads, engine.captured.differentiable_outputs) if d]
         consumer = step_in_backward.consumer_for(ctx.wrt_tensors)
-        input_grads = engine.programs.backward(ctx.state, fed, consumer)
+        input_grads = engine.programs.backward(ctx.state, fed, consumer, retain)
         if consumer is not None:
             step_in_backward.after_engine_backward(consumer, ctx.wrt_tensors)
         result = [None] * ctx.num_inputs
         for i, g in zip(engine.wrt_index, input_grads):
-            result[i] = None if g is None else _from_engine(g)  # None: stepped in the backward
-        ctx.state = ctx.keep = ctx.wrt_tensors = None
+            if i is not None:  # None: the loss does not depend on it, so its grad stays None
+                result[i] = None if g is None else _from_engine(g)  # None: stepped in the backward
+        if not retain:
+            ctx.state = ctx.keep = ctx.wrt_tensors = None
         return (None, *result)
+
+
+# Autograd's own words for a second backward through a freed graph.
+_BACKWARD_TWICE = ("Trying to backward through the graph a second time (or directly access saved tensors after they "
+                   "have already been freed). Saved intermediate values of the graph are freed when you call "
+                   ".backward() or autograd.grad(). Specify retain_graph=True if you need to backward through the "
+                   "graph a second time or if you need to access saved tensors after calling backward.")
+
+
+def _keep_graph() -> bool:
+    """Whether the running backward was asked to retain the graph (retain_graph=True, or
+    create_graph). A torch without the query is answered True: the engine then keeps its state
+    (a copy of the saved values per backward), which is always correct."""
+    query = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", None)
+    return True if query is None else bool(query())
 
 
 class _BuildFailed(Exception):

@@ -63,7 +63,10 @@ nb::dict memory(const MemoryStats& m) {
 }  // namespace
 
 void bind_module_programs(nb::module_& m) {
-  nb::class_<ForwardState>(m, "ForwardState").def(nb::init<>());
+  nb::class_<ForwardState>(m, "ForwardState")
+      .def(nb::init<>())
+      .def_ro("outputs_read", &ForwardState::outputs_read,
+              "The model outputs (indices) whose bytes the backward reads: not to be written in place before it.");
   nb::class_<OptimizerInBackward>(m, "OptimizerInBackward")
       .def(nb::init<>())
       .def("add_adam",
@@ -121,7 +124,7 @@ void bind_module_programs(nb::module_& m) {
            nb::arg("inputs"), nb::arg("state"), nb::arg("seed"))
       .def("backward",
            [](ModulePrograms& p, ForwardState& state, const std::vector<nb::object>& grads,
-              OptimizerInBackward* consumer) {
+              OptimizerInBackward* consumer, bool retain) {
              std::vector<Tensor> tensors;
              for (const nb::object& g : grads)
                tensors.push_back(g.is_none() ? Tensor() : tensor_from_array(nb::cast<AnyArray>(g), "output gradient"));
@@ -129,12 +132,14 @@ void bind_module_programs(nb::module_& m) {
              std::vector<Tensor> out;
              {
                nb::gil_scoped_release release;
-               out = p.backward(state, tensors, consumed, consumer);
+               out = p.backward(state, tensors, consumed, consumer, retain);
              }
              return to_arrays(out);
            },
            nb::arg("state"), nb::arg("output_grads"), nb::arg("consumer").none() = nb::none(),
-           "Gradients per wrt entry; None for those `consumer` (an OptimizerInBackward) stepped during the run.")
+           nb::arg("retain") = false,
+           "Gradients per wrt entry; None for those `consumer` (an OptimizerInBackward) stepped during the run. "
+           "`retain` keeps the state for another backward (retain_graph).")
       .def("infer",
            [](ModulePrograms& p, const std::vector<AnyArray>& inputs, uint64_t seed) {
              auto tensors = to_tensors(inputs, "input");
@@ -147,6 +152,8 @@ void bind_module_programs(nb::module_& m) {
            },
            nb::arg("inputs"), nb::arg("seed"))
       .def_prop_ro("unreached", &ModulePrograms::unreached)
+      .def_prop_ro("inputs_read_by_backward", &ModulePrograms::inputs_read_by_backward,
+                   "The forward inputs (indices) the backward reads in place.")
       .def("forward_graph_onnx", [](const ModulePrograms& p) { return graph_bytes(p.forward_graph()); })
       .def("backward_graph_onnx", [](const ModulePrograms& p) { return graph_bytes(p.backward_graph()); })
       .def("training_graph_onnx", [](const ModulePrograms& p) { return graph_bytes(p.joint_graph()); })

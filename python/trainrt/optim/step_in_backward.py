@@ -91,13 +91,23 @@ def consumer_for(wrt_tensors: list[torch.Tensor]):
     consumer = None
     for index, p in enumerate(wrt_tensors):
         optimizer = owner_of(p) if p is not None else None
-        if optimizer is None or not optimizer._engine_can_step(p):
+        if optimizer is None or not optimizer._engine_can_step(p) or not _accumulates(p):
             continue
         if consumer is None:
             consumer = _C.OptimizerInBackward()
         _mark(p, "engine")
         optimizer._add_to_consumer(consumer, index, p)
     return consumer
+
+
+def _accumulates(p: torch.Tensor) -> bool:
+    """Whether the running backward accumulates into p.grad (loss.backward()), so that p is to be
+    stepped; torch.autograd.grad(loss, params) returns the gradients instead (torch refuses the
+    question for a leaf there, which answers it)."""
+    try:
+        return bool(torch._C._will_engine_execute_node(torch.autograd.graph.get_gradient_edge(p).node))
+    except RuntimeError:
+        return False
 
 
 def after_engine_backward(consumer, wrt_tensors: list[torch.Tensor]) -> None:

@@ -182,6 +182,7 @@ class Builder {
 
   Value* zeros_like(Value* v) {
     Node* shape = graph_.add_node("Shape", {v}, {graph_.unique_name(v->name + "_shape")});
+    infer_and_store(*shape);  // i64 (rank): the partition may hand it from the forward to the backward
     Node* n = graph_.add_node("ConstantOfShape", {shape->output(0)}, {graph_.unique_name(v->name + "_zero_grad")});
     n->set_attr("value", Attribute::of_tensor(Tensor::zeros(v->dtype, {1})));
     n->output(0)->dtype = v->dtype;

@@ -13,6 +13,13 @@ namespace {
 
 std::vector<const Value*> const_values(const std::vector<Value*>& v) { return {v.begin(), v.end()}; }
 
+// Whether the two tensors' bytes overlap (one views the other, or they share storage in part).
+bool overlaps(const Tensor& a, const Tensor& b) {
+  const auto* pa = static_cast<const std::byte*>(a.raw());
+  const auto* pb = static_cast<const std::byte*>(b.raw());
+  return a.nbytes() > 0 && b.nbytes() > 0 && pa < pb + b.nbytes() && pb < pa + a.nbytes();
+}
+
 // Rewrites of the forward graph before autodiff; each fused op's gradient rule builds its backward.
 const PassPipeline& forward_passes() {
   static const PassPipeline pipeline = [] {
@@ -69,6 +76,10 @@ ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::st
   for (const Value* v : programs_.forward->inputs()) donated_.erase(v->name);
   options.donated_inputs = donated_;
   backward_options_ = options;
+  const std::set<std::string> read(programs_.backward_inputs.begin(), programs_.backward_inputs.end());
+  for (size_t i = 0; i < programs_.forward->inputs().size(); ++i)
+    if (read.count(programs_.forward->inputs()[i]->name)) inputs_read_.push_back(i);
+  for (size_t i = 0; i < num_outputs_; ++i) output_is_read_.push_back(read.count(forward_outputs[i]->name) > 0);
   backward_ = std::make_unique<Session>(programs_.backward, options);
   last_backward_ = backward_.get();
   SessionOptions inference_options;
@@ -85,6 +96,12 @@ std::vector<Tensor> ModulePrograms::forward(const std::vector<Tensor>& inputs, F
   for (size_t i = 0; i < inputs.size() && i < in_values.size(); ++i) state.values[in_values[i]->name] = inputs[i];
   const auto& out_values = programs_.forward->outputs();
   for (size_t i = 0; i < out.size(); ++i) state.values[out_values[i]->name] = out[i];
+  state.outputs_read.clear();
+  for (size_t o = 0; o < num_outputs_; ++o) {
+    bool read = output_is_read_[o];
+    for (size_t s = num_outputs_; s < out.size() && !read; ++s) read = overlaps(out[s], out[o]);
+    if (read) state.outputs_read.push_back(o);
+  }
   out.resize(num_outputs_);  // the caller gets the model's outputs; saved values stay in the state
   return out;
 }
@@ -138,7 +155,8 @@ Session& ModulePrograms::backward_session(const std::vector<size_t>& consumed) {
 }
 
 std::vector<Tensor> ModulePrograms::backward(ForwardState& state, const std::vector<Tensor>& output_grads,
-                                             const std::vector<size_t>& consumed, OutputConsumer* consumer) {
+                                             const std::vector<size_t>& consumed, OutputConsumer* consumer,
+                                             bool retain) {
   if (!consumed.empty() && !consumer)
     throw InvalidModel(fmt("backward: ", consumed.size(), " gradients are to be consumed, but no consumer was given"));
   Session& session = backward_session(consumed);
@@ -159,10 +177,16 @@ std::vector<Tensor> ModulePrograms::backward(ForwardState& state, const std::vec
     if (it == state.values.end()) throw InternalError(fmt("backward input '", name, "' was not kept by forward"));
     inputs.push_back(it->second);
   }
-  hand_over_saved_values(state, inputs);
-  // Spent from here on, even if the run throws: the saved values may be written over.
-  state.values.clear();
-  state.used = true;
+  if (retain) {
+    for (size_t i = 0; i < inputs.size(); ++i)
+      if (donated_.count(programs_.backward_inputs[i])) inputs[i] = inputs[i].clone();
+    for (const std::string& name : output_grad_inputs_) state.values.erase(name);
+  } else {
+    hand_over_saved_values(state, inputs);
+    // Spent from here on, even if the run throws: the saved values may be written over.
+    state.values.clear();
+    state.used = true;
+  }
   WrtConsumer wrt_consumer(consumer, wrt_of_output_);
   last_backward_ = &session;
   std::vector<Tensor> grads = session.run(inputs, consumed.empty() ? nullptr : &wrt_consumer);
@@ -175,11 +199,6 @@ std::vector<Tensor> ModulePrograms::backward(ForwardState& state, const std::vec
 // what the caller got: a saved value that views a model output (a Reshape of the logits) or that
 // shares storage with another saved value is copied first.
 void ModulePrograms::hand_over_saved_values(const ForwardState& state, std::vector<Tensor>& inputs) const {
-  auto overlaps = [](const Tensor& a, const Tensor& b) {
-    const auto* pa = static_cast<const std::byte*>(a.raw());
-    const auto* pb = static_cast<const std::byte*>(b.raw());
-    return a.nbytes() > 0 && b.nbytes() > 0 && pa < pb + b.nbytes() && pb < pa + a.nbytes();
-  };
   const auto& forward_outputs = programs_.forward->outputs();
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!donated_.count(programs_.backward_inputs[i])) continue;

@@ -37,6 +37,10 @@ namespace trainrt {
 // What one forward call leaves for its backward call (moved out of the caller once used).
 struct ForwardState {
   std::map<std::string, Tensor> values;  // saved values, forward inputs and outputs, by name
+  // The model outputs (indices) whose bytes the backward reads: itself, or a saved value viewing
+  // it. A caller that hands outputs to users checks these were not written in place (autograd's
+  // version counters) before backward().
+  std::vector<size_t> outputs_read;
   bool used = false;
 };
 
@@ -54,12 +58,18 @@ class ModulePrograms {
   // `consumer` instead, consume(wrt index, gradient), during the run: after the last read of that
   // wrt entry's input (the parameter the consumer updates); they come back empty. Throws
   // InvalidModel when the state was already used (backward called twice) and ShapeError naming
-  // the index when one in `consumed` is out of range or repeated.
+  // the index when one in `consumed` is out of range or repeated. `retain` (autograd's
+  // retain_graph) keeps the state for another backward: the saved values the backward would write
+  // over are copied first, so a retained backward costs their bytes once more.
   std::vector<Tensor> backward(ForwardState& state, const std::vector<Tensor>& output_grads,
-                               const std::vector<size_t>& consumed = {}, OutputConsumer* consumer = nullptr);
+                               const std::vector<size_t>& consumed = {}, OutputConsumer* consumer = nullptr,
+                               bool retain = false);
   std::vector<Tensor> infer(const std::vector<Tensor>& inputs, uint64_t seed);
 
   const std::vector<std::string>& unreached() const { return unreached_; }
+  // The forward inputs (indices) the backward reads in place (W in dX = dY W^T): a caller checks
+  // they were not written in place between forward() and backward().
+  const std::vector<size_t>& inputs_read_by_backward() const { return inputs_read_; }
   // The block the three programs share for their intermediates.
   const Arena& arena() const { return forward_->arena(); }
   MemoryStats forward_memory() const { return forward_->memory_stats(); }
@@ -84,6 +94,8 @@ class ModulePrograms {
 
   std::vector<std::string> unreached_;
   std::set<std::string> donated_;  // backward inputs that are saved values: written over in place
+  std::vector<size_t> inputs_read_;       // forward inputs that are backward inputs
+  std::vector<bool> output_is_read_;      // per model output: a backward input itself
   size_t num_outputs_ = 0;
   SessionOptions backward_options_;
   std::unique_ptr<Session> forward_, backward_, inference_;
