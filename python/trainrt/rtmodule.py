@@ -26,12 +26,13 @@ over engine memory.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
 import torch
 from torch.utils import _pytree as pytree
 
-from trainrt import _C
+from trainrt import _C, python_op
 from trainrt.input_density import InputDensityObserver
 from trainrt.optim import step_in_backward
 
@@ -84,6 +85,8 @@ class _Engine:
         unreached = set(self.programs.unreached)
         self.wrt_index = [index[name] if name not in unreached else None for name in self.wrt]
         self.num_mutations = len(captured.buffer_mutations)
+        # User autograd.Functions run as PythonOp nodes: engine calls then go through a python_op.EngineCall.
+        self.python_ops = any(n.op_type == "PythonOp" for n in captured.model.graph.node)
         # Forward inputs the backward reads in place, but the buffers RTModule writes new values into
         # after each forward (BatchNorm's running stats), whose version changes by design.
         mutated = {fqn for _, fqn in captured.buffer_mutations}
@@ -136,7 +139,12 @@ class _RTFunction(torch.autograd.Function):
     def forward(ctx, engine: _Engine, *tensors):
         state = _C.ForwardState()
         arrays = [_as_array(t) for t in tensors]
-        outputs = engine.programs.forward(arrays, state, _draw_seed())
+        if engine.python_ops:
+            with python_op.EngineCall(grad=True) as call:
+                outputs = engine.programs.forward(arrays, state, _draw_seed())
+            ctx.python_ops = call  # the Functions' records live as long as this node
+        else:
+            outputs = engine.programs.forward(arrays, state, _draw_seed())
         ctx.engine, ctx.state, ctx.keep = engine, state, arrays  # the engine reads inputs in place at backward
         # What a step_in_backward optimizer may step (None: no gradient reaches it).
         ctx.wrt_tensors = [None if i is None else tensors[i] for i in engine.wrt_index]
@@ -159,7 +167,11 @@ class _RTFunction(torch.autograd.Function):
         fed = [None if g is None else _as_array(g)
                for g, d in zip(user_grads, engine.captured.differentiable_outputs) if d]
         consumer = step_in_backward.consumer_for(ctx.wrt_tensors)
-        input_grads = engine.programs.backward(ctx.state, fed, consumer, retain)
+        if engine.python_ops:
+            with python_op.EngineCall(grad=False, retain=retain):
+                input_grads = engine.programs.backward(ctx.state, fed, consumer, retain)
+        else:
+            input_grads = engine.programs.backward(ctx.state, fed, consumer, retain)
         if consumer is not None:
             step_in_backward.after_engine_backward(consumer, ctx.wrt_tensors)
         result = [None] * ctx.num_inputs
@@ -167,7 +179,7 @@ class _RTFunction(torch.autograd.Function):
             if i is not None:  # None: the loss does not depend on it, so its grad stays None
                 result[i] = None if g is None else _from_engine(g)  # None: stepped in the backward
         if not retain:
-            ctx.state = ctx.keep = ctx.wrt_tensors = None
+            ctx.state = ctx.keep = ctx.wrt_tensors = ctx.python_ops = None
         return (None, *result)
 
 
@@ -342,8 +354,8 @@ class RTModule(torch.nn.Module):
             captured = cache.load(key) if cache else None
             if captured is None:
                 captured = capture(self._module, args, kwargs, autocast=autocast)
-                if cache:
-                    cache.store(key, captured)
+                if cache and not any(n.op_type == "PythonOp" for n in captured.model.graph.node):
+                    cache.store(key, captured)  # PythonOp names a Function of this process: never stored
         except UnsupportedATenOp as err:
             raise _BuildFailed(str(err), "FALLBACK_UNSUPPORTED_ONNX_MODEL") from err
         except CaptureError as err:
@@ -414,7 +426,9 @@ class RTModule(torch.nn.Module):
         if torch.is_grad_enabled() and engine.wrt:
             results = _RTFunction.apply(engine, *inputs)
         else:
-            results = tuple(torch.from_numpy(o) for o in engine.programs.infer([_as_array(t) for t in inputs], _draw_seed()))
+            with python_op.EngineCall(grad=False) if engine.python_ops else contextlib.nullcontext():
+                results = tuple(_from_engine(o) for o in engine.programs.infer([_as_array(t) for t in inputs],
+                                                                                _draw_seed()))
         mutations, user = results[:engine.num_mutations], results[engine.num_mutations:]
         if mutations:
             named_buffers = dict(self._module.named_buffers(remove_duplicate=False))

@@ -13,6 +13,7 @@ void bind_session(nanobind::module_& m);
 void bind_training(nanobind::module_& m);
 void bind_module_programs(nanobind::module_& m);
 void bind_optim(nanobind::module_& m);
+void bind_python_op(nanobind::module_& m);  // PythonOp's kernels and their Python callbacks
 
 // Zero-copy views between DLPack-capable arrays (numpy, torch) and engine tensors.
 using AnyArray = nanobind::ndarray<nanobind::ro, nanobind::device::cpu>;  // read-only arrays too

@@ -13,6 +13,7 @@ NB_MODULE(_C, m) {
   trainrt::python::bind_training(m);
   trainrt::python::bind_module_programs(m);
   trainrt::python::bind_optim(m);
+  trainrt::python::bind_python_op(m);
   m.def("storage_bytes", [] {
     trainrt::StorageBytes b = trainrt::storage_bytes();
     nanobind::dict d;

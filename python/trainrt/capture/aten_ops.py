@@ -9,3 +9,4 @@ from trainrt.capture import (  # noqa: F401  (importing registers the translatio
 from trainrt.capture import ops_pool  # noqa: F401
 from trainrt.capture.registry import ATEN_OPS  # noqa: F401  (re-exported)
 from trainrt.capture import ops_conv  # noqa: F401,E402  (convolutions)
+from trainrt.capture import ops_python  # noqa: F401,E402  (user autograd.Functions: PythonOp)

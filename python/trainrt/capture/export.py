@@ -32,6 +32,7 @@ import torch
 from torch.export import Dim, ExportedProgram
 from torch.utils import _pytree as pytree
 
+from trainrt.capture.autograd_function import keep_functions_opaque
 from trainrt.capture.errors import CaptureError
 
 SYMBOLIC_LEVELS = ("all", "batch", "none")
@@ -109,7 +110,8 @@ def _export(module, args, kwargs, dynamic_shapes) -> ExportedProgram:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r"The tensor attributes (\S+\._flat_weights\[\d+\](, )?)+ were "
                                 "assigned during export", category=UserWarning)
-        return torch.export.export(module, tuple(args), dict(kwargs), dynamic_shapes=dynamic_shapes, strict=False)
+        with keep_functions_opaque():  # a user autograd.Function stays one node (autograd_function.py)
+            return torch.export.export(module, tuple(args), dict(kwargs), dynamic_shapes=dynamic_shapes, strict=False)
 
 
 def _by_parameter(module: torch.nn.Module, args: tuple, kwargs: dict, spec) -> dict:

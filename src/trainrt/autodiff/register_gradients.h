@@ -12,6 +12,7 @@ void register_tensor_gradients(GradientRegistry& r);       // movement ops, Gath
 void register_conv_gradients(GradientRegistry& r);         // Conv
 void register_pool_gradients(GradientRegistry& r);         // MaxPool, AveragePool, Global*Pool
 void register_attention_gradients(GradientRegistry& r);    // ScaledDotProductAttention
+void register_python_op_gradients(GradientRegistry& r);    // PythonOp: the user's backward
 
 inline void register_all_gradients(GradientRegistry& r) {
   register_elementwise_gradients(r);
@@ -21,6 +22,7 @@ inline void register_all_gradients(GradientRegistry& r) {
   register_conv_gradients(r);
   register_pool_gradients(r);
   register_attention_gradients(r);
+  register_python_op_gradients(r);
 }
 
 }  // namespace trainrt

@@ -17,6 +17,7 @@ void register_tensor_grad_schemas(OpRegistry& r);
 void register_batch_norm_schemas(OpRegistry& r);  // BatchNormalization and its gradient op
 void register_pool_schemas(OpRegistry& r);        // MaxPool, AveragePool, Global*Pool and their gradient ops
 void register_attention_schemas(OpRegistry& r);  // ScaledDotProductAttention and its Grad
+void register_python_op_schemas(OpRegistry& r);  // PythonOp and PythonOpGrad: a user's autograd.Function
 
 inline void register_all_schemas(OpRegistry& r) {
   register_elementwise_schemas(r);
@@ -30,6 +31,7 @@ inline void register_all_schemas(OpRegistry& r) {
   register_batch_norm_schemas(r);
   register_pool_schemas(r);
   register_attention_schemas(r);
+  register_python_op_schemas(r);
 }
 
 }  // namespace trainrt

@@ -1,0 +1,245 @@
+"""A user's torch.autograd.Function stays one node through torch.export, so its own backward runs.
+
+torch.export traces through `Function.apply` (pytorch/pytorch#106388 asks for an operator that
+keeps it), which would differentiate the forward's ops and ignore the user's backward: wrong for a
+straight-through estimator or a gradient reversal. While capture exports, `keep_functions_opaque`
+routes each user Function's apply through one custom op, `trainrt::python_op(tensors, call_id)`;
+the translator turns it into a PythonOp node (capture/ops_python.py) whose kernels call the user's
+forward and backward at run time (trainrt/python_op.py, src/python/python_op_bindings.cc).
+
+    with keep_functions_opaque():
+        ep = torch.export.export(model, args, strict=False)    # STE.apply(x) -> trainrt.python_op
+
+A `FunctionCall` record per apply keeps what the graph cannot: the class, its non-tensor arguments
+(the node's `call_id` names the record), which inputs its ctx keeps (copied at run time: engine
+memory is reused after the node) and which it marks dirty. The op's fake implementation runs the
+user's forward on FakeTensors with a stand-in ctx, so the capture sees the outputs' shapes and
+dtypes, symbolic dims included; `register_shape_inference(Fn, fn)` replaces that run for a
+Function whose forward cannot run on FakeTensors.
+
+Not kept opaque, so traced into the graph: Functions of torch itself (checkpoint's among them:
+checkpointing is a memory request, captured into the engine), of trainrt, the classes named in
+SKIPPED_AUTOGRAD_FUNCTIONS, and every Function when ENABLE_CUSTOM_AUTOGRAD is 0 (announced once:
+their custom backwards are then ignored).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass, field
+
+import torch
+from torch.utils import _pytree as pytree
+
+from trainrt.capture.errors import CaptureError
+from trainrt.options import env
+
+_log = logging.getLogger("trainrt")
+_FUNCTION = torch.autograd.function.Function
+_original_apply = _FUNCTION.apply.__func__
+_custom_autograd = True  # trainrt.enable_custom_autograd_support(False) turns it off
+_shape_inference: dict[type, object] = {}
+_warned_inlined = False
+
+
+def full_name(cls: type) -> str:
+    """module + __qualname__ (`<locals>` included): two Functions named alike stay apart."""
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def enable_custom_autograd_support(enable: bool = True) -> None:
+    """Keep user autograd.Functions opaque with their own backward (the default), or trace their
+    forwards into the graph and differentiate those (their custom backwards are then ignored).
+    ENABLE_CUSTOM_AUTOGRAD in the environment takes precedence."""
+    global _custom_autograd
+    _custom_autograd = bool(enable)
+
+
+def register_shape_inference(function: type, infer) -> None:
+    """`infer(*args)` returns the outputs' (shape, dtype) pairs for `function`'s arguments (FakeTensors
+    and the non-tensor arguments); capture uses it instead of running the forward on FakeTensors."""
+    _shape_inference[function] = infer
+
+
+def _enabled() -> bool:
+    value = env("ENABLE_CUSTOM_AUTOGRAD", "ENABLE_CUSTOM_AUTOGRAD")
+    return _custom_autograd if value is None else value.strip() not in ("0", "false", "False", "")
+
+
+def _skipped() -> set[str]:
+    value = env("SKIPPED_AUTOGRAD_FUNCTIONS", "SKIPPED_AUTOGRAD_FUNCTIONS") or ""
+    return {name.strip() for name in value.split(",") if name.strip()}
+
+
+@dataclass
+class _Slot:
+    """Where tensor argument `index` goes in the rebuilt arguments."""
+
+    index: int
+
+
+@dataclass
+class FunctionCall:
+    """One apply call seen by the capture: enough to call the Function again at run time."""
+
+    function: type
+    template: list  # the positional arguments, tensors replaced by _Slot
+    input_requires_grad: list[bool]
+    kept_inputs: set[int] = field(default_factory=set)  # tensor inputs the ctx keeps (saved or set on it)
+    dirty_inputs: set[int] = field(default_factory=set)  # tensor inputs changed in place (mark_dirty)
+    single_output: bool = True  # forward returned one tensor, not a tuple
+
+    @property
+    def name(self) -> str:
+        return full_name(self.function)
+
+    def arguments(self, tensors: list) -> list:
+        """The positional arguments with `tensors` in the slots."""
+        return [tensors[a.index] if isinstance(a, _Slot) else a for a in self.template]
+
+
+CALLS: list[FunctionCall] = []  # call_id -> record, for the life of the process
+
+
+class _CaptureCtx:
+    """What a Function's forward sees of ctx while the capture runs it on FakeTensors: the calls
+    the capture needs to hear about (what is saved, dirty, non-differentiable); attributes as usual."""
+
+    def __init__(self, needs_input_grad: tuple):
+        self.needs_input_grad = needs_input_grad
+        self.materialize_grads = True
+        self._saved, self._dirty, self._non_differentiable = (), (), ()
+
+    def save_for_backward(self, *tensors):
+        self._saved = tensors
+
+    @property
+    def saved_tensors(self):
+        return self._saved
+
+    def mark_dirty(self, *tensors):
+        self._dirty = tensors
+
+    def mark_non_differentiable(self, *tensors):
+        self._non_differentiable = tensors
+
+    def set_materialize_grads(self, value: bool):
+        self.materialize_grads = value
+
+
+def _uses_setup_context(function: type) -> bool:
+    return function.setup_context is not _FUNCTION.setup_context  # a staticmethod: plain functions
+
+
+def run_forward(record: FunctionCall, tensors: list, ctx) -> object:
+    """The Function's forward on `tensors` with `ctx`, old style (forward(ctx, ...)) or new style
+    (forward(...) then setup_context(ctx, inputs, output))."""
+    args = record.arguments(tensors)
+    if _uses_setup_context(record.function):
+        out = record.function.forward(*args)
+        record.function.setup_context(ctx, tuple(args), out)
+        return out
+    return record.function.forward(ctx, *args)
+
+
+@torch.library.custom_op("trainrt::python_op", mutates_args=())
+def python_op(inputs: list[torch.Tensor], call_id: int) -> list[torch.Tensor]:
+    """Eager: the Function's forward on `inputs` (the engine runs it through PythonOp instead)."""
+    record = CALLS[call_id]
+    with torch.no_grad():
+        out = record.function.apply(*record.arguments([t.clone() for t in inputs]))
+    return [o.clone() for o in _output_list(record, out)]
+
+
+@python_op.register_fake
+def _python_op_fake(inputs, call_id):
+    """The outputs' FakeTensors: the user's shape inference, else the forward run on FakeTensors."""
+    record = CALLS[call_id]
+    infer = _shape_inference.get(record.function)
+    if infer is not None:
+        specs = infer(*record.arguments(list(inputs)))
+        return [torch.empty(shape, dtype=dtype) for shape, dtype in specs]
+    ctx = _CaptureCtx(tuple(record.input_requires_grad))
+    clones = [t.clone() for t in inputs]  # the forward may change inputs in place (mark_dirty)
+    with _inline_nested(), torch.no_grad():
+        out = run_forward(record, clones, ctx)
+    outputs = _output_list(record, out)
+    position = {id(t): i for i, t in enumerate(clones)}
+    kept = [t for t in ctx._saved if isinstance(t, torch.Tensor)]
+    kept += [v for v in vars(ctx).values() if isinstance(v, torch.Tensor)]
+    record.kept_inputs = {position[id(t)] for t in kept if id(t) in position}
+    record.dirty_inputs = {position[id(t)] for t in ctx._dirty if id(t) in position}
+    return [o.clone() for o in outputs]
+
+
+def _output_list(record: FunctionCall, out) -> list[torch.Tensor]:
+    """The forward's result as a list of tensors; CaptureError for anything but tensors."""
+    record.single_output = isinstance(out, torch.Tensor)
+    outputs = [out] if record.single_output else list(out) if isinstance(out, (tuple, list)) else None
+    if outputs is None or not all(isinstance(o, torch.Tensor) for o in outputs):
+        raise CaptureError(f"autograd.Function {record.name} returned {type(out).__name__} "
+                           f"{'' if outputs is None else [type(o).__name__ for o in outputs]}; "
+                           "PythonOp takes Functions that return tensors (one, or a tuple of them)")
+    return outputs
+
+
+_nested = 0  # > 0 inside a forward the capture runs: Functions it calls are plain calls
+
+
+@contextlib.contextmanager
+def _inline_nested():
+    global _nested
+    _nested += 1
+    try:
+        yield
+    finally:
+        _nested -= 1
+
+
+def _opaque(cls: type) -> bool:
+    module = cls.__module__ or ""
+    if _nested or module.startswith(("torch.", "trainrt.")) or module == "torch":
+        return False
+    if full_name(cls) in _skipped() or cls.__qualname__ in _skipped():
+        return False
+    if not _enabled():
+        global _warned_inlined
+        if not _warned_inlined:
+            _warned_inlined = True
+            _log.warning("trainrt: custom autograd.Function support is off (ENABLE_CUSTOM_AUTOGRAD=0): the forwards "
+                         "of Functions such as %s are traced and their custom backwards are ignored", full_name(cls))
+        return False
+    return True
+
+
+def _apply(cls, *args, **kwargs):
+    """Function.apply while capture exports: a user Function becomes one trainrt::python_op call."""
+    if kwargs or not _opaque(cls):
+        return _original_apply(cls, *args, **kwargs)
+    if any(not isinstance(a, torch.Tensor) and any(isinstance(x, torch.Tensor) for x in pytree.tree_leaves(a))
+           for a in args):
+        raise CaptureError(f"autograd.Function {full_name(cls)} takes tensors inside a list, tuple or dict argument; "
+                           "PythonOp takes tensors as positional arguments")
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    template, k = [], 0
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            template.append(_Slot(k))
+            k += 1
+        else:
+            template.append(a)
+    record = FunctionCall(cls, template, [t.requires_grad and t.dtype.is_floating_point for t in tensors])
+    CALLS.append(record)
+    outputs = python_op(tensors, len(CALLS) - 1)
+    return outputs[0] if record.single_output else tuple(outputs)
+
+
+@contextlib.contextmanager
+def keep_functions_opaque():
+    """Inside: user autograd.Functions are one trainrt::python_op call each (torch.export sees it)."""
+    _FUNCTION.apply = classmethod(_apply)
+    try:
+        yield
+    finally:
+        _FUNCTION.apply = classmethod(_original_apply)
