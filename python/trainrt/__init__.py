@@ -33,6 +33,10 @@ def __getattr__(name):
         from trainrt.rtmodule import RTModule
 
         return RTModule
+    if name in ("register_shape_inference", "enable_custom_autograd_support"):
+        from trainrt.capture import autograd_function
+
+        return getattr(autograd_function, name)
     if name == "optim":
         import trainrt.optim
 

@@ -89,16 +89,16 @@ def _forward(call_id: int, arrays: list) -> tuple[int, list[torch.Tensor]] | Non
         record = CALLS[call_id]
         grad = _current is not None and _current.grad
         inputs, leaves = [], []
-        for i, t in enumerate(_tensor(a) for a in arrays):
-            if i in record.kept_inputs or i in record.dirty_inputs:
-                t = t.clone()
-            leaf = None
-            if grad and record.input_requires_grad[i]:
-                leaf = t.detach().requires_grad_()
-                t = leaf.clone() if i in record.dirty_inputs else leaf  # in place on a leaf is refused
-            inputs.append(t)
-            leaves.append(leaf)
-        with torch.enable_grad() if grad else torch.no_grad():
+        with torch.enable_grad() if grad else torch.no_grad():  # engine calls run under no_grad
+            for i, t in enumerate(_tensor(a) for a in arrays):
+                if i in record.kept_inputs or i in record.dirty_inputs:
+                    t = t.clone()
+                leaf = None
+                if grad and record.input_requires_grad[i]:
+                    leaf = t.detach().requires_grad_()
+                    t = leaf.clone() if i in record.dirty_inputs else leaf  # in place on a leaf is refused
+                inputs.append(t)
+                leaves.append(leaf)
             out = record.function.apply(*record.arguments(inputs))
         outputs = [out] if isinstance(out, torch.Tensor) else list(out)
         handle = 0

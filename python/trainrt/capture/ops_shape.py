@@ -37,7 +37,7 @@ def reshape_to(ctx: OpContext, x: TensorValue, shape) -> str:
 
 
 @translates("aten.view.default", "aten.reshape.default", "aten._unsafe_view.default",
-            "aten.flatten.using_ints", "aten.unflatten.int")
+            "aten.flatten.using_ints", "aten.unflatten.int", "aten.view_as.default", "aten.reshape_as.default")
 def view(ctx: OpContext) -> str:
     return reshape_to(ctx, ctx.tensor("self"), ctx.out.shape)
 
@@ -80,10 +80,12 @@ def permute(ctx: OpContext) -> str:
     return ctx.emit("Transpose", [x], perm=[dim_axis(d, x.rank) for d in ctx["dims"]])
 
 
-@translates("aten.expand.default")
+@translates("aten.expand.default", "aten.expand_as.default")
 def expand(ctx: OpContext) -> str:
-    """ONNX Expand broadcasts both ways, so torch's -1 ('keep this dim') is a 1."""
-    sizes = [1 if is_static(s) and int(s) == -1 else s for s in ctx["size"]]
+    """ONNX Expand broadcasts both ways, so torch's -1 ('keep this dim') is a 1. expand_as takes
+    the other tensor's sizes."""
+    sizes = ctx["size"] if "size" in ctx.args else ctx.out.shape
+    sizes = [1 if is_static(s) and int(s) == -1 else s for s in sizes]
     return ctx.emit("Expand", [ctx.tensor("self"), ctx.ints(sizes)])
 
 

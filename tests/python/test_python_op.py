@@ -1,0 +1,313 @@
+"""User torch.autograd.Functions run in the engine as PythonOp with their own backward: parity with
+eager (losses and gradients within 1e-5 relative, step after step), ctx features, errors. Fallback
+is disabled and each test checks the graph holds the PythonOp (the engine ran it, the forward was
+not traced through)."""
+
+import pytest
+import torch
+import torch.nn as nn
+
+import trainrt
+from trainrt.ortmodule import ORTModule
+
+WRAPPERS = [trainrt.RTModule, ORTModule]
+
+
+@pytest.fixture(autouse=True)
+def engine_only(monkeypatch):
+    monkeypatch.setenv("TRAINRT_FALLBACK_POLICY", "FALLBACK_DISABLE")
+
+
+class StraightThrough(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return torch.round(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+class GradientReversal(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, alpha: float):
+        ctx.alpha = alpha
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return -ctx.alpha * g, None
+
+
+class ScaledSum(torch.autograd.Function):
+    """Scalar and tuple arguments; saves an input; a backward returning None for some inputs."""
+
+    @staticmethod
+    def forward(ctx, x, y, scale: float, dims: tuple, flag: bool):
+        ctx.save_for_backward(x, y)
+        ctx.scale, ctx.flag = scale, flag
+        return (x * y * scale).sum(dim=dims, keepdim=True) if flag else x * y
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        gx = g * y * ctx.scale if ctx.flag else g * y
+        return gx, None, None, None, None  # no gradient for y, even though it requires one
+
+
+class MaxWithIndex(torch.autograd.Function):
+    """Two outputs, one an integer index marked non-differentiable."""
+
+    @staticmethod
+    def forward(ctx, x):
+        values, index = x.max(dim=-1)
+        ctx.mark_non_differentiable(index)
+        ctx.save_for_backward(index)
+        ctx.shape = x.shape
+        return values, index
+
+    @staticmethod
+    def backward(ctx, g_values, g_index):
+        (index,) = ctx.saved_tensors
+        grad = torch.zeros(ctx.shape, dtype=g_values.dtype)
+        return grad.scatter(-1, index.unsqueeze(-1), g_values.unsqueeze(-1))
+
+
+class InPlaceDouble(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        x.mul_(2)
+        ctx.mark_dirty(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        return 2 * g
+
+
+class Outer(torch.autograd.Function):
+    """Calls another Function in its forward and backward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return StraightThrough.apply(x) * 2 + x
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return GradientReversal.apply(g, -3.0) + torch.cos(x) * 0  # 3 g, through the inner Function
+
+
+class Cube(torch.autograd.Function):
+    """New-style: forward without ctx, setup_context; once_differentiable; an op the engine lacks."""
+
+    @staticmethod
+    def forward(x):
+        return torch.special.erfcx(x) * 0 + 0.1 * x ** 3  # erfcx has no translation: the forward is Python
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 0.3 * x * x * g
+
+
+def _scope():
+    class StraightThrough(torch.autograd.Function):  # same name as the module's, other behaviour
+        @staticmethod
+        def forward(ctx, x):
+            return torch.round(x)
+
+        @staticmethod
+        def backward(ctx, g):
+            return 10 * g
+
+    return StraightThrough
+
+
+LocalStraightThrough = _scope()
+
+
+class Net(nn.Module):
+    """Two Linears around `body(h)`."""
+
+    def __init__(self, body, width=6):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(4, width), nn.Linear(width, 3)
+        self.body = body
+
+    def forward(self, x):
+        return self.fc2(self.body(torch.tanh(self.fc1(x)) * 3))
+
+
+CASES = {
+    "straight_through": lambda h: StraightThrough.apply(h),
+    "gradient_reversal": lambda h: GradientReversal.apply(h, 0.25),
+    "scalar_and_tuple_args": lambda h: ScaledSum.apply(h, h * 0.5 + 1, 0.5, (1,), True) + h,
+    "max_with_index": lambda h: torch.cat([MaxWithIndex.apply(h)[0].unsqueeze(-1)] * h.shape[-1], -1)
+    + MaxWithIndex.apply(h)[1].unsqueeze(-1).float(),
+    "two_same_named": lambda h: StraightThrough.apply(h) + LocalStraightThrough.apply(h),
+    "mark_dirty": lambda h: InPlaceDouble.apply(h * 1.0),
+    "none_grads": lambda h: ScaledSum.apply(h, torch.sigmoid(h), 1.0, (0,), False),
+    "nested": lambda h: Outer.apply(h),
+    "engine_lacks_op": lambda h: Cube.apply(h),
+}
+
+
+class Body(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, h):
+        return self.fn(h)
+
+
+def _pair(case, wrap):
+    torch.manual_seed(0)
+    eager = Net(Body(CASES[case]))
+    model = wrap(Net(Body(CASES[case])))
+    model.load_state_dict(eager.state_dict())
+    return eager, model
+
+
+@pytest.mark.parametrize("wrap", WRAPPERS)
+@pytest.mark.parametrize("case", list(CASES))
+def test_function_parity_with_eager_over_steps(case, wrap):
+    eager, model = _pair(case, wrap)
+    opt_e = torch.optim.SGD(eager.parameters(), lr=0.05, momentum=0.9)
+    opt_m = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    for step in range(3):
+        x = torch.randn(5, 4)
+        losses = []
+        for m, opt in ((eager, opt_e), (model, opt_m)):
+            opt.zero_grad()
+            loss = m(x).pow(2).mean()
+            loss.backward()
+            losses.append(loss.detach())
+        torch.testing.assert_close(losses[1], losses[0], rtol=1e-5, atol=1e-6)
+        for (name, pe), (_, pm) in zip(eager.named_parameters(), model.named_parameters()):
+            torch.testing.assert_close(pm.grad, pe.grad, rtol=1e-5, atol=1e-6, msg=f"step {step} {name}")
+        opt_e.step()
+        opt_m.step()
+        assert model.fallback_reason is None
+    ops = [n for e in model.engines for n in e.captured.model.graph.node if n.op_type == "PythonOp"]
+    assert ops, "the Function was traced through, not kept as a PythonOp"
+
+
+def test_same_named_functions_are_told_apart_by_full_name():
+    _, model = _pair("two_same_named", trainrt.RTModule)
+    model(torch.randn(2, 4))
+    names = [next(a.s for a in n.attribute if a.name == "function").decode()
+             for n in model.engines[0].captured.model.graph.node if n.op_type == "PythonOp"]
+    assert names == [f"{__name__}.StraightThrough", f"{__name__}._scope.<locals>.StraightThrough"]
+
+
+def test_symbolic_batch_flows_through_the_node_without_recapture():
+    _, model = _pair("gradient_reversal", trainrt.RTModule)
+    for batch in (3, 7, 11):
+        model(torch.randn(batch, 4)).sum().backward()
+    assert model.num_captures == 1
+
+
+def test_eval_and_no_grad_run_the_forward_only():
+    eager, model = _pair("straight_through", trainrt.RTModule)
+    x = torch.randn(4, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), eager(x))
+    assert model.fallback_reason is None
+
+
+def test_retain_graph_runs_the_users_backward_twice():
+    eager, model = _pair("gradient_reversal", trainrt.RTModule)
+    x = torch.randn(5, 4)
+    for m in (eager, model):
+        loss = m(x).pow(2).sum()
+        loss.backward(retain_graph=True)
+        loss.backward()
+    for pe, pm in zip(eager.parameters(), model.parameters()):
+        torch.testing.assert_close(pm.grad, pe.grad, rtol=1e-5, atol=1e-6)
+
+
+class Raises(torch.autograd.Function):
+    fail_in = None
+
+    @staticmethod
+    def forward(ctx, x):
+        if Raises.fail_in == "forward" and not isinstance(x, torch._subclasses.FakeTensor):
+            raise ValueError("user forward failed")
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        if Raises.fail_in == "backward":
+            raise KeyError("user backward failed")
+        return g * 2
+
+
+class WrongShape(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        return g[:1]
+
+
+@pytest.mark.parametrize("where,kind", [("forward", ValueError), ("backward", KeyError)])
+def test_an_exception_in_the_users_code_reaches_the_caller_and_the_engine_stays_usable(where, kind, monkeypatch):
+    model = trainrt.RTModule(Net(Body(lambda h: Raises.apply(h))))
+    x = torch.randn(3, 4)
+    model(x).sum().backward()  # captured with the good path
+    monkeypatch.setattr(Raises, "fail_in", where)
+    with pytest.raises(kind, match=f"user {where} failed"):
+        model(x).sum().backward()
+    monkeypatch.setattr(Raises, "fail_in", None)
+    model.zero_grad()
+    model(x).sum().backward()
+    assert model.fc1.weight.grad is not None and model.fallback_reason is None
+
+
+def test_a_backward_returning_a_wrong_shape_names_the_function():
+    model = trainrt.RTModule(Net(Body(lambda h: WrongShape.apply(h))))
+    with pytest.raises(RuntimeError, match="WrongShape"):
+        model(torch.randn(3, 4)).sum().backward()
+
+
+def test_skipped_functions_are_traced_through(monkeypatch):
+    monkeypatch.setenv("TRAINRT_SKIPPED_AUTOGRAD_FUNCTIONS", f"{__name__}.GradientReversal")
+    _, model = _pair("gradient_reversal", trainrt.RTModule)
+    model(torch.randn(2, 4)).sum().backward()
+    assert not [n for n in model.engines[0].captured.model.graph.node if n.op_type == "PythonOp"]
+
+
+def test_custom_autograd_off_traces_and_warns(monkeypatch, caplog):
+    monkeypatch.setenv("ORTMODULE_ENABLE_CUSTOM_AUTOGRAD", "0")
+    eager, model = _pair("gradient_reversal", trainrt.RTModule)
+    model(torch.randn(2, 4)).sum().backward()
+    assert not [n for n in model.engines[0].captured.model.graph.node if n.op_type == "PythonOp"]
+
+
+def test_registered_shape_inference_replaces_the_fake_run():
+    class NoFake(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            if isinstance(x, torch._subclasses.FakeTensor):
+                raise AssertionError("the forward ran on FakeTensors")
+            return x + 1
+
+        @staticmethod
+        def backward(ctx, g):
+            return g
+
+    trainrt.register_shape_inference(NoFake, lambda x: [(x.shape, x.dtype)])
+    torch.manual_seed(0)
+    model = trainrt.RTModule(Net(Body(lambda h: NoFake.apply(h))))
+    model(torch.randn(3, 4)).sum().backward()
+    assert model.fallback_reason is None and model.fc1.weight.grad is not None
