@@ -30,6 +30,7 @@ import logging
 from dataclasses import dataclass, field
 
 import torch
+import torch.utils.checkpoint
 from torch.utils import _pytree as pytree
 
 from trainrt.capture.errors import CaptureError
@@ -214,7 +215,12 @@ def _opaque(cls: type) -> bool:
 
 
 def _apply(cls, *args, **kwargs):
-    """Function.apply while capture exports: a user Function becomes one trainrt::python_op call."""
+    """Function.apply while capture exports: a user Function becomes one trainrt::python_op call.
+    Reentrant checkpointing (CheckpointFunction.apply(run, preserve_rng_state, *inputs)) runs its
+    block under no_grad to recompute it with grad in its backward; the capture calls the block
+    itself instead, so its ops are captured into the engine and differentiated there."""
+    if cls is torch.utils.checkpoint.CheckpointFunction and not _nested:
+        return args[0](*args[2:])
     if kwargs or not _opaque(cls):
         return _original_apply(cls, *args, **kwargs)
     if any(not isinstance(a, torch.Tensor) and any(isinstance(x, torch.Tensor) for x in pytree.tree_leaves(a))
