@@ -8,6 +8,7 @@ an LSTM, and trains as eager does.
 """
 
 import copy
+import hashlib
 import json
 import os
 import pickle
@@ -105,9 +106,13 @@ def test_a_planted_pickle_runs_no_code_and_is_replaced(cache_dir, counted, tmp_p
     entry.write_bytes(planted)
     torch.testing.assert_close(run(model), expected)
     assert not marker.exists()  # never unpickled
-    assert counted["capture"] == 2 and "is unusable" in trainrt_log.text and "not a TrainRT export cache entry" in trainrt_log.text
+    assert counted["capture"] == 2 and "not a TrainRT export cache entry" in trainrt_log.text
     run(model)
     assert counted["capture"] == 2  # the rewritten entry serves the next instance
+    # The same pickle behind a valid magic line and checksum: the payload must be JSON, so still no code runs.
+    entry.write_bytes(b"TRAINRT-EXPORT-CACHE 4\n" + hashlib.sha256(planted).hexdigest().encode() + b"\n" + planted)
+    torch.testing.assert_close(run(model), expected)
+    assert not marker.exists() and counted["capture"] == 3 and trainrt_log.text.count("is unusable") == 2
     pickle.loads(planted)
     assert marker.exists()  # the payload was live: loading it as the old cache did would have run it
 
