@@ -25,7 +25,8 @@ entry is kept out by the ownership checks. The directory and each entry must bel
 and be writable by no one else (a directory with the sticky bit, like /tmp, may be group- or
 world-writable: others cannot replace our entries there, and entries they plant are refused as not
 ours); a cache that fails this is refused with the reason, unless `TRAINRT_CACHE_ALLOW_SHARED=1`.
-A directory the cache creates is created 0o700.
+A directory the cache creates is created 0o700. A graph with PythonOp nodes (a user's
+autograd.Function) is not stored: they reach their Function through this process's captures.
 """
 
 from __future__ import annotations
@@ -152,9 +153,26 @@ class ExportCache:
                 os.remove(tmp)
 
 
+def _process_local_calls(graph: onnx.GraphProto) -> list[str]:
+    """The autograd.Functions that PythonOp nodes of `graph` (subgraphs included) call. Such a node
+    finds its Function by a call id into the registry of this process's captures (trainrt::python_op):
+    in another process that id names nothing, or another Function, so the graph is not stored."""
+    names = []
+    for node in graph.node:
+        if node.op_type == "PythonOp":
+            names += [a.s.decode() for a in node.attribute if a.name == "function"] or ["?"]
+        for a in node.attribute:
+            for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
+                names += _process_local_calls(sub)
+    return names
+
+
 def _encode(key: str, captured: CapturedGraph) -> bytes:
-    """The entry's bytes. Raises NotJSONData for a field this format cannot hold, including a spec
-    that would not read back as itself."""
+    """The entry's bytes. Raises TypeError for a field this format cannot hold, a spec that would
+    not read back as itself, or a graph that calls this process's autograd.Functions."""
+    if calls := _process_local_calls(captured.model.graph):
+        raise TypeError(f"the graph calls autograd.Function {', '.join(sorted(set(calls)))} through PythonOp, "
+                        "which only the process that captured it can resolve")
     fields = {}
     for name, value in captured.__dict__.items():
         if name in _SPECS:

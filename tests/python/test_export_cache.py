@@ -4,7 +4,7 @@ A pickle planted under an entry's name runs no code; a tampered or foreign entry
 captured again and rewritten; a directory others can write to is refused unless
 TRAINRT_CACHE_ALLOW_SHARED=1; a second process hits the cache without calling torch.export, for a
 tiny GPT-2 and BERT (slow: importing transformers and capturing take ~10 s per process), a CNN and
-an LSTM, and trains as eager does.
+an LSTM, and trains as eager does. A graph calling an autograd.Function (PythonOp) is not stored.
 """
 
 import copy
@@ -231,3 +231,24 @@ def test_a_second_process_hits_the_cache(model, tmp_path):
     assert second["loss"] == first["loss"]
     if model == "gpt2":  # the past_key_values leave the engine and come back as a DynamicCache
         assert "CausalLMOutputWithCrossAttentions" in second["structure"] and "DynamicCache" in second["structure"]
+
+
+def test_a_graph_with_a_python_op_is_not_stored(tmp_path, trainrt_log):
+    """A PythonOp node (a user's autograd.Function kept opaque) names its Function by a call id into
+    the capturing process's registry: another process would call nothing, or another Function."""
+    import onnx
+
+    from trainrt.capture import CapturedGraph
+
+    call = onnx.helper.make_node("PythonOp", ["x"], ["ctx", "y"], domain="com.trainrt", function="mod.Square", call_id=0)
+    body = onnx.helper.make_graph([call], "body", [], [])
+    loop = onnx.helper.make_node("Loop", ["n", "c"], [], body=body)  # inside a subgraph too
+    for nodes in ([call], [loop]):
+        graph = onnx.helper.make_graph(nodes, "g", [], [])
+        captured = CapturedGraph(model=onnx.helper.make_model(graph), param_inputs=[], buffer_inputs=[],
+                                 user_inputs=["x"], in_spec=torch.utils._pytree.tree_flatten(((1,), {}))[1],
+                                 non_tensor_inputs=[], outputs=["y"], out_spec=torch.utils._pytree.treespec_leaf(),
+                                 differentiable_outputs=[True], buffer_mutations=[], input_dims=[(2,)], dim_ranges={})
+        ExportCache(str(tmp_path)).store("0" * 64, captured)
+    assert not list(tmp_path.iterdir())
+    assert "calls autograd.Function mod.Square through PythonOp" in trainrt_log.text
