@@ -106,6 +106,9 @@ class RuntimeOptions:
 
     fallback_policy: FallbackPolicy = DEFAULT_FALLBACK
     cache_dir: str | None = None
+    # Use an export cache directory (or entry) that other users can write to; by default it is refused,
+    # since whoever can write an entry chooses the graph every process reading it trains (export_cache.py).
+    cache_allow_shared: bool = False
     print_memory_stats: bool = False
     profile: bool = False  # per-node timings of the engine programs (RTModule.profile_summary())
     # After a fallback, try the engine again on the next call instead of staying on PyTorch (a failed
@@ -126,6 +129,8 @@ class RuntimeOptions:
             self.fallback_policy = _parse_fallback(v)
         if (v := env("CACHE_DIR", "CACHE_DIR")) is not None:
             self.cache_dir = v
+        if (v := env("CACHE_ALLOW_SHARED")) is not None:
+            self.cache_allow_shared = _parse_flag(v)
         if (v := env("PROFILE")) is not None:
             self.profile = _parse_flag(v)
         if (v := env("PRINT_MEMORY_STATS", "PRINT_MEMORY_STATS")) is not None:

@@ -349,9 +349,11 @@ class RTModule(torch.nn.Module):
         if self._runtime.cache_dir:
             from trainrt.export_cache import ExportCache, cache_key
 
-            cache, key = ExportCache(self._runtime.cache_dir), cache_key(self._module, self._schema_key(args, kwargs, shapes=True))
+            cache = ExportCache(self._runtime.cache_dir, self._runtime.cache_allow_shared)
+            key = cache_key(self._module, self._schema_key(args, kwargs, shapes=True))
         try:
             captured = cache.load(key) if cache else None
+            from_cache = captured is not None
             if captured is None:
                 captured = capture(self._module, args, kwargs, autocast=autocast)
                 if cache and not any(n.op_type == "PythonOp" for n in captured.model.graph.node):
@@ -370,10 +372,11 @@ class RTModule(torch.nn.Module):
         if self._debug.save_onnx:
             self._save_graphs(engine)
         self._engines.setdefault(self._schema_key(args, kwargs), []).append(engine)
-        self._log_startup(captured, autocast, captured_at - start, time.perf_counter() - captured_at)
+        self._log_startup(captured, autocast, captured_at - start, time.perf_counter() - captured_at, from_cache)
         return engine
 
-    def _log_startup(self, captured, autocast: torch.dtype | None, capture_s: float, build_s: float) -> None:
+    def _log_startup(self, captured, autocast: torch.dtype | None, capture_s: float, build_s: float,
+                     from_cache: bool) -> None:
         """At INFO: what was captured, what is on, and what it cost. Quiet on ranks other than 0."""
         if torch.distributed.is_available() and torch.distributed.is_initialized() and torch.distributed.get_rank() != 0:
             return
@@ -386,7 +389,8 @@ class RTModule(torch.nn.Module):
                 ("compute optimizer (fusions, saved-set choice)", "on" if self._runtime.compute_optimizer else "off"),
                 ("fallback policy", self._runtime.fallback_policy.name or str(self._runtime.fallback_policy)),
                 ("save ONNX", self._debug.save_path if self._debug.save_onnx else "off"),
-                ("capture (torch.export + translation)", f"{capture_s * 1e3:.0f} ms"),
+                ("capture (torch.export + translation)",
+                 f"{capture_s * 1e3:.0f} ms" + (" (read from the export cache)" if from_cache else "")),
                 ("engine build (autodiff + partition)", f"{build_s * 1e3:.0f} ms")]
         width = max(len(k) for k, _ in rows)
         _log.info("trainrt RTModule start-up\n%s", "\n".join(f"  {k:<{width}}  {v}" for k, v in rows))

@@ -43,7 +43,7 @@ def export_program(module: torch.nn.Module, args: tuple, kwargs: dict, symbolic:
     `symbolic` (one of SYMBOLIC_LEVELS), or static shapes when export refuses them; the
     placeholders' shapes say which dims are symbolic."""
     _refuse_cumulative_batch_norm(module)
-    _register_hf_cache_pytree()
+    register_hf_cache_pytree()
     shapes = {"all": _auto_dynamic_shapes, "batch": _batch_dynamic_shapes, "none": lambda *_: None}[symbolic](
         module, args, kwargs)
     ep = None
@@ -64,8 +64,9 @@ def export_program(module: torch.nn.Module, args: tuple, kwargs: dict, symbolic:
         return ep.run_decompositions({})
 
 
-def _register_hf_cache_pytree() -> None:
-    """Makes transformers' DynamicCache a pytree node (idempotent; a no-op without transformers)."""
+def register_hf_cache_pytree() -> None:
+    """Makes transformers' DynamicCache a pytree node (idempotent; a no-op without transformers).
+    The export cache calls it too, before it reads an output spec that holds a DynamicCache."""
     if "transformers" not in sys.modules:
         return
     try:
