@@ -356,8 +356,8 @@ class RTModule(torch.nn.Module):
             from_cache = captured is not None
             if captured is None:
                 captured = capture(self._module, args, kwargs, autocast=autocast)
-                if cache and not any(n.op_type == "PythonOp" for n in captured.model.graph.node):
-                    cache.store(key, captured)  # PythonOp names a Function of this process: never stored
+                if cache:
+                    cache.store(key, captured)
         except UnsupportedATenOp as err:
             raise _BuildFailed(str(err), "FALLBACK_UNSUPPORTED_ONNX_MODEL") from err
         except CaptureError as err:
