@@ -167,3 +167,117 @@ def test_trains_evaluates_predicts_and_saves_as_plain_trainer(route, kind, refer
     assert predictions.shape == ref_predictions.shape
     torch.testing.assert_close(torch.as_tensor(predictions), torch.as_tensor(ref_predictions), rtol=1e-3, atol=1e-4)
     assert_reloads(trainer, kind, tmp_path)
+
+
+def test_rtmodule_presents_the_wrapped_model(tmp_path):
+    """What the Trainer, accelerate and PEFT read from a model is the wrapped model's."""
+    plain = make_model("gpt2")
+    model = trainrt.RTModule(plain)
+    assert inspect.signature(model.forward) == inspect.signature(plain.forward)
+    assert isinstance(model, transformers.PreTrainedModel) and type(model) is trainrt.RTModule
+    assert model.config is plain.config and model.main_input_name == "input_ids"
+    assert model.can_generate() == plain.can_generate() and model.generation_config is plain.generation_config
+    assert model._keys_to_ignore_on_save == plain._keys_to_ignore_on_save
+    assert [n for n, _ in model.named_children()] == [n for n, _ in plain.named_children()]
+    assert transformers.trainer_pt_utils.get_parameter_names(model, [torch.nn.LayerNorm]) == \
+        transformers.trainer_pt_utils.get_parameter_names(plain, [torch.nn.LayerNorm])
+    model.save_pretrained(str(tmp_path / "saved"))
+    from safetensors.torch import load_file
+
+    assert set(load_file(str(tmp_path / "saved" / "model.safetensors"))) <= set(plain.state_dict())
+    for copied in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+        assert type(copied) is trainrt.RTModule and copied.forward.__self__ is copied
+        assert inspect.signature(copied.forward) == inspect.signature(plain.forward)
+
+
+@pytest.mark.parametrize("optim", ["adamw_trainrt_fused", "adamw_trainrt_fused_in_backward"])
+def test_resuming_from_a_checkpoint_gives_the_uninterrupted_losses(optim, tmp_path):
+    clip = dict(max_grad_norm=0.0) if optim.endswith("in_backward") else {}
+    whole = arguments(RTTrainingArguments, tmp_path / "whole", optim=optim, max_steps=6, **clip)
+    _, losses, _, _ = run(RTTrainer, make_model("gpt2"), whole, "gpt2")
+    halves = arguments(RTTrainingArguments, tmp_path / "halves", optim=optim, max_steps=6, save_strategy="steps",
+                       save_steps=3, **clip)
+    first = RTTrainer(model=make_model("gpt2"), args=halves, train_dataset=make_data("gpt2", 16, 1))
+    first.train()
+    resumed = RTTrainer(model=make_model("gpt2"), args=halves, train_dataset=make_data("gpt2", 16, 1))
+    resumed.train(resume_from_checkpoint=str(tmp_path / "halves" / "out" / "checkpoint-3"))
+    after = [h["loss"] for h in resumed.state.log_history if "loss" in h]
+    assert_ran_in_engine(rtmodule_of(resumed), captures=1)
+    assert_close(after[-3:], losses[3:], rtol=1e-6)
+
+
+def test_fused_in_backward_matches_a_step_after_the_backward(tmp_path):
+    args = arguments(RTTrainingArguments, tmp_path / "in", optim="adamw_trainrt_fused_in_backward", max_grad_norm=0.0)
+    trainer, losses, eval_loss, _ = run(RTTrainer, make_model("bert"), args, "bert")
+    assert trainer.optimizer.optimizer.step_in_backward  # accelerate's AcceleratedOptimizer around FusedAdam
+    plain = arguments(TrainingArguments, tmp_path / "plain", optim="adamw_torch", max_grad_norm=0.0)
+    _, ref_losses, ref_eval_loss, _ = run(Trainer, make_model("bert"), plain, "bert")
+    assert_ran_in_engine(rtmodule_of(trainer))
+    assert all(p.grad is None for p in trainer.model.parameters())
+    assert_close(losses, ref_losses)
+    assert eval_loss == pytest.approx(ref_eval_loss, rel=1e-4)
+
+
+@pytest.mark.parametrize("setting, reason", [(dict(), "max_grad_norm=0"),
+                                             (dict(max_grad_norm=0.0, gradient_accumulation_steps=2),
+                                              "gradient_accumulation_steps=1")])
+def test_fused_in_backward_refuses_clipping_and_accumulation(setting, reason, tmp_path):
+    with pytest.raises(ValueError, match=reason):
+        arguments(RTTrainingArguments, tmp_path, optim="adamw_trainrt_fused_in_backward", **setting)
+
+
+def test_gradient_accumulation_matches_plain_trainer(tmp_path):
+    args = arguments(RTTrainingArguments, tmp_path / "ours", per_device_train_batch_size=2, gradient_accumulation_steps=2)
+    trainer, losses, eval_loss, _ = run(RTTrainer, make_model("gpt2"), args, "gpt2")
+    plain = arguments(TrainingArguments, tmp_path / "plain", optim="adamw_torch", per_device_train_batch_size=2,
+                      gradient_accumulation_steps=2)
+    _, ref_losses, ref_eval_loss, _ = run(Trainer, make_model("gpt2"), plain, "gpt2")
+    assert_ran_in_engine(rtmodule_of(trainer))
+    assert_close(losses, ref_losses)
+    assert eval_loss == pytest.approx(ref_eval_loss, rel=1e-4)
+
+
+def test_bf16_runs_the_engines_mixed_precision(tmp_path):
+    """bf16=True: RTModule(mixed_precision="bf16"); losses near the Trainer's own bf16 autocast run (bf16
+    rounding differs in order, so not to 1e-4)."""
+    trainer, losses, eval_loss, _ = run(RTTrainer, make_model("gpt2"), arguments(RTTrainingArguments, tmp_path / "o",
+                                                                                  bf16=True), "gpt2")
+    model = rtmodule_of(trainer)
+    assert model._runtime.mixed_precision == "bf16"
+    _, ref_losses, ref_eval_loss, _ = run(Trainer, make_model("gpt2"),
+                                          arguments(TrainingArguments, tmp_path / "p", optim="adamw_torch", bf16=True),
+                                          "gpt2")
+    assert_ran_in_engine(model)
+    assert_close(losses, ref_losses, rtol=2e-2)
+    assert eval_loss == pytest.approx(ref_eval_loss, rel=2e-2)
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "bert"])
+def test_export_onnx_writes_the_trained_eval_graph(kind, tmp_path):
+    import onnx
+
+    trainer = ORTTrainer(model=make_model(kind), args=arguments(ORTTrainingArguments, tmp_path, max_steps=2),
+                         train_dataset=make_data(kind, 8, 1), eval_dataset=make_data(kind, 3, 2),
+                         feature="text-classification", onnx_model_path=str(tmp_path / "model.onnx"))
+    trainer.train()
+    assert trainer.feature == "text-classification"
+    path = trainer.export_onnx()
+    exported = onnx.load(path)
+    assert [o.name for o in exported.graph.output] == ["logits"]
+    batch = transformers.default_data_collator([{k: v for k, v in r.items() if k in ("input_ids", "attention_mask")}
+                                                for r in make_data(kind, 5, 4)])  # another batch size
+    session = trainrt.Session(path)
+    (logits,) = session.run([batch[name].numpy() for name in session.input_names])
+    with torch.no_grad():
+        expected = rtmodule_of(trainer)._module.eval()(**batch).logits
+    torch.testing.assert_close(torch.from_numpy(logits), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_optimum_names_pick_the_fused_optimizer(tmp_path):
+    from trainrt.optim import FusedAdam
+
+    args = arguments(ORTTrainingArguments, tmp_path, optim="adamw_ort_fused")
+    assert args.optim == "adamw_trainrt_fused"
+    optimizer_cls, kwargs = ORTTrainer.get_optimizer_cls_and_kwargs(args)
+    assert optimizer_cls is FusedAdam and kwargs["lr"] == 1e-3 and not kwargs["step_in_backward"]
+    assert RTTrainingArguments(output_dir=str(tmp_path)).optim == "adamw_trainrt_fused"  # the default
