@@ -27,7 +27,9 @@ over engine memory.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
+import types
 
 import torch
 from torch.utils import _pytree as pytree
@@ -198,6 +200,10 @@ def _keep_graph() -> bool:
     return True if query is None else bool(query())
 
 
+def _new_instance(cls):
+    return cls.__new__(cls)
+
+
 class _BuildFailed(Exception):
     """Capture or engine build failed: args are (reason, the FallbackPolicy name that covers it)."""
 
@@ -222,8 +228,44 @@ class RTModule(torch.nn.Module):
         self._failed_builds: dict = {}  # schema key -> (reason, policy name) of a failed capture or build
         self._announced: set[str] = set()
         _log.setLevel(10 * (int(self._debug.log_level) + 1))  # VERBOSE -> DEBUG ... FATAL -> CRITICAL
+        self._present_forward()
 
     # ---- behaving as the wrapped module ----
+    @property
+    def __class__(self):
+        """The wrapped module's class, as `isinstance` and `model.__class__` see it; type(self) stays
+        RTModule (the way unittest.mock's spec and wrapt's proxies present the object they stand for).
+        transformers' Trainer reads label names and return_loss from `model.__class__.forward`, and saves
+        with save_pretrained (config.json and all) only what passes isinstance(model, PreTrainedModel)."""
+        module = self.__dict__.get("_modules", {}).get("_module")
+        return RTModule if module is None else module.__class__
+
+    def __reduce_ex__(self, protocol):
+        """pickle and copy rebuild an RTModule (pickle refuses an object whose __class__ is not the
+        class it rebuilds)."""
+        return _new_instance, (type(self),), self.__getstate__()
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        self._present_forward()
+
+    def _present_forward(self) -> None:
+        """Gives this instance a forward whose signature is the wrapped module's: the Trainer keeps the
+        dataset columns that inspect.signature(model.forward) names, and (*args, **kwargs) names none.
+        A copy of the class's forward function bound to self: a call costs what it did."""
+        try:
+            signature = inspect.signature(self._module.forward)
+        except (TypeError, ValueError):  # nothing to show (a builtin forward): keep (*args, **kwargs)
+            return
+        cls_forward = type(self).forward
+        forward = types.FunctionType(cls_forward.__code__, cls_forward.__globals__, cls_forward.__name__,
+                                     cls_forward.__defaults__, cls_forward.__closure__)
+        forward.__kwdefaults__, forward.__qualname__ = cls_forward.__kwdefaults__, cls_forward.__qualname__
+        forward.__doc__, forward.__module__ = cls_forward.__doc__, cls_forward.__module__
+        receiver = inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)
+        forward.__signature__ = signature.replace(parameters=[receiver, *signature.parameters.values()])
+        self.__dict__["forward"] = types.MethodType(forward, self)
+
     def __getattr__(self, name):
         try:
             return super().__getattr__(name)
@@ -244,6 +286,15 @@ class RTModule(torch.nn.Module):
 
     def named_modules(self, memo=None, prefix: str = "", remove_duplicate: bool = True):
         return self._module.named_modules(memo, prefix, remove_duplicate)
+
+    def named_children(self):
+        """The wrapped module's children, named as named_parameters names their parameters (the Trainer
+        picks weight-decay parameters by walking named_children)."""
+        return self._module.named_children()
+
+    def children(self):
+        """The wrapped module itself: train(), to() and apply() reach it through children()."""
+        return iter(self._modules.values())
 
     @property
     def fallback_reason(self) -> str | None:
@@ -274,6 +325,7 @@ class RTModule(torch.nn.Module):
         """torch.save(model) pickles the wrapped module and options; engines are rebuilt on first use."""
         state = self.__dict__.copy()
         state["_engines"] = {}
+        state.pop("forward", None)  # bound to this instance: presented again by __setstate__
         return state
 
     # ---- running ----

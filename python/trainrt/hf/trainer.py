@@ -1,0 +1,71 @@
+"""`RTTrainer`: transformers' Trainer whose model runs in the TrainRT engine.
+
+What it changes from transformers.Trainer, and nothing else:
+- the model (or what model_init returns) is wrapped in trainrt.RTModule once, with
+  mixed_precision="bf16" when args.bf16 (matmuls in bf16, as torch.autocast gives them; the Trainer's
+  autocast says the same); an RTModule given by the caller is kept as it is. RTModule keeps the
+  train and eval captures, so evaluate() and predict() run the eval-mode engine;
+- args.optim may name TrainRT's fused AdamW (arguments.py);
+- export_onnx() writes the trained model's eval graph (export.py).
+Saving, resuming (model, optimizer, scheduler and RNG state), gradient accumulation and clipping are
+the Trainer's own: RTModule presents the wrapped model (its save_pretrained files, state_dict names).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from transformers import Trainer
+
+from trainrt.hf.arguments import FUSED_IN_BACKWARD, TRAINRT_OPTIMIZERS, RTTrainingArguments, \
+    check_step_in_backward, optimizer_name
+from trainrt.rtmodule import RTModule
+
+
+class RTTrainer(Trainer):
+    """transformers.Trainer over trainrt.RTModule(model) (module docstring)."""
+
+    def __init__(self, model: torch.nn.Module | None = None, args=None, *more, **kwargs):
+        args = RTTrainingArguments(output_dir="trainer_output") if args is None else args
+        super().__init__(self._wrap_once(model, args), args, *more, **kwargs)
+
+    @staticmethod
+    def _wrap_once(model: torch.nn.Module | None, args) -> torch.nn.Module | None:
+        if model is None or isinstance(model, RTModule):
+            return model
+        return RTModule(model, mixed_precision="bf16" if args.bf16 else None)
+
+    def call_model_init(self, trial=None):
+        return self._wrap_once(super().call_model_init(trial), self.args)
+
+    @staticmethod
+    def get_optimizer_cls_and_kwargs(args, model=None):
+        name = optimizer_name(args)
+        if name not in TRAINRT_OPTIMIZERS:
+            return Trainer.get_optimizer_cls_and_kwargs(args, model)
+        from trainrt.optim import FusedAdam
+
+        check_step_in_backward(args)  # args may have been changed since they were made
+        # Weight decay comes per parameter group from create_optimizer; torch AdamW's decoupled decay.
+        kwargs = dict(lr=args.learning_rate, betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_epsilon,
+                      step_in_backward=name == FUSED_IN_BACKWARD)
+        return FusedAdam, kwargs
+
+    def export_onnx(self, path: str | os.PathLike, inputs: dict[str, torch.Tensor] | None = None) -> str:
+        """Writes the trained model's eval graph with its weights to `path` (export.py says what runs it).
+        `inputs`: an example batch of model inputs; by default the first eval (else train) batch,
+        labels left out so the graph computes the outputs alone. Returns the path."""
+        import onnx
+
+        from trainrt.hf.export import inference_onnx
+
+        if inputs is None:
+            loader = self.get_eval_dataloader() if self.eval_dataset is not None else self.get_train_dataloader()
+            batch = next(iter(loader))
+            inputs = {k: v for k, v in batch.items() if k not in self.label_names and isinstance(v, torch.Tensor)}
+        module = self.accelerator.unwrap_model(self.model)
+        module = module._module if isinstance(module, RTModule) else module
+        path = os.fspath(path)
+        onnx.save(inference_onnx(module, inputs), path)
+        return path
