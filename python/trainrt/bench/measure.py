@@ -41,7 +41,9 @@ def _first_steps(mode, spec: ModelSpec, warmup: int) -> dict:
     for i in range(warmup):
         mode.step(spec.batch(1 + i))
     return {"first_step_s": first_step_s, "first_loss": first_loss,
-            "peak_rss_increase_bytes": (status_kib("VmHWM") - rss_before) * 1024,
+            # The kernel syncs each thread's RSS counters lazily (up to 64 pages per thread), so a step that
+            # grows nothing can read a high-water mark slightly under the RSS before it: that is no growth.
+            "peak_rss_increase_bytes": max(0, status_kib("VmHWM") - rss_before) * 1024,
             "peak_rss_reset": reset}
 
 
