@@ -17,6 +17,12 @@ pytestmark = pytest.mark.slow  # real training steps of two models: `make test` 
 SMOKE_MODELS = SUITES["quick"]  # gpt2-small is the full suite's: too slow for a smoke test
 
 
+@pytest.fixture(autouse=True)
+def engine_only(monkeypatch):
+    """The rtmodule mode's figures are the engine's: a model falling back to PyTorch fails the mode."""
+    monkeypatch.setenv("TRAINRT_FALLBACK_POLICY", "FALLBACK_DISABLE")
+
+
 def test_suite_runs_eager_and_rtmodule_and_writes_json_and_markdown(tmp_path, capsys):
     out_json, out_md = tmp_path / "bench.json", tmp_path / "bench.md"
     main(["--models", ",".join(SMOKE_MODELS), "--modes", "eager,rtmodule",

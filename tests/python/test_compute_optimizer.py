@@ -2,10 +2,16 @@
 
 import copy
 
+import pytest
 import torch
 import torch.nn as nn
 
 import trainrt
+
+
+@pytest.fixture(autouse=True)
+def engine_only(monkeypatch):
+    monkeypatch.setenv("TRAINRT_FALLBACK_POLICY", "FALLBACK_DISABLE")
 
 
 def test_compute_optimizer_switch_turns_the_fusions_off_and_results_stay_the_same(monkeypatch, tmp_path):
@@ -28,6 +34,7 @@ def test_compute_optimizer_switch_turns_the_fusions_off_and_results_stay_the_sam
         model = trainrt.RTModule(copy.deepcopy(plain), trainrt.DebugOptions(save_onnx=True, save_path=str(tmp_path / flag)))
         loss = model(x)
         loss.backward()
+        assert model.fallback_reason is None
         forward = onnx.load(str(tmp_path / flag / "trainrt_optimized_forward.onnx"))
         bias_adds[flag] = sum(n.op_type == "Add" for n in forward.graph.node)
         results[flag] = (loss.detach(), model.lin.weight.grad.clone())

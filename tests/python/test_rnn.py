@@ -13,6 +13,12 @@ from parity import assert_parity, train_both
 from test_capture import assert_like_torch, capture, engine_forward, randn
 from trainrt.capture import UnsupportedATenOp
 
+
+@pytest.fixture(autouse=True)
+def engine_only(monkeypatch):
+    """Parity through RTModule is the engine's (parity.train_both also checks fallback_reason)."""
+    monkeypatch.setenv("TRAINRT_FALLBACK_POLICY", "FALLBACK_DISABLE")
+
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 
 SEQ = 32
