@@ -21,7 +21,7 @@ from trainrt._C import (  # noqa: F401  (re-exported API)
     set_log_level,
     supported_ops,
 )
-from trainrt.options import DebugOptions, FallbackPolicy, LogLevel  # noqa: F401
+from trainrt.options import DebugOptions, FallbackPolicy, LogLevel, enable_custom_autograd_support  # noqa: F401
 from trainrt.session import Session  # noqa: F401
 
 __version__ = "0.1.0"
@@ -33,10 +33,10 @@ def __getattr__(name):
         from trainrt.rtmodule import RTModule
 
         return RTModule
-    if name in ("register_shape_inference", "enable_custom_autograd_support"):
-        from trainrt.capture import autograd_function
+    if name == "register_shape_inference":
+        from trainrt.capture.autograd_function import register_shape_inference
 
-        return getattr(autograd_function, name)
+        return register_shape_inference
     if name == "optim":
         import trainrt.optim
 

@@ -99,6 +99,19 @@ class DebugOptions:
             self.log_level = _parse_level(v)
 
 
+# trainrt.enable_custom_autograd_support(False): the default of RuntimeOptions.custom_autograd for
+# RTModules made afterwards (ORTModule's function of that name; the environment still wins).
+_custom_autograd_default = True
+
+
+def enable_custom_autograd_support(enable: bool = True) -> None:
+    """Keep user autograd.Functions opaque with their own backward (the default), or trace their
+    forwards into the graph and differentiate those (their custom backwards are then ignored).
+    Applies to RTModules made afterwards; ENABLE_CUSTOM_AUTOGRAD in the environment takes precedence."""
+    global _custom_autograd_default
+    _custom_autograd_default = bool(enable)
+
+
 @dataclass
 class RuntimeOptions:
     """Engine behaviour: fallback policy, export cache, mixed precision, what to print. Read from the
@@ -120,9 +133,20 @@ class RuntimeOptions:
     # bf16 with f32 sums, what follows them on their bf16 results, losses in f32; autocast turns it
     # on per call too); None: f32.
     mixed_precision: str | None = None
+    # Each user torch.autograd.Function as one PythonOp node running its own forward and backward
+    # (capture/autograd_function.py); False traces their forwards (custom backwards ignored).
+    custom_autograd: bool | None = None  # None: enable_custom_autograd_support's setting
+    # Full names (module + __qualname__) of Functions whose forwards are traced instead.
+    skipped_autograd_functions: tuple[str, ...] = ()
 
     def __post_init__(self):
         self.mixed_precision = parse_mixed_precision(self.mixed_precision)
+        if self.custom_autograd is None:
+            self.custom_autograd = _custom_autograd_default
+        if (v := env("ENABLE_CUSTOM_AUTOGRAD", "ENABLE_CUSTOM_AUTOGRAD")) is not None:
+            self.custom_autograd = _parse_flag(v)
+        if (v := env("SKIPPED_AUTOGRAD_FUNCTIONS", "SKIPPED_AUTOGRAD_FUNCTIONS")) is not None:
+            self.skipped_autograd_functions = tuple(sorted({n.strip() for n in v.split(",") if n.strip()}))
         if (v := env("MIXED_PRECISION")) is not None:
             self.mixed_precision = parse_mixed_precision(v)
         if (v := env("FALLBACK_POLICY", "FALLBACK_POLICY")) is not None:

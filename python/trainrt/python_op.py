@@ -26,6 +26,7 @@ import torch
 
 from trainrt import _C
 from trainrt.capture.autograd_function import CALLS
+from trainrt.engine_arrays import from_engine
 
 _records: dict[int, "_Applied"] = {}
 _handles = itertools.count(1)
@@ -77,20 +78,13 @@ class EngineCall:
         self.release()
 
 
-def _tensor(array) -> torch.Tensor | None:
-    if array is None:
-        return None
-    t = torch.from_numpy(array)
-    return t.view(torch.bfloat16) if t.dtype == torch.uint16 else t
-
-
 def _forward(call_id: int, arrays: list) -> tuple[int, list[torch.Tensor]] | None:
     try:
         record = CALLS[call_id]
         grad = _current is not None and _current.grad
         inputs, leaves = [], []
         with torch.enable_grad() if grad else torch.no_grad():  # engine calls run under no_grad
-            for i, t in enumerate(_tensor(a) for a in arrays):
+            for i, t in enumerate(from_engine(a) for a in arrays):
                 if i in record.kept_inputs or i in record.dirty_inputs:
                     t = t.clone()
                 leaf = None
@@ -118,7 +112,7 @@ def _backward(handle: int, arrays: list) -> list[torch.Tensor | None] | None:
         if record is None:
             raise RuntimeError("PythonOp: the Function's ctx was already freed (backward through it a second time "
                                "without retain_graph?)")
-        grads = [_tensor(a) for a in arrays]
+        grads = [None if a is None else from_engine(a) for a in arrays]
         pairs = [(o, g) for o, g in zip(record.outputs, grads) if g is not None and o.requires_grad]
         wrt = [leaf for leaf in record.leaves if leaf is not None]
         retain = _current is not None and _current.retain

@@ -35,6 +35,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from trainrt import _C, python_op
+from trainrt.engine_arrays import as_array as _as_array, from_engine as _from_engine
 from trainrt.input_density import InputDensityObserver
 from trainrt.optim import step_in_backward
 
@@ -44,19 +45,6 @@ if not _log.handlers:  # messages reach the user without logging configuration; 
     _handler.setFormatter(logging.Formatter("%(message)s"))
     _log.addHandler(_handler)
     _log.propagate = False
-
-
-def _as_array(t: torch.Tensor):
-    """A zero-copy view the engine can read: detached, contiguous CPU memory."""
-    t = t.detach()
-    return t if t.is_contiguous() else t.contiguous()
-
-
-def _from_engine(array) -> torch.Tensor:
-    """An engine output as a torch tensor over its memory. The engine hands bf16 out as uint16 bits
-    (numpy has no bfloat16; the engine has no uint16), so those are viewed back as bfloat16."""
-    t = torch.from_numpy(array)
-    return t.view(torch.bfloat16) if t.dtype == torch.uint16 else t
 
 
 def _draw_seed() -> int:
@@ -97,6 +85,11 @@ class _Engine:
                             if i >= len(names) or names[i] not in mutated]
         self.input_density = InputDensityObserver(captured.model, captured.user_inputs)
         self._homes = None  # per parameter / buffer input: (the dict holding it, its key, tensor, data_ptr)
+
+    def call_scope(self, grad: bool, retain: bool = False):
+        """What an engine call runs inside: a python_op.EngineCall when the graph has PythonOps
+        (it keeps the Functions' records and re-raises their exceptions), else nothing."""
+        return python_op.EngineCall(grad, retain) if self.python_ops else contextlib.nullcontext()
 
     def module_tensors(self, module: torch.nn.Module) -> tuple[list[torch.Tensor], str | None]:
         """The parameters and buffers the graph reads, in graph input order, and why the engine cannot
@@ -141,12 +134,9 @@ class _RTFunction(torch.autograd.Function):
     def forward(ctx, engine: _Engine, *tensors):
         state = _C.ForwardState()
         arrays = [_as_array(t) for t in tensors]
-        if engine.python_ops:
-            with python_op.EngineCall(grad=True) as call:
-                outputs = engine.programs.forward(arrays, state, _draw_seed())
-            ctx.python_ops = call  # the Functions' records live as long as this node
-        else:
+        with engine.call_scope(grad=True) as call:
             outputs = engine.programs.forward(arrays, state, _draw_seed())
+        ctx.python_ops = call  # the Functions' records (None without PythonOps) live as long as this node
         ctx.engine, ctx.state, ctx.keep = engine, state, arrays  # the engine reads inputs in place at backward
         # What a step_in_backward optimizer may step (None: no gradient reaches it).
         ctx.wrt_tensors = [None if i is None else tensors[i] for i in engine.wrt_index]
@@ -169,10 +159,7 @@ class _RTFunction(torch.autograd.Function):
         fed = [None if g is None else _as_array(g)
                for g, d in zip(user_grads, engine.captured.differentiable_outputs) if d]
         consumer = step_in_backward.consumer_for(ctx.wrt_tensors)
-        if engine.python_ops:
-            with python_op.EngineCall(grad=False, retain=retain):
-                input_grads = engine.programs.backward(ctx.state, fed, consumer, retain)
-        else:
+        with engine.call_scope(grad=False, retain=retain):
             input_grads = engine.programs.backward(ctx.state, fed, consumer, retain)
         if consumer is not None:
             step_in_backward.after_engine_backward(consumer, ctx.wrt_tensors)
@@ -192,12 +179,14 @@ _BACKWARD_TWICE = ("Trying to backward through the graph a second time (or direc
                    "graph a second time or if you need to access saved tensors after calling backward.")
 
 
+_KEEP_GRAPH_QUERY = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", None)
+
+
 def _keep_graph() -> bool:
     """Whether the running backward was asked to retain the graph (retain_graph=True, or
     create_graph). A torch without the query is answered True: the engine then keeps its state
     (a copy of the saved values per backward), which is always correct."""
-    query = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", None)
-    return True if query is None else bool(query())
+    return True if _KEEP_GRAPH_QUERY is None else bool(_KEEP_GRAPH_QUERY())
 
 
 def _new_instance(cls):
@@ -393,21 +382,24 @@ class RTModule(torch.nn.Module):
 
     def _build(self, args, kwargs, input_requires_grad, autocast: torch.dtype | None):
         from trainrt.capture import CaptureError, UnsupportedATenOp, capture
+        from trainrt.capture.autograd_function import FunctionCapture
 
         import time
 
         start = time.perf_counter()
+        functions = FunctionCapture(self._runtime.custom_autograd, self._runtime.skipped_autograd_functions)
         cache, key = None, None
         if self._runtime.cache_dir:
             from trainrt.export_cache import ExportCache, cache_key
 
             cache = ExportCache(self._runtime.cache_dir, self._runtime.cache_allow_shared)
-            key = cache_key(self._module, self._schema_key(args, kwargs, shapes=True))
+            # Which Functions were traced changes the graph (a traced one ignores its custom backward).
+            key = cache_key(self._module, (self._schema_key(args, kwargs, shapes=True), functions))
         try:
             captured = cache.load(key) if cache else None
             from_cache = captured is not None
             if captured is None:
-                captured = capture(self._module, args, kwargs, autocast=autocast)
+                captured = capture(self._module, args, kwargs, autocast=autocast, functions=functions)
                 if cache:
                     cache.store(key, captured)
         except UnsupportedATenOp as err:
@@ -482,7 +474,7 @@ class RTModule(torch.nn.Module):
         if torch.is_grad_enabled() and engine.wrt:
             results = _RTFunction.apply(engine, *inputs)
         else:
-            with python_op.EngineCall(grad=False) if engine.python_ops else contextlib.nullcontext():
+            with engine.call_scope(grad=False):
                 results = tuple(_from_engine(o) for o in engine.programs.infer([_as_array(t) for t in inputs],
                                                                                 _draw_seed()))
         mutations, user = results[:engine.num_mutations], results[engine.num_mutations:]

@@ -287,11 +287,50 @@ def test_skipped_functions_are_traced_through(monkeypatch):
     assert not [n for n in model.engines[0].captured.model.graph.node if n.op_type == "PythonOp"]
 
 
-def test_custom_autograd_off_traces_and_warns(monkeypatch, caplog):
+def _python_ops(model) -> list:
+    return [n for e in model.engines for n in e.captured.model.graph.node if n.op_type == "PythonOp"]
+
+
+def test_custom_autograd_off_traces_and_warns(monkeypatch, trainrt_log):
+    from trainrt.capture import autograd_function
+
+    monkeypatch.setattr(autograd_function, "_warned_inlined", False)  # once per process
     monkeypatch.setenv("ORTMODULE_ENABLE_CUSTOM_AUTOGRAD", "0")
     eager, model = _pair("gradient_reversal", trainrt.RTModule)
-    model(torch.randn(2, 4)).sum().backward()
-    assert not [n for n in model.engines[0].captured.model.graph.node if n.op_type == "PythonOp"]
+    x = torch.randn(2, 4)
+    for m in (eager, model):
+        m(x).sum().backward()
+    assert not _python_ops(model)
+    assert "custom autograd.Function support is off" in trainrt_log.text and "GradientReversal" in trainrt_log.text
+    # The traced forward is a view: its derived gradient is +1, not the user's -alpha.
+    assert not torch.allclose(model.fc1.weight.grad, eager.fc1.weight.grad)
+
+
+def test_enable_custom_autograd_support_applies_to_modules_made_afterwards(monkeypatch):
+    from trainrt import options
+
+    monkeypatch.setattr(options, "_custom_autograd_default", True)
+    trainrt.enable_custom_autograd_support(False)
+    _, traced = _pair("gradient_reversal", trainrt.RTModule)
+    trainrt.enable_custom_autograd_support(True)
+    _, opaque = _pair("gradient_reversal", trainrt.RTModule)
+    for m in (traced, opaque):
+        m(torch.randn(2, 4)).sum().backward()
+    assert not _python_ops(traced) and _python_ops(opaque)
+
+
+def test_the_export_cache_keeps_traced_and_opaque_captures_apart(monkeypatch, tmp_path):
+    """A graph captured with custom autograd off (the Function traced, stored) must not serve a
+    process that wants the user's backward."""
+    monkeypatch.setenv("TRAINRT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("TRAINRT_ENABLE_CUSTOM_AUTOGRAD", "0")
+    eager, traced = _pair("gradient_reversal", trainrt.RTModule)
+    traced(torch.randn(2, 4)).sum().backward()
+    assert len(list((tmp_path / "cache").iterdir())) == 1
+    monkeypatch.setenv("TRAINRT_ENABLE_CUSTOM_AUTOGRAD", "1")
+    _, opaque = _pair("gradient_reversal", trainrt.RTModule)
+    opaque(torch.randn(2, 4)).sum().backward()
+    assert _python_ops(opaque)
 
 
 def test_registered_shape_inference_replaces_the_fake_run():

@@ -27,6 +27,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 from torch.utils import _pytree as pytree
 
+from trainrt.capture.autograd_function import FunctionCapture
 from trainrt.capture.errors import CaptureError
 from trainrt.capture.export import export_program
 from trainrt.capture.symbolic import sym_expr
@@ -82,11 +83,13 @@ class CapturedGraph:
 
 
 def capture(module: torch.nn.Module, args: tuple, kwargs: dict | None = None,
-            symbolic_dims: bool = True, autocast: torch.dtype | None = None) -> CapturedGraph:
+            symbolic_dims: bool = True, autocast: torch.dtype | None = None,
+            functions: FunctionCapture = FunctionCapture()) -> CapturedGraph:
     """Exports module(*args, **kwargs) in its current train/eval mode and translates it to ONNX,
     with symbolic input dims where the model allows them (`symbolic_dims`; else static shapes).
     `autocast` (torch.bfloat16) computes the matmul family in that dtype, the way
     torch.autocast decides (autocast.py); the export itself always runs with autocast off.
+    `functions` says which user autograd.Functions stay one PythonOp node (autograd_function.py).
 
     Every input dim is tried symbolic first; when the translation cannot compute a size that is
     then symbolic (a translation that needs it static), the capture is retried with a symbolic
@@ -100,7 +103,7 @@ def capture(module: torch.nn.Module, args: tuple, kwargs: dict | None = None,
     levels = ["all", "batch"] if symbolic_dims else ["none"]
     for level in levels:
         with torch.autocast("cpu", enabled=False):
-            ep = export_program(module, args, kwargs, level)
+            ep = export_program(module, args, kwargs, level, functions)
         user_inputs = _user_input_order(ep, (args, kwargs))
         input_dims = _input_dims(ep, user_inputs)
         try:

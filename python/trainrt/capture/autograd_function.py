@@ -20,7 +20,8 @@ Function whose forward cannot run on FakeTensors.
 Not kept opaque, so traced into the graph: Functions of torch itself (checkpoint's among them:
 checkpointing is a memory request, captured into the engine), of trainrt, the classes named in
 SKIPPED_AUTOGRAD_FUNCTIONS, and every Function when ENABLE_CUSTOM_AUTOGRAD is 0 (announced once:
-their custom backwards are then ignored).
+their custom backwards are then ignored); RTModule passes those options (options.RuntimeOptions) as a
+FunctionCapture.
 """
 
 from __future__ import annotations
@@ -34,14 +35,21 @@ import torch.utils.checkpoint
 from torch.utils import _pytree as pytree
 
 from trainrt.capture.errors import CaptureError
-from trainrt.options import env
 
 _log = logging.getLogger("trainrt")
 _FUNCTION = torch.autograd.function.Function
 _original_apply = _FUNCTION.apply.__func__
-_custom_autograd = True  # trainrt.enable_custom_autograd_support(False) turns it off
 _shape_inference: dict[type, object] = {}
 _warned_inlined = False
+
+
+@dataclass(frozen=True)
+class FunctionCapture:
+    """Which autograd.Functions capture keeps opaque (RuntimeOptions.custom_autograd and
+    skipped_autograd_functions): part of what a captured graph depends on, so of the cache key."""
+
+    enabled: bool = True
+    skipped: tuple[str, ...] = ()  # full names, or bare __qualname__s, traced through instead
 
 
 def full_name(cls: type) -> str:
@@ -49,28 +57,10 @@ def full_name(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def enable_custom_autograd_support(enable: bool = True) -> None:
-    """Keep user autograd.Functions opaque with their own backward (the default), or trace their
-    forwards into the graph and differentiate those (their custom backwards are then ignored).
-    ENABLE_CUSTOM_AUTOGRAD in the environment takes precedence."""
-    global _custom_autograd
-    _custom_autograd = bool(enable)
-
-
 def register_shape_inference(function: type, infer) -> None:
     """`infer(*args)` returns the outputs' (shape, dtype) pairs for `function`'s arguments (FakeTensors
     and the non-tensor arguments); capture uses it instead of running the forward on FakeTensors."""
     _shape_inference[function] = infer
-
-
-def _enabled() -> bool:
-    value = env("ENABLE_CUSTOM_AUTOGRAD", "ENABLE_CUSTOM_AUTOGRAD")
-    return _custom_autograd if value is None else value.strip() not in ("0", "false", "False", "")
-
-
-def _skipped() -> set[str]:
-    value = env("SKIPPED_AUTOGRAD_FUNCTIONS", "SKIPPED_AUTOGRAD_FUNCTIONS") or ""
-    return {name.strip() for name in value.split(",") if name.strip()}
 
 
 @dataclass
@@ -175,7 +165,8 @@ def _python_op_fake(inputs, call_id):
 
 
 def _output_list(record: FunctionCall, out) -> list[torch.Tensor]:
-    """The forward's result as a list of tensors; CaptureError for anything but tensors."""
+    """The forward's result as a list of tensors (and, in the record, whether it was one tensor);
+    CaptureError for anything but tensors."""
     record.single_output = isinstance(out, torch.Tensor)
     outputs = [out] if record.single_output else list(out) if isinstance(out, (tuple, list)) else None
     if outputs is None or not all(isinstance(o, torch.Tensor) for o in outputs):
@@ -198,13 +189,16 @@ def _inline_nested():
         _nested -= 1
 
 
+_policy = FunctionCapture()  # the one keep_functions_opaque was given
+
+
 def _opaque(cls: type) -> bool:
     module = cls.__module__ or ""
     if _nested or module.startswith(("torch.", "trainrt.")) or module == "torch":
         return False
-    if full_name(cls) in _skipped() or cls.__qualname__ in _skipped():
+    if full_name(cls) in _policy.skipped or cls.__qualname__ in _policy.skipped:
         return False
-    if not _enabled():
+    if not _policy.enabled:
         global _warned_inlined
         if not _warned_inlined:
             _warned_inlined = True
@@ -221,8 +215,11 @@ def _apply(cls, *args, **kwargs):
     itself instead, so its ops are captured into the engine and differentiated there."""
     if cls is torch.utils.checkpoint.CheckpointFunction and not _nested:
         return args[0](*args[2:])
-    if kwargs or not _opaque(cls):
+    if not _opaque(cls):
         return _original_apply(cls, *args, **kwargs)
+    if kwargs:  # traced, its custom backward would be ignored without a word
+        raise CaptureError(f"autograd.Function {full_name(cls)} is applied with keyword arguments "
+                           f"({', '.join(kwargs)}); PythonOp takes positional arguments")
     if any(not isinstance(a, torch.Tensor) and any(isinstance(x, torch.Tensor) for x in pytree.tree_leaves(a))
            for a in args):
         raise CaptureError(f"autograd.Function {full_name(cls)} takes tensors inside a list, tuple or dict argument; "
@@ -242,10 +239,12 @@ def _apply(cls, *args, **kwargs):
 
 
 @contextlib.contextmanager
-def keep_functions_opaque():
-    """Inside: user autograd.Functions are one trainrt::python_op call each (torch.export sees it)."""
-    _FUNCTION.apply = classmethod(_apply)
+def keep_functions_opaque(policy: FunctionCapture):
+    """Inside: user autograd.Functions are one trainrt::python_op call each (torch.export sees it),
+    as `policy` says."""
+    global _policy
+    _FUNCTION.apply, _policy = classmethod(_apply), policy
     try:
         yield
     finally:
-        _FUNCTION.apply = classmethod(_original_apply)
+        _FUNCTION.apply, _policy = classmethod(_original_apply), FunctionCapture()

@@ -32,13 +32,14 @@ import torch
 from torch.export import Dim, ExportedProgram
 from torch.utils import _pytree as pytree
 
-from trainrt.capture.autograd_function import keep_functions_opaque
+from trainrt.capture.autograd_function import FunctionCapture, keep_functions_opaque
 from trainrt.capture.errors import CaptureError
 
 SYMBOLIC_LEVELS = ("all", "batch", "none")
 
 
-def export_program(module: torch.nn.Module, args: tuple, kwargs: dict, symbolic: str) -> ExportedProgram:
+def export_program(module: torch.nn.Module, args: tuple, kwargs: dict, symbolic: str,
+                   functions: FunctionCapture = FunctionCapture()) -> ExportedProgram:
     """The functional ExportedProgram of module(*args, **kwargs) with the symbolic dims of
     `symbolic` (one of SYMBOLIC_LEVELS), or static shapes when export refuses them; the
     placeholders' shapes say which dims are symbolic."""
@@ -49,12 +50,12 @@ def export_program(module: torch.nn.Module, args: tuple, kwargs: dict, symbolic:
     ep = None
     if shapes is not None:
         try:
-            ep = _export(module, args, kwargs, shapes)
+            ep = _export(module, args, kwargs, shapes, functions)
         except Exception:  # noqa: BLE001  (retried with static shapes, whose error is the one reported)
             ep = None
     if ep is None:
         try:
-            ep = _export(module, args, kwargs, None)
+            ep = _export(module, args, kwargs, None, functions)
         except Exception as e:  # noqa: BLE001
             raise CaptureError(f"torch.export failed for {type(module).__name__}: {e}") from e
     if not _mutates(ep):
@@ -104,14 +105,14 @@ def _mutates(ep: ExportedProgram) -> bool:
     return False
 
 
-def _export(module, args, kwargs, dynamic_shapes) -> ExportedProgram:
+def _export(module, args, kwargs, dynamic_shapes, functions: FunctionCapture) -> ExportedProgram:
     """torch.export, non-strict. nn.LSTM / GRU / RNN keep a list of their weights (`_flat_weights`)
     that they rebuild when export swaps the parameters for its fakes, and export warns that tensor
     attributes were assigned; it puts the real ones back, so that warning is silenced."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r"The tensor attributes (\S+\._flat_weights\[\d+\](, )?)+ were "
                                 "assigned during export", category=UserWarning)
-        with keep_functions_opaque():  # a user autograd.Function stays one node (autograd_function.py)
+        with keep_functions_opaque(functions):  # a user autograd.Function stays one node (autograd_function.py)
             return torch.export.export(module, tuple(args), dict(kwargs), dynamic_shapes=dynamic_shapes, strict=False)
 
 
