@@ -37,6 +37,7 @@ from torch.utils import _pytree as pytree
 from trainrt import _C, python_op
 from trainrt.engine_arrays import as_array as _as_array, from_engine as _from_engine
 from trainrt.input_density import InputDensityObserver
+from trainrt.options import FallbackPolicy
 from trainrt.optim import step_in_backward
 
 _log = logging.getLogger("trainrt")
@@ -47,9 +48,10 @@ if not _log.handlers:  # messages reach the user without logging configuration; 
     _log.propagate = False
 
 
-def _draw_seed() -> int:
-    """Seeds the engine's random ops from torch's default generator, so torch.manual_seed reproduces runs."""
-    return int(torch.randint(0, 2**62, (1,), dtype=torch.int64).item())
+def _draw_seed(engine) -> int:
+    """Seeds the engine's random ops from torch's default generator, so torch.manual_seed reproduces
+    runs. A graph without random ops draws nothing, as eager consumes no random numbers for it."""
+    return int(torch.randint(0, 2**62, (1,), dtype=torch.int64).item()) if engine.draws_random else 0
 
 
 class _Engine:
@@ -75,6 +77,8 @@ class _Engine:
         unreached = set(self.programs.unreached)
         self.wrt_index = [index[name] if name not in unreached else None for name in self.wrt]
         self.num_mutations = len(captured.buffer_mutations)
+        self.single_output = captured.out_spec.is_leaf()  # the module returns one tensor
+        self.draws_random = self.programs.draws_random
         # User autograd.Functions run as PythonOp nodes: engine calls then go through a python_op.EngineCall.
         self.python_ops = any(n.op_type == "PythonOp" for n in captured.model.graph.node)
         # Forward inputs the backward reads in place, but the buffers RTModule writes new values into
@@ -135,7 +139,7 @@ class _RTFunction(torch.autograd.Function):
         state = _C.ForwardState()
         arrays = [_as_array(t) for t in tensors]
         with engine.call_scope(grad=True) as call:
-            outputs = engine.programs.forward(arrays, state, _draw_seed())
+            outputs = engine.programs.forward(arrays, state, _draw_seed(engine))
         ctx.python_ops = call  # the Functions' records (None without PythonOps) live as long as this node
         ctx.engine, ctx.state, ctx.keep = engine, state, arrays  # the engine reads inputs in place at backward
         # What a step_in_backward optimizer may step (None: no gradient reaches it).
@@ -216,6 +220,7 @@ class RTModule(torch.nn.Module):
         self._fallback_reason: str | None = None  # why the last call ran in PyTorch; None: it ran in the engine
         self._failed_builds: dict = {}  # schema key -> (reason, policy name) of a failed capture or build
         self._announced: set[str] = set()
+        self._last_call: tuple | None = None  # (call signature, engine) of the last all-tensor call: _fast_engine
         _log.setLevel(10 * (int(self._debug.log_level) + 1))  # VERBOSE -> DEBUG ... FATAL -> CRITICAL
         self._present_forward()
 
@@ -314,15 +319,21 @@ class RTModule(torch.nn.Module):
         """torch.save(model) pickles the wrapped module and options; engines are rebuilt on first use."""
         state = self.__dict__.copy()
         state["_engines"] = {}
+        state["_last_call"] = None
         state.pop("forward", None)  # bound to this instance: presented again by __setstate__
         return state
 
     # ---- running ----
     def forward(self, *args, **kwargs):
-        from trainrt.options import FallbackPolicy
-
         if self._runtime.fallback_policy & FallbackPolicy.FALLBACK_FORCE_TORCH_FORWARD:
             return self._fall_back("forced by the fallback policy", "FALLBACK_FORCE_TORCH_FORWARD", args, kwargs)
+        signature = self._call_signature(args, kwargs)
+        if signature is not None and self._last_call is not None and self._last_call[0] == signature:
+            engine = self._last_call[1]
+            module_tensors, reason = engine.module_tensors(self._module)
+            if not reason:
+                self._fallback_reason = None
+                return self._run(engine, module_tensors, [*args, *kwargs.values()])
         flat, spec = pytree.tree_flatten((args, kwargs))
         tensors = [x for x in flat if isinstance(x, torch.Tensor)]
         reason = _unsupported(tensors)
@@ -352,7 +363,19 @@ class RTModule(torch.nn.Module):
         if reason:
             return self._fall_back_unsupported(reason, args, kwargs)
         self._fallback_reason = None
+        self._last_call = None if signature is None else (signature, engine)
         return self._run(engine, module_tensors, tensors)
+
+    def _call_signature(self, args, kwargs) -> tuple | None:
+        """The steady state's fast path: when every argument is a tensor (positional, or keyword in the
+        same order), the call's mode, autocast and each tensor's dtype, shape, requires_grad and device.
+        A call equal to the last one runs the last one's engine without the general schema work
+        (pytree flatten, schema key, symbolic-dim checks); None for other calls, which take that work."""
+        leaves = (*args, *kwargs.values())
+        if not all(isinstance(t, torch.Tensor) for t in leaves):
+            return None
+        return (self._module.training, torch.is_grad_enabled(), self._autocast_dtype(), tuple(kwargs),
+                tuple((t.dtype, t.shape, t.requires_grad, t.device) for t in leaves))
 
     def _autocast_dtype(self) -> torch.dtype | None:
         """The low dtype of this call's matmuls: the CPU autocast dtype where autocast is on, else
@@ -442,8 +465,6 @@ class RTModule(torch.nn.Module):
     def _fall_back(self, reason: str, policy_name: str, args, kwargs):
         """Runs the original module if the policy allows `policy_name`, announcing each reason once;
         otherwise raises naming what failed."""
-        from trainrt.options import FallbackPolicy
-
         if not self._runtime.fallback_policy & FallbackPolicy[policy_name]:
             raise RuntimeError(f"trainrt: cannot run {type(self._module).__name__} in the engine and fallback "
                                f"({policy_name}) is disabled: {reason}")
@@ -476,7 +497,7 @@ class RTModule(torch.nn.Module):
         else:
             with engine.call_scope(grad=False):
                 results = tuple(_from_engine(o) for o in engine.programs.infer([_as_array(t) for t in inputs],
-                                                                                _draw_seed()))
+                                                                                _draw_seed(engine)))
         mutations, user = results[:engine.num_mutations], results[engine.num_mutations:]
         if mutations:
             named_buffers = dict(self._module.named_buffers(remove_duplicate=False))
@@ -487,4 +508,6 @@ class RTModule(torch.nn.Module):
             _log.warning("trainrt memory: %s", engine.programs.memory_stats())
         if self._runtime.print_input_density and (report := engine.input_density.describe(tensors)):
             _log.warning("%s", report)
+        if engine.single_output:
+            return user[0]
         return pytree.tree_unflatten(list(user), engine.captured.out_spec)

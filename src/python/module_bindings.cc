@@ -11,6 +11,7 @@
 #include "bindings.h"
 #include "trainrt/ir/onnx_export.h"
 #include "trainrt/ir/onnx_import.h"
+#include "trainrt/ops/op_schema.h"
 #include "trainrt/train/module_programs.h"
 #include "trainrt/train/optimizer_in_backward.h"
 
@@ -152,6 +153,12 @@ void bind_module_programs(nb::module_& m) {
            },
            nb::arg("inputs"), nb::arg("seed"))
       .def_prop_ro("unreached", &ModulePrograms::unreached)
+      .def_prop_ro("draws_random", [](const ModulePrograms& p) {
+        for (const Node* n : p.joint_graph().nodes())
+          if (const OpSchema* s = OpRegistry::global().find(n->domain(), n->op_type()); s && !s->deterministic)
+            return true;
+        return false;
+      }, "Whether a node is random (Dropout, attention with dropout): only then does a run need a fresh seed.")
       .def_prop_ro("inputs_read_by_backward", &ModulePrograms::inputs_read_by_backward,
                    "The forward inputs (indices) the backward reads in place.")
       .def("forward_graph_onnx", [](const ModulePrograms& p) { return graph_bytes(p.forward_graph()); })
