@@ -1,18 +1,29 @@
 """Tensors across the engine boundary, zero-copy both ways (DLPack / numpy views).
 
-    arrays = [as_array(t) for t in tensors]        # what the engine reads
+    views = [engine_view(t) for t in tensors]      # keep these while the engine may read them
+    outputs = programs.forward(capsules(views), ...)
     out = from_engine(engine_output)               # a torch tensor over engine memory
 """
 
 from __future__ import annotations
 
 import torch
+from torch.utils.dlpack import to_dlpack
 
 
-def as_array(t: torch.Tensor) -> torch.Tensor:
-    """A zero-copy view the engine can read: detached, contiguous CPU memory."""
+def engine_view(t: torch.Tensor) -> torch.Tensor:
+    """What the engine can read: detached, contiguous CPU memory (a copy only if t is strided)."""
     t = t.detach()
     return t if t.is_contiguous() else t.contiguous()
+
+
+def capsules(views: list) -> list:
+    """DLPack capsules of engine views (None stays None), which the engine takes without a copy.
+    Capsules, not the tensors: torch's __dlpack__ method costs ~2 us a tensor in Python, a capsule
+    ~0.25 us. A capsule does not keep its view alive once the engine has read it into an array, so
+    the caller holds `views` for as long as the engine may read them (a forward's inputs: until its
+    backward)."""
+    return [None if v is None else to_dlpack(v) for v in views]
 
 
 def from_engine(array) -> torch.Tensor:

@@ -35,7 +35,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from trainrt import _C, python_op
-from trainrt.engine_arrays import as_array as _as_array, from_engine as _from_engine
+from trainrt.engine_arrays import capsules, engine_view, from_engine as _from_engine
 from trainrt.input_density import InputDensityObserver
 from trainrt.options import FallbackPolicy
 from trainrt.optim import step_in_backward
@@ -137,11 +137,11 @@ class _RTFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, engine: _Engine, *tensors):
         state = _C.ForwardState()
-        arrays = [_as_array(t) for t in tensors]
+        views = [engine_view(t) for t in tensors]
         with engine.call_scope(grad=True) as call:
-            outputs = engine.programs.forward(arrays, state, _draw_seed(engine))
+            outputs = engine.programs.forward(capsules(views), state, _draw_seed(engine))
         ctx.python_ops = call  # the Functions' records (None without PythonOps) live as long as this node
-        ctx.engine, ctx.state, ctx.keep = engine, state, arrays  # the engine reads inputs in place at backward
+        ctx.engine, ctx.state, ctx.keep = engine, state, views  # the engine reads inputs in place at backward
         # What a step_in_backward optimizer may step (None: no gradient reaches it).
         ctx.wrt_tensors = [None if i is None else tensors[i] for i in engine.wrt_index]
         ctx.num_inputs = len(tensors)
@@ -160,11 +160,11 @@ class _RTFunction(torch.autograd.Function):
         engine = ctx.engine
         retain = _keep_graph()
         user_grads = grads[engine.num_mutations:]
-        fed = [None if g is None else _as_array(g)
+        fed = [None if g is None else engine_view(g)  # held through the engine call (capsules)
                for g, d in zip(user_grads, engine.captured.differentiable_outputs) if d]
         consumer = step_in_backward.consumer_for(ctx.wrt_tensors)
         with engine.call_scope(grad=False, retain=retain):
-            input_grads = engine.programs.backward(ctx.state, fed, consumer, retain)
+            input_grads = engine.programs.backward(ctx.state, capsules(fed), consumer, retain)
         if consumer is not None:
             step_in_backward.after_engine_backward(consumer, ctx.wrt_tensors)
         result = [None] * ctx.num_inputs
@@ -496,8 +496,8 @@ class RTModule(torch.nn.Module):
             results = _RTFunction.apply(engine, *inputs)
         else:
             with engine.call_scope(grad=False):
-                results = tuple(_from_engine(o) for o in engine.programs.infer([_as_array(t) for t in inputs],
-                                                                                _draw_seed(engine)))
+                views = [engine_view(t) for t in inputs]
+                results = tuple(_from_engine(o) for o in engine.programs.infer(capsules(views), _draw_seed(engine)))
         mutations, user = results[:engine.num_mutations], results[engine.num_mutations:]
         if mutations:
             named_buffers = dict(self._module.named_buffers(remove_duplicate=False))

@@ -88,6 +88,8 @@ def consumer_for(wrt_tensors: list[torch.Tensor]):
     """An engine consumer that steps those of `wrt_tensors` (one per wrt entry of an engine backward,
     None for entries that are not parameters) that a step_in_backward optimizer owns and the engine
     can update in place; None when there is none. The others get their gradient as usual."""
+    if not _owners:  # no step_in_backward optimizer: nothing to look up per parameter
+        return None
     consumer = None
     for index, p in enumerate(wrt_tensors):
         optimizer = owner_of(p) if p is not None else None
