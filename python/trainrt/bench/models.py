@@ -93,15 +93,14 @@ class ModelSpec:
     description: str
 
 
-def _mlp(batch: int = 256) -> ModelSpec:
-    sizes = (784, 2048, 2048, 10)
+def _mlp(name: str = "mlp", sizes: tuple = (784, 2048, 2048, 10), batch: int = 256) -> ModelSpec:
     matmul_weights = sum(a * b for a, b in zip(sizes[:-1], sizes[1:]))
 
     def make_batch(step):
         g = torch.Generator().manual_seed(step)
         return torch.randn(batch, sizes[0], generator=g), torch.randint(0, sizes[-1], (batch,), generator=g)
 
-    return ModelSpec("mlp", lambda: MLP(sizes), make_batch, 6 * matmul_weights * batch,
+    return ModelSpec(name, lambda: MLP(sizes), make_batch, 6 * matmul_weights * batch,
                      f"MLP {'-'.join(map(str, sizes))}, batch {batch}, cross-entropy")
 
 
@@ -143,6 +142,8 @@ def _bert(name: str, layers: int, dim: int, heads: int, vocab: int, seq: int, ba
 
 
 MODELS: dict[str, Callable[[], ModelSpec]] = {
+    # 3 layers of 32 at batch 16: a step of microseconds, so its time is RTModule's fixed cost per step
+    "tiny": lambda: _mlp("tiny", sizes=(32, 32, 32, 10), batch=16),
     "mlp": _mlp,
     "cnn": _cnn,
     "bert-mini": lambda: _bert("bert-mini", layers=4, dim=256, heads=4, vocab=8192, seq=128, batch=8),
@@ -151,6 +152,6 @@ MODELS: dict[str, Callable[[], ModelSpec]] = {
 }
 
 SUITES: dict[str, list[str]] = {
-    "quick": ["mlp", "cnn", "gpt2-mini", "bert-mini"],
-    "full": ["mlp", "cnn", "gpt2-mini", "bert-mini", "gpt2-small"],
+    "quick": ["tiny", "mlp", "cnn", "gpt2-mini", "bert-mini"],
+    "full": ["tiny", "mlp", "cnn", "gpt2-mini", "bert-mini", "gpt2-small"],
 }
