@@ -122,6 +122,16 @@ def test_micro_benchmarks_report_every_shape_and_optimizer(monkeypatch):
     assert "FusedAdam speed-up over torch AdamW fused=True" in optimizer_step.markdown(o)
 
 
+def test_python_op_bench_reports_the_cost_of_a_call_run_by_the_engine():
+    from trainrt.bench import python_op
+
+    f = python_op.run(calls=3, steps=5, rounds=1)
+    assert f["in_engine"]
+    for front in ("eager", "rtmodule"):
+        assert f[front]["step_us"] > 0 and f[front]["step_us_with_3"] > 0
+    assert "| RTModule (PythonOp) |" in python_op.markdown(f)
+
+
 def test_step_in_backward_bench_times_every_variant_and_keeps_no_gradients_in_that_mode():
     from trainrt.bench import step_in_backward
 

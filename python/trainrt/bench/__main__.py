@@ -75,14 +75,16 @@ def main(argv=None) -> dict:
 def _run(args, models: list[str], modes: list[str], warmup: int, steps: int, inductor_cache: str) -> dict:
     micro, peak_gflops = {}, args.peak_gflops
     if not args.no_micro:
-        from trainrt.bench import gemm, optimizer_step, step_in_backward
+        from trainrt.bench import gemm, optimizer_step, python_op, step_in_backward
 
         gemm_rounds, optimizer_rounds, (sib_rounds, sib_steps) = _MICRO_ROUNDS[args.suite]
-        print("[bench] micro-benchmarks: GEMM, optimizer step, step in backward", file=sys.stderr, flush=True)
+        print("[bench] micro-benchmarks: GEMM, optimizer step, step in backward, autograd.Function call",
+              file=sys.stderr, flush=True)
         micro = {"gemm": gemm.run(gemm_rounds), "optimizer": optimizer_step.run(optimizer_rounds),
-                 "step_in_backward": step_in_backward.run(rounds=sib_rounds, steps=sib_steps)}
+                 "step_in_backward": step_in_backward.run(rounds=sib_rounds, steps=sib_steps),
+                 "python_op": python_op.run(rounds=optimizer_rounds)}
         print(gemm.markdown(micro["gemm"]) + "\n\n" + optimizer_step.markdown(micro["optimizer"]) + "\n\n" +
-              step_in_backward.markdown(micro["step_in_backward"]) + "\n")
+              step_in_backward.markdown(micro["step_in_backward"]) + "\n\n" + python_op.markdown(micro["python_op"]) + "\n")
         peak_gflops = peak_gflops or micro["gemm"]["peak_gflops"]
     peak_gflops = peak_gflops or _NOMINAL_PEAK_GFLOPS
     results = {"suite": args.suite, "steps": steps, "warmup": warmup, "modes": modes, "models": [], "micro": micro,

@@ -101,10 +101,11 @@ def markdown_table(results: dict) -> str:
     lines += ["| " + " | ".join(r) + " |" for r in rows(results)]
     lines += [""] + [f"- {n}" for n in _notes(results)]
     if results.get("micro"):
-        from trainrt.bench import gemm, optimizer_step, step_in_backward
+        from trainrt.bench import gemm, optimizer_step, python_op, step_in_backward
 
         lines += ["", gemm.markdown(results["micro"]["gemm"]), "", optimizer_step.markdown(results["micro"]["optimizer"]),
-                  "", step_in_backward.markdown(results["micro"]["step_in_backward"])]
+                  "", step_in_backward.markdown(results["micro"]["step_in_backward"]),
+                  "", python_op.markdown(results["micro"]["python_op"])]
     return "\n".join(lines) + "\n"
 
 
