@@ -18,7 +18,7 @@ dtypes, symbolic dims included; `register_shape_inference(Fn, fn)` replaces that
 Function whose forward cannot run on FakeTensors.
 
 Not kept opaque, so traced into the graph: Functions of torch itself (checkpoint's among them:
-checkpointing is a memory request, captured into the engine), of trainrt, the classes named in
+checkpointing is a memory request, captured into the engine), RTModule's own engine call, the classes named in
 SKIPPED_AUTOGRAD_FUNCTIONS, and every Function when ENABLE_CUSTOM_AUTOGRAD is 0 (announced once:
 their custom backwards are then ignored); RTModule passes those options (options.RuntimeOptions) as a
 FunctionCapture.
@@ -194,7 +194,8 @@ _policy = FunctionCapture()  # the one keep_functions_opaque was given
 
 def _opaque(cls: type) -> bool:
     module = cls.__module__ or ""
-    if _nested or module.startswith(("torch.", "trainrt.")) or module == "torch":
+    # torch's own Functions are traced; so is RTModule's engine call (an RTModule inside the captured one).
+    if _nested or module.startswith("torch.") or module in ("torch", "trainrt.rtmodule"):
         return False
     if full_name(cls) in _policy.skipped or cls.__qualname__ in _policy.skipped:
         return False
