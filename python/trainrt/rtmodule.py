@@ -73,7 +73,7 @@ class _Engine:
         graph_inputs = [n for n, _ in captured.param_inputs] + [n for n, _ in captured.buffer_inputs] + captured.user_inputs
         index = {name: i for i, name in enumerate(graph_inputs)}
         self.programs = _C.ModulePrograms(captured.model.SerializeToString(), self.grad_outputs, self.wrt, profile,
-                                          optimize)
+                                          optimize, captured.recompute_regions)
         unreached = set(self.programs.unreached)
         self.wrt_index = [index[name] if name not in unreached else None for name in self.wrt]
         self.num_mutations = len(captured.buffer_mutations)

@@ -5,6 +5,7 @@
 //   opt = _C.OptimizerInBackward()
 //   opt.add_adam(wrt_index, name, param, step, exp_avg, exp_avg_sq, None, adam_options, grad_scale=1.0)
 //   grads = programs.backward(state, output_grads, consumer=opt)   # None where opt stepped
+#include <nanobind/stl/map.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -98,12 +99,14 @@ void bind_module_programs(nb::module_& m) {
   nb::class_<ModulePrograms>(m, "ModulePrograms")
       .def("__init__",
            [](ModulePrograms* self, nb::bytes model, const std::vector<std::string>& grad_outputs,
-              const std::vector<std::string>& wrt, bool profile, bool optimize) {
+              const std::vector<std::string>& wrt, bool profile, bool optimize,
+              const std::map<std::string, int>& recompute_regions) {
              std::shared_ptr<Graph> g = import_onnx_bytes(std::string_view(model.c_str(), model.size()));
-             new (self) ModulePrograms(std::move(g), grad_outputs, wrt, profile, optimize);
+             new (self) ModulePrograms(std::move(g), grad_outputs, wrt, profile, optimize, recompute_regions);
            },
            nb::arg("model"), nb::arg("grad_outputs"), nb::arg("wrt"), nb::arg("profile") = false,
-           nb::arg("optimize") = true)
+           nb::arg("optimize") = true, nb::arg("recompute_regions") = std::map<std::string, int>{},
+           "recompute_regions: forward node name -> checkpoint region, recomputed in the backward.")
       .def("profile_summary", [](ModulePrograms& p, int top) {
         return "forward program:\n" + p.forward_profiler().summary(top) + "backward program:\n" +
                p.backward_profiler().summary(top);

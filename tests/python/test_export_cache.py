@@ -110,7 +110,8 @@ def test_a_planted_pickle_runs_no_code_and_is_replaced(cache_dir, counted, tmp_p
     run(model)
     assert counted["capture"] == 2  # the rewritten entry serves the next instance
     # The same pickle behind a valid magic line and checksum: the payload must be JSON, so still no code runs.
-    entry.write_bytes(b"TRAINRT-EXPORT-CACHE 4\n" + hashlib.sha256(planted).hexdigest().encode() + b"\n" + planted)
+    magic = trainrt.export_cache._MAGIC
+    entry.write_bytes(magic + hashlib.sha256(planted).hexdigest().encode() + b"\n" + planted)
     torch.testing.assert_close(run(model), expected)
     assert not marker.exists() and counted["capture"] == 3 and trainrt_log.text.count("is unusable") == 2
     pickle.loads(planted)
@@ -248,7 +249,8 @@ def test_a_graph_with_a_python_op_is_not_stored(tmp_path, trainrt_log):
         captured = CapturedGraph(model=onnx.helper.make_model(graph), param_inputs=[], buffer_inputs=[],
                                  user_inputs=["x"], in_spec=torch.utils._pytree.tree_flatten(((1,), {}))[1],
                                  non_tensor_inputs=[], outputs=["y"], out_spec=torch.utils._pytree.treespec_leaf(),
-                                 differentiable_outputs=[True], buffer_mutations=[], input_dims=[(2,)], dim_ranges={})
+                                 differentiable_outputs=[True], buffer_mutations=[], input_dims=[(2,)], dim_ranges={},
+                                 recompute_regions={})
         ExportCache(str(tmp_path)).store("0" * 64, captured)
     assert not list(tmp_path.iterdir())
     assert "calls autograd.Function mod.Square through PythonOp" in trainrt_log.text

@@ -50,6 +50,9 @@ class CapturedGraph:
     buffer_mutations: list[tuple[str, str]]  # (graph output, buffer fqn): copy back after each run
     input_dims: list[tuple]  # per user input, per dim: an int (static) or a size expression (str)
     dim_ranges: dict[str, tuple[int, int | None]]  # symbol -> the [lower, upper] export assumed
+    # ONNX node name -> checkpoint region: nodes of torch.utils.checkpoint blocks, whose outputs the
+    # engine recomputes in the backward (capture/checkpoint_regions.py); empty without checkpointing.
+    recompute_regions: dict[str, int]
 
     @property
     def dynamic(self) -> bool:
@@ -128,6 +131,7 @@ def capture(module: torch.nn.Module, args: tuple, kwargs: dict | None = None,
         buffer_mutations=translation.buffer_mutations,
         input_dims=input_dims,
         dim_ranges=_dim_ranges(ep),
+        recompute_regions=translation.recompute_regions,
     )
 
 

@@ -34,6 +34,7 @@ import torch
 import torch.utils.checkpoint
 from torch.utils import _pytree as pytree
 
+from trainrt.capture.checkpoint_regions import run_reentrant
 from trainrt.capture.errors import CaptureError
 
 _log = logging.getLogger("trainrt")
@@ -213,9 +214,10 @@ def _apply(cls, *args, **kwargs):
     """Function.apply while capture exports: a user Function becomes one trainrt::python_op call.
     Reentrant checkpointing (CheckpointFunction.apply(run, preserve_rng_state, *inputs)) runs its
     block under no_grad to recompute it with grad in its backward; the capture calls the block
-    itself instead, so its ops are captured into the engine and differentiated there."""
+    itself instead, in a marked region, so its ops are captured into the engine and its activations
+    recomputed there (checkpoint_regions.py)."""
     if cls is torch.utils.checkpoint.CheckpointFunction and not _nested:
-        return args[0](*args[2:])
+        return run_reentrant(args)
     if not _opaque(cls):
         return _original_apply(cls, *args, **kwargs)
     if kwargs:  # traced, its custom backward would be ignored without a word

@@ -33,6 +33,7 @@ from torch.export import Dim, ExportedProgram
 from torch.utils import _pytree as pytree
 
 from trainrt.capture.autograd_function import FunctionCapture, keep_functions_opaque
+from trainrt.capture.checkpoint_regions import capture_checkpoints
 from trainrt.capture.errors import CaptureError
 
 SYMBOLIC_LEVELS = ("all", "batch", "none")
@@ -112,7 +113,9 @@ def _export(module, args, kwargs, dynamic_shapes, functions: FunctionCapture) ->
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r"The tensor attributes (\S+\._flat_weights\[\d+\](, )?)+ were "
                                 "assigned during export", category=UserWarning)
-        with keep_functions_opaque(functions):  # a user autograd.Function stays one node (autograd_function.py)
+        # A user autograd.Function stays one node (autograd_function.py); a checkpointed block's
+        # nodes are marked for recompute (checkpoint_regions.py).
+        with keep_functions_opaque(functions), capture_checkpoints():
             return torch.export.export(module, tuple(args), dict(kwargs), dynamic_shapes=dynamic_shapes, strict=False)
 
 

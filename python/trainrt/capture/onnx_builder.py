@@ -129,6 +129,14 @@ class GraphBuilder:
         self._produced.update(outputs)
         return outputs
 
+    @property
+    def num_nodes(self) -> int:
+        return len(self._nodes)
+
+    def node_names(self, start: int) -> list[str]:
+        """The names of the nodes added since the builder had `start` nodes."""
+        return [n.name for n in self._nodes[start:]]
+
     def is_node_output(self, name: str) -> bool:
         return name in self._produced
 

@@ -27,6 +27,7 @@ from torch.export.graph_signature import ConstantArgument, InputKind, OutputKind
 
 from trainrt.capture.aten_ops import ATEN_OPS
 from trainrt.capture.autocast import Autocast, dtypes_of
+from trainrt.capture.checkpoint_regions import RECOMPUTE_KEY
 from trainrt.capture.context import OpContext, TensorValue, bind_args, op_name, source_line
 from trainrt.capture.errors import CaptureError, UnsupportedATenOp, unsupported_ops
 from trainrt.capture.onnx_builder import GraphBuilder
@@ -61,6 +62,7 @@ class Translation:
     outputs: list[str]
     differentiable_outputs: list[bool]
     buffer_mutations: list[tuple[str, str]]
+    recompute_regions: dict[str, int]  # ONNX node name -> checkpoint region (checkpoint_regions.py)
 
 
 def translate(ep: ExportedProgram, user_input_order: list[str], batch_name: str | None, graph_name: str,
@@ -80,6 +82,7 @@ class _Translator:
         self.env: dict[torch.fx.Node, object] = {}
         self.autocast = Autocast(self.b, autocast) if autocast is not None else None
         self.unsupported: list[UnsupportedATenOp] = []
+        self.recompute_regions: dict[str, int] = {}
 
     def run(self, user_input_order: list[str], batch_name: str | None) -> Translation:
         params, buffers = self._inputs(user_input_order, batch_name)
@@ -92,7 +95,7 @@ class _Translator:
             raise unsupported_ops(self.unsupported)
         mutations, outputs, differentiable = self._outputs()
         return Translation(self.b.to_model(self.graph_name), params, buffers, list(user_input_order), outputs,
-                           differentiable, mutations)
+                           differentiable, mutations, self.recompute_regions)
 
     def _inputs(self, user_input_order: list[str], batch_name: str | None):
         """Declares graph inputs and initializers for the placeholders; returns (params, buffers)."""
@@ -132,9 +135,13 @@ class _Translator:
         return self.env[node]
 
     def _call_or_record(self, node: torch.fx.Node) -> None:
-        """Translates one node; an unsupported op is recorded and its value marked untranslated."""
+        """Translates one node; an unsupported op is recorded and its value marked untranslated. The
+        ONNX nodes of an FX node inside a checkpointed block join its recompute region."""
+        start = self.b.num_nodes
         try:
             self._call(node)
+            if (region := (node.meta.get("custom") or {}).get(RECOMPUTE_KEY)) is not None:
+                self.recompute_regions.update(dict.fromkeys(self.b.node_names(start), int(region)))
         except UnsupportedATenOp as err:
             self.unsupported.append(err)
             self.env[node] = _UNTRANSLATED

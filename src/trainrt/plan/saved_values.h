@@ -3,6 +3,9 @@
 //
 // The saved set is every forward value the backward reads. Local rewrites make it smaller or
 // cheaper to produce, and never larger:
+//   0. Checkpointed regions (torch.utils.checkpoint at capture): the values made inside one are
+//      recomputed in the backward from the region's inputs (checkpoint_recompute.h); run after
+//      rule 1, so that a Shape of such a value stays a forward read of its dims.
 //   1. Shape and Size nodes of the backward that read a forward value move to the forward. The
 //      gradients of Reshape, Flatten and friends read only their input's shape; the backward then
 //      keeps a few int64s instead of the whole tensor alive (and the forward planner folds them
@@ -39,6 +42,9 @@
 //   TrainingPrograms p = partition_joint_graph(*joint, grads);
 #pragma once
 
+#include <map>
+#include <string>
+
 #include "trainrt/autodiff/gradient_builder.h"
 #include "trainrt/ir/graph.h"
 
@@ -50,8 +56,11 @@ struct SavedValueChoices {
   int pointwise_recomputed = 0;     // pointwise outputs recomputed in the backward, not saved
   int batch_norms_recomputed = 0;   // Relu(BatchNormalization(X)) recomputed from X, not saved
   int pools_by_argmax = 0;          // MaxPool(Relu(.)) whose gradient reads an argmax, not the ReLU output
+  int checkpoint_recomputed = 0;    // forward nodes of checkpointed regions copied into the backward
 };
 
-SavedValueChoices choose_saved_values(Graph& joint, GradientResult& gradients);
+// `recompute_regions`: forward node name -> checkpoint region (rule 0); empty without checkpointing.
+SavedValueChoices choose_saved_values(Graph& joint, GradientResult& gradients,
+                                      const std::map<std::string, int>& recompute_regions = {});
 
 }  // namespace trainrt

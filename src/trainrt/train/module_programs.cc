@@ -6,6 +6,7 @@
 #include "trainrt/core/error.h"
 #include "trainrt/ops/op_schema.h"
 #include "trainrt/passes/matmul_bias_fusion.h"
+#include "trainrt/plan/checkpoint_recompute.h"
 #include "trainrt/plan/saved_values.h"
 
 namespace trainrt {
@@ -33,7 +34,8 @@ const PassPipeline& forward_passes() {
 }  // namespace
 
 ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::string> grad_outputs,
-                               std::vector<std::string> wrt, bool profile, bool optimize)
+                               std::vector<std::string> wrt, bool profile, bool optimize,
+                               const std::map<std::string, int>& recompute_regions)
     : graph_(std::move(graph)), grad_outputs_(std::move(grad_outputs)), wrt_(std::move(wrt)) {
   std::vector<const Node*> nodes;
   for (const Node* n : graph_->topological_order()) nodes.push_back(n);
@@ -45,7 +47,11 @@ ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::st
   GradientResult result = build_gradients(*joint_, {.outputs_with_grad = grad_outputs_, .wrt = wrt_});
   output_grad_inputs_ = result.output_grad_inputs;
   unreached_ = result.unreached;
-  if (optimize) choose_saved_values(*joint_, result);
+  if (optimize) {
+    choose_saved_values(*joint_, result, recompute_regions);
+  } else {
+    recompute_checkpoint_regions(*joint_, result, recompute_regions);
+  }
   programs_ = partition_joint_graph(*joint_, result);
   // Backward outputs come in grad_of order (sorted by name); map each wrt entry to its position.
   std::vector<std::string> order;

@@ -48,9 +48,11 @@ class ModulePrograms {
  public:
   // `profile`: record per-node timings of the forward and backward programs (profiler()).
   // `optimize`: the graph rewrites (fusion passes, the saved-set choice); off, the captured graph
-  // is differentiated and partitioned as it is (ORTModule's compute optimizer switch).
+  // is differentiated and partitioned as it is (ORTModule's compute optimizer switch), but for
+  // `recompute_regions`: forward node name -> checkpoint region, whose values the backward
+  // recomputes (plan/checkpoint_recompute.h), a memory request honoured either way.
   ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::string> grad_outputs, std::vector<std::string> wrt,
-                 bool profile = false, bool optimize = true);
+                 bool profile = false, bool optimize = true, const std::map<std::string, int>& recompute_regions = {});
 
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs, ForwardState& state, uint64_t seed);
   // `output_grads` has one tensor per grad_outputs entry (undefined = zeros). Returns one tensor

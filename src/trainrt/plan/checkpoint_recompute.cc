@@ -1,0 +1,108 @@
+#include "trainrt/plan/checkpoint_recompute.h"
+
+#include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "trainrt/ops/op_schema.h"
+
+namespace trainrt {
+namespace {
+
+bool reads_dims_only(const Node& n) {
+  return n.domain() == kOnnxDomain && (n.op_type() == "Shape" || n.op_type() == "Size");
+}
+
+bool is_random(const Node& n) {
+  const OpSchema* schema = OpRegistry::global().find(n.domain(), n.op_type());
+  return !schema || !schema->deterministic;
+}
+
+// One region's copies: made on demand, producers first, so their creation order is a schedule.
+class RegionRecompute {
+ public:
+  RegionRecompute(Graph& joint, const std::unordered_set<const Node*>& forward,
+                  const std::unordered_set<std::string>& graph_outputs, std::unordered_set<const Node*> members)
+      : joint_(joint), forward_(forward), graph_outputs_(graph_outputs), members_(std::move(members)) {}
+
+  // Rewires every backward reader of a value made inside the region to a copy; returns the copies.
+  std::vector<Node*> run() {
+    std::vector<Use> readers;
+    for (const Node* m : members_)
+      for (Value* y : m->outputs())
+        if (y && !is_region_output(y))
+          for (const Use& u : y->uses)
+            if (!forward_.count(u.node)) readers.push_back(u);
+    for (const Use& u : readers) u.node->replace_input(u.input_index, copy_of(u.node->input(u.input_index)));
+    place(readers);
+    return copies_;
+  }
+
+ private:
+  bool is_region_output(const Value* v) const {
+    if (graph_outputs_.count(v->name)) return true;
+    return std::any_of(v->uses.begin(), v->uses.end(), [&](const Use& u) {
+      return forward_.count(u.node) && !members_.count(u.node) && !reads_dims_only(*u.node);
+    });
+  }
+
+  // The backward's stand-in for `v`: v itself when made outside the region (or a region output),
+  // else the matching output of a copy of its producer.
+  Value* copy_of(Value* v) {
+    if (!v || !v->producer || !members_.count(v->producer) || is_region_output(v)) return v;
+    if (auto it = copied_.find(v); it != copied_.end()) return it->second;
+    const Node& n = *v->producer;
+    std::vector<Value*> inputs;
+    for (Value* in : n.inputs()) inputs.push_back(copy_of(in));
+    std::vector<std::string> names;
+    for (const Value* out : n.outputs()) names.push_back(out ? joint_.unique_name(out->name + "/recompute") : "");
+    Node* copy = joint_.add_node(n.op_type(), inputs, names, n.domain(), n.name() + "/recompute");
+    for (const auto& [key, value] : n.attrs()) copy->set_attr(key, value);
+    for (int o = 0; o < n.num_outputs(); ++o) {
+      if (!n.output(o)) continue;
+      copy->output(o)->dtype = n.output(o)->dtype;
+      copy->output(o)->shape = n.output(o)->shape;
+      copied_[n.output(o)] = copy->output(o);
+    }
+    copies_.push_back(copy);
+    return copied_.at(v);
+  }
+
+  // All copies, in creation order, just before the first (in the joint graph's order) of the
+  // backward nodes that now read them.
+  void place(const std::vector<Use>& readers) {
+    if (copies_.empty()) return;
+    std::unordered_set<const Node*> reading;
+    for (const Use& u : readers) reading.insert(u.node);
+    const std::vector<Node*> order = joint_.nodes();
+    auto first = std::find_if(order.begin(), order.end(), [&](const Node* m) { return reading.count(m) > 0; });
+    if (first == order.end()) return;
+    for (Node* copy : copies_) joint_.move_before(copy, *first);
+  }
+
+  Graph& joint_;
+  const std::unordered_set<const Node*>& forward_;
+  const std::unordered_set<std::string>& graph_outputs_;
+  const std::unordered_set<const Node*> members_;
+  std::unordered_map<const Value*, Value*> copied_;
+  std::vector<Node*> copies_;
+};
+
+}  // namespace
+
+int recompute_checkpoint_regions(Graph& joint, const GradientResult& gradients,
+                                 const std::map<std::string, int>& regions) {
+  if (regions.empty()) return 0;
+  const std::unordered_set<const Node*> forward(gradients.forward_nodes.begin(), gradients.forward_nodes.end());
+  const std::unordered_set<std::string> graph_outputs(gradients.forward_outputs.begin(),
+                                                      gradients.forward_outputs.end());
+  std::map<int, std::unordered_set<const Node*>> members;
+  for (const Node* n : gradients.forward_nodes)
+    if (auto it = regions.find(n->name()); it != regions.end() && !is_random(*n)) members[it->second].insert(n);
+  int copied = 0;
+  for (auto& [region, nodes] : members)
+    copied += static_cast<int>(RegionRecompute(joint, forward, graph_outputs, std::move(nodes)).run().size());
+  return copied;
+}
+
+}  // namespace trainrt

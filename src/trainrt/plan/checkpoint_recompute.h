@@ -1,0 +1,34 @@
+// Activation checkpointing in the engine: the forward nodes of each checkpointed region (marked at
+// capture: python/trainrt/capture/checkpoint_regions.py) have their outputs recomputed in the
+// backward from the region's inputs instead of saved, as torch.utils.checkpoint does in eager.
+//
+// For region k, the backward readers of a value made inside k read a copy instead, computed in the
+// backward from copies of its producers, back to values made outside k, which the backward then
+// reads (saved, when the forward made them). These stay read as they are, never copied:
+//   - the region's outputs: values that forward nodes outside the region read (the next region's
+//     input, saved anyway) or that are graph outputs; a Shape or Size reader, which needs only the
+//     dims, does not make a value an output;
+//   - the outputs of random nodes (Dropout, attention with dropout, PythonOp), which another run
+//     would not reproduce: they are saved as without checkpointing.
+// A region's copies are placed together just before the first backward node that reads one of
+// them, so they are live during that region's backward only: one region's activations at a time.
+//
+// Run on the joint graph after build_gradients and before partition_joint_graph (saved_values.h
+// runs it after moving Shape nodes to the forward).
+//
+//   int recomputed = recompute_checkpoint_regions(*joint, grads, {{"mlp/fc1", 1}, {"mlp/gelu", 1}});
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "trainrt/autodiff/gradient_builder.h"
+#include "trainrt/ir/graph.h"
+
+namespace trainrt {
+
+// `regions`: forward node name -> region id. Returns how many nodes were copied into the backward.
+int recompute_checkpoint_regions(Graph& joint, const GradientResult& gradients,
+                                 const std::map<std::string, int>& regions);
+
+}  // namespace trainrt
