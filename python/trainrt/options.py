@@ -138,6 +138,11 @@ class RuntimeOptions:
     custom_autograd: bool | None = None  # None: enable_custom_autograd_support's setting
     # Full names (module + __qualname__) of Functions whose forwards are traced instead.
     skipped_autograd_functions: tuple[str, ...] = ()
+    # Each parameter's gradient leaves the engine's backward as soon as it is final, through torch's
+    # AccumulateGrad (hooks, DDP's reducer, DeepSpeed's ZeRO hooks see it then): gradient_handoff.py.
+    # None: when something watches gradients (torch.distributed initialized, or a hook on a parameter);
+    # True: always; False: every gradient comes at the end of the engine's backward.
+    mem_efficient_grad_mgmt: bool | None = None
 
     def __post_init__(self):
         self.mixed_precision = parse_mixed_precision(self.mixed_precision)
@@ -147,6 +152,8 @@ class RuntimeOptions:
             self.custom_autograd = _parse_flag(v)
         if (v := env("SKIPPED_AUTOGRAD_FUNCTIONS", "SKIPPED_AUTOGRAD_FUNCTIONS")) is not None:
             self.skipped_autograd_functions = tuple(sorted({n.strip() for n in v.split(",") if n.strip()}))
+        if (v := env("ENABLE_MEM_EFFICIENT_GRAD_MGMT", "ENABLE_MEM_EFFICIENT_GRAD_MGMT")) is not None:
+            self.mem_efficient_grad_mgmt = None if v.strip().lower() == "auto" else _parse_flag(v)
         if (v := env("MIXED_PRECISION")) is not None:
             self.mixed_precision = parse_mixed_precision(v)
         if (v := env("FALLBACK_POLICY", "FALLBACK_POLICY")) is not None:

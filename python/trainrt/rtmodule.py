@@ -36,6 +36,7 @@ from torch.utils import _pytree as pytree
 
 from trainrt import _C, python_op
 from trainrt.engine_arrays import capsules, engine_view, from_engine as _from_engine
+from trainrt.gradient_handoff import GradientHandoff
 from trainrt.input_density import InputDensityObserver
 from trainrt.options import FallbackPolicy
 from trainrt.optim import step_in_backward
@@ -58,8 +59,9 @@ class _Engine:
     """The engine programs of one captured input schema, plus how to feed and unpack them."""
 
     def __init__(self, captured, module: torch.nn.Module, input_requires_grad: list[bool], profile: bool = False,
-                 optimize: bool = True):
+                 optimize: bool = True, mem_efficient_grad_mgmt: bool | None = None):
         self.captured = captured
+        self.mem_efficient_grad_mgmt = mem_efficient_grad_mgmt  # gradient_handoff.py: None = when watched
         params = dict(module.named_parameters(remove_duplicate=False))
         self.param_names = [fqn for _, fqn in captured.param_inputs]
         self.buffer_names = [fqn for _, fqn in captured.buffer_inputs]
@@ -69,6 +71,7 @@ class _Engine:
         grad_params = [name for (name, fqn) in captured.param_inputs if params[fqn].requires_grad and name in read]
         grad_inputs = [name for name, rg in zip(captured.user_inputs, input_requires_grad) if rg]
         self.wrt = grad_params + grad_inputs
+        self.num_wrt_params = len(grad_params)  # wrt entries [0, this) are parameters, the rest user inputs
         self.grad_outputs = [o for o, d in zip(captured.outputs, captured.differentiable_outputs) if d]
         graph_inputs = [n for n, _ in captured.param_inputs] + [n for n, _ in captured.buffer_inputs] + captured.user_inputs
         index = {name: i for i, name in enumerate(graph_inputs)}
@@ -135,7 +138,9 @@ class _RTFunction(torch.autograd.Function):
     already freed. With retain_graph the engine keeps its state for the next backward."""
 
     @staticmethod
-    def forward(ctx, engine: _Engine, *tensors):
+    def forward(ctx, engine: _Engine, handoff: GradientHandoff | None, *tensors):
+        if handoff is not None:
+            tensors = tensors[:-1]  # its sentinel (gradient_handoff.py) is not an engine input
         state = _C.ForwardState()
         views = [engine_view(t) for t in tensors]
         with engine.call_scope(grad=True) as call:
@@ -144,7 +149,8 @@ class _RTFunction(torch.autograd.Function):
         ctx.engine, ctx.state, ctx.keep = engine, state, views  # the engine reads inputs in place at backward
         # What a step_in_backward optimizer may step (None: no gradient reaches it).
         ctx.wrt_tensors = [None if i is None else tensors[i] for i in engine.wrt_index]
-        ctx.num_inputs = len(tensors)
+        ctx.handoff = handoff
+        ctx.num_inputs = len(tensors) + (handoff is not None)
         results = tuple(_from_engine(o) for o in outputs)
         ctx.save_for_backward(*[tensors[i] for i in engine.inputs_read], *[results[i] for i in state.outputs_read])
         user = results[engine.num_mutations:]
@@ -163,17 +169,27 @@ class _RTFunction(torch.autograd.Function):
         fed = [None if g is None else engine_view(g)  # held through the engine call (capsules)
                for g, d in zip(user_grads, engine.captured.differentiable_outputs) if d]
         consumer = step_in_backward.consumer_for(ctx.wrt_tensors)
-        with engine.call_scope(grad=False, retain=retain):
-            input_grads = engine.programs.backward(ctx.state, capsules(fed), consumer, retain)
+        handoff = ctx.handoff
+        handed = {} if handoff is None else {"handed_over": handoff.begin(), "deliver": handoff.deliver}
+        try:
+            with engine.call_scope(grad=False, retain=retain):
+                input_grads = engine.programs.backward(ctx.state, capsules(fed), consumer, retain, **handed)
+        except _C.Error:
+            if handoff is not None and handoff.error is not None:
+                raise handoff.error from None  # what a hook or DDP raised while taking a gradient
+            raise
+        if handoff is not None:
+            handoff.finish()
         if consumer is not None:
             step_in_backward.after_engine_backward(consumer, ctx.wrt_tensors)
         result = [None] * ctx.num_inputs
         for i, g in zip(engine.wrt_index, input_grads):
             if i is not None:  # None: the loss does not depend on it, so its grad stays None
-                result[i] = None if g is None else _from_engine(g)  # None: stepped in the backward
+                # None: stepped in the backward, or handed to torch as it became final
+                result[i] = None if g is None else _from_engine(g)
         if not retain:
-            ctx.state = ctx.keep = ctx.wrt_tensors = ctx.python_ops = None
-        return (None, *result)
+            ctx.state = ctx.keep = ctx.wrt_tensors = ctx.python_ops = ctx.handoff = None
+        return (None, None, *result)
 
 
 # Autograd's own words for a second backward through a freed graph.
@@ -432,7 +448,7 @@ class RTModule(torch.nn.Module):
         captured_at = time.perf_counter()
         try:
             engine = _Engine(captured, self._module, input_requires_grad, self._runtime.profile,
-                             self._runtime.compute_optimizer)
+                             self._runtime.compute_optimizer, self._runtime.mem_efficient_grad_mgmt)
         except _C.Error as err:
             kind = "FALLBACK_UNSUPPORTED_ONNX_MODEL" if isinstance(err, _C.UnsupportedOp) else "FALLBACK_BAD_INITIALIZATION"
             raise _BuildFailed(f"{type(err).__name__}: {err}", kind) from err
@@ -493,7 +509,8 @@ class RTModule(torch.nn.Module):
     def _run(self, engine: _Engine, module_tensors, tensors):
         inputs = module_tensors + tensors
         if torch.is_grad_enabled() and engine.wrt:
-            results = _RTFunction.apply(engine, *inputs)
+            handoff = GradientHandoff.for_call(engine, module_tensors)
+            results = _RTFunction.apply(engine, handoff, *(handoff.engine_inputs(inputs) if handoff else inputs))
         else:
             with engine.call_scope(grad=False):
                 views = [engine_view(t) for t in inputs]

@@ -1,10 +1,13 @@
 // trainrt._C.ModulePrograms / ForwardState: the engine side of RTModule's autograd.Function; and
 // OptimizerInBackward, the consumer through which its backward steps parameters as their gradients
-// come (train/optimizer_in_backward.h; trainrt.optim's step_in_backward).
+// come (train/optimizer_in_backward.h; trainrt.optim's step_in_backward); and the hand-over of
+// gradients to Python as each becomes final (RTModule gives them to torch's AccumulateGrad).
 //
 //   opt = _C.OptimizerInBackward()
 //   opt.add_adam(wrt_index, name, param, step, exp_avg, exp_avg_sq, None, adam_options, grad_scale=1.0)
 //   grads = programs.backward(state, output_grads, consumer=opt)   # None where opt stepped
+//   grads = programs.backward(state, output_grads, handed_over=[0, 2], deliver=f)
+//   # f(wrt_index, array) was called for 0 and 2 during the run, each as soon as final; None there
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -61,6 +64,39 @@ nb::dict memory(const MemoryStats& m) {
   d["output_bytes"] = m.output_bytes;
   return d;
 }
+
+// Gradients to the step_in_backward optimizer (arena bytes, during the call) or, for the handed-over
+// ones, to Python's deliver(wrt index, array over the gradient's own storage) -> bool, with the GIL
+// taken only for that call. deliver returns False when the Python it ran raised: the Python side
+// keeps that exception and re-raises it once the engine call has unwound; the run stops here.
+class GradientHandoff : public OutputConsumer {
+ public:
+  GradientHandoff(OptimizerInBackward* optimizer, const std::vector<size_t>& handed_over, size_t num_wrt,
+                  nb::object deliver)
+      : optimizer_(optimizer), handed_(num_wrt, false), deliver_(std::move(deliver)) {
+    for (size_t w : handed_over)
+      if (w < num_wrt) handed_[w] = true;  // out of range: ModulePrograms::backward names it
+  }
+  void consume(size_t output, const Tensor& value) override {
+    if (!handed(output)) return optimizer_->consume(output, value);
+    nb::gil_scoped_acquire gil;
+    if (!nb::cast<bool>(deliver_(output, array_from_tensor(value))))
+      throw Error(fmt("the Python that took the gradient of wrt entry ", output, " raised (the exception reaches "
+                      "the caller)"));
+  }
+  size_t row_block_bytes(size_t output) const override {
+    return handed(output) || !optimizer_ ? 0 : optimizer_->row_block_bytes(output);
+  }
+  void consume_rows(size_t output, const Tensor& rows, int64_t row_begin) override {
+    optimizer_->consume_rows(output, rows, row_begin);
+  }
+
+ private:
+  bool handed(size_t output) const { return output < handed_.size() && handed_[output]; }
+  OptimizerInBackward* optimizer_;
+  std::vector<bool> handed_;
+  nb::object deliver_;
+};
 
 }  // namespace
 
@@ -128,22 +164,29 @@ void bind_module_programs(nb::module_& m) {
            nb::arg("inputs"), nb::arg("state"), nb::arg("seed"))
       .def("backward",
            [](ModulePrograms& p, ForwardState& state, const std::vector<nb::object>& grads,
-              OptimizerInBackward* consumer, bool retain) {
+              OptimizerInBackward* optimizer, bool retain, const std::vector<size_t>& handed_over,
+              nb::object deliver) {
              std::vector<Tensor> tensors;
              for (const nb::object& g : grads)
                tensors.push_back(g.is_none() ? Tensor() : tensor_from_array(nb::cast<AnyArray>(g), "output gradient"));
-             const std::vector<size_t> consumed = consumer ? consumer->indices() : std::vector<size_t>{};
+             if (!handed_over.empty() && deliver.is_none())
+               throw InvalidModel(fmt("backward: ", handed_over.size(), " gradients to hand over, but no deliver"));
+             GradientHandoff handoff(optimizer, handed_over, p.num_wrt(), std::move(deliver));
+             GradientConsumers consumers{&handoff, optimizer ? optimizer->indices() : std::vector<size_t>{},
+                                         handed_over};
              std::vector<Tensor> out;
              {
                nb::gil_scoped_release release;
-               out = p.backward(state, tensors, consumed, consumer, retain);
+               out = p.backward(state, tensors, consumers, retain);
              }
              return to_arrays(out);
            },
            nb::arg("state"), nb::arg("output_grads"), nb::arg("consumer").none() = nb::none(),
-           nb::arg("retain") = false,
-           "Gradients per wrt entry; None for those `consumer` (an OptimizerInBackward) stepped during the run. "
-           "`retain` keeps the state for another backward (retain_graph).")
+           nb::arg("retain") = false, nb::arg("handed_over") = std::vector<size_t>{},
+           nb::arg("deliver").none() = nb::none(),
+           "Gradients per wrt entry; None for those `consumer` (an OptimizerInBackward) stepped during the run "
+           "and for those in `handed_over`, given to deliver(wrt index, array) -> bool as each became final "
+           "(False: the Python it ran raised). `retain` keeps the state for another backward (retain_graph).")
       .def("infer",
            [](ModulePrograms& p, const std::vector<AnyArray>& inputs, uint64_t seed) {
              auto tensors = to_tensors(inputs, "input");

@@ -61,6 +61,17 @@ def register(optimizer, params) -> None:
             _hooks[p] = p.register_post_accumulate_grad_hook(_torch_hook)
 
 
+def awaits_gradient(p: torch.Tensor) -> bool:
+    """Whether a post-accumulate-grad hook wants p's gradient as soon as it is accumulated: a live
+    step_in_backward optimizer's, or anyone else's (the hook this module leaves on a parameter
+    whose optimizer was dropped waits for nothing)."""
+    hooks = p._post_accumulate_grad_hooks
+    if not hooks:
+        return False
+    own = _hooks.get(p)
+    return owner_of(p) is not None or any(own is None or key != own.id for key in hooks)
+
+
 def _mark(p: torch.Tensor, path: str) -> None:
     """Records that `path` stepped p in the current backward; refuses a second step in it."""
     task = torch._C._current_graph_task_id()
@@ -93,7 +104,7 @@ def consumer_for(wrt_tensors: list[torch.Tensor]):
     consumer = None
     for index, p in enumerate(wrt_tensors):
         optimizer = owner_of(p) if p is not None else None
-        if optimizer is None or not optimizer._engine_can_step(p) or not _accumulates(p):
+        if optimizer is None or not optimizer._engine_can_step(p) or not accumulates(p):
             continue
         if consumer is None:
             consumer = _C.OptimizerInBackward()
@@ -102,7 +113,7 @@ def consumer_for(wrt_tensors: list[torch.Tensor]):
     return consumer
 
 
-def _accumulates(p: torch.Tensor) -> bool:
+def accumulates(p: torch.Tensor) -> bool:
     """Whether the running backward accumulates into p.grad (loss.backward()), so that p is to be
     stepped; torch.autograd.grad(loss, params) returns the gradients instead (torch refuses the
     question for a leaf there, which answers it)."""

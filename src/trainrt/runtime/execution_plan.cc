@@ -181,7 +181,7 @@ class PlanBuilder {
         continue;
       }
       const Shape& shape = ctx.output(o).shape;
-      bool is_output = is_graph_output(v) && !is_consumed(v);
+      bool is_output = is_graph_output(v) && (!is_consumed(v) || is_kept(v));
       SlotKind kind = view            ? SlotKind::kView
                       : is_output          ? SlotKind::kOutput
                       : shape.is_static() ? SlotKind::kArena
@@ -211,7 +211,7 @@ class PlanBuilder {
   bool make_view(const Node& node, const OpSchema& schema, const InferenceContext& ctx, int input_slot) {
     if (!schema.is_view || node.num_outputs() != 1 || !node.output(0) || input_slot < 0) return false;
     if (!ctx.output(0).shape.is_static() || ctx.output(0).dtype != ctx.input_dtype(0)) return false;
-    if (!is_graph_output(node.output(0)) || is_consumed(node.output(0))) return true;
+    if (!is_graph_output(node.output(0)) || (is_consumed(node.output(0)) && !is_kept(node.output(0)))) return true;
     Slot& viewed = plan_->slots[static_cast<size_t>(viewed_slot(input_slot))];
     if (viewed.kind == SlotKind::kArena) viewed.kind = SlotKind::kOutput;
     return viewed.kind == SlotKind::kOutput;
@@ -246,6 +246,13 @@ class PlanBuilder {
     return false;
   }
 
+  // A consumed output the consumer keeps: fresh storage, as a returned output (ConsumedOutput::keep).
+  bool is_kept(const Value* v) const {
+    for (const ConsumedOutput& c : options_.consumed_outputs)
+      if (c.output == v->name) return c.keep;
+    return false;
+  }
+
   // Each consumed output names a graph output, each hold a graph input that is not donated.
   void check_consumed_outputs() const {
     for (const ConsumedOutput& c : options_.consumed_outputs) {
@@ -276,6 +283,7 @@ class PlanBuilder {
         throw InvalidModel(fmt("graph output '", v->name, "' is not produced by any node"));
       plan_->output_slots.push_back(it->second);
       plan_->output_consumed.push_back(is_consumed(v));
+      plan_->output_kept.push_back(is_kept(v));
     }
   }
 

@@ -17,7 +17,9 @@
 //   6. consumed outputs (PlanOptions::consumed_outputs) stay arena values, handed to an
 //      OutputConsumer after the step that makes them final and the last read of their hold input
 //      (ExecutionPlan::consume_points), and live until then; one consumed in row blocks
-//      (PlanOptions::consume_row_block_bytes) takes one block's bytes in the arena.
+//      (PlanOptions::consume_row_block_bytes) takes one block's bytes in the arena. A kept one
+//      (ConsumedOutput::keep) is a graph output in fresh storage instead, handed over at that
+//      point for the consumer to keep (a gradient given to torch as soon as it is final).
 // Executing the plan (executor.h) then allocates nothing for planned intermediates.
 #pragma once
 
@@ -102,6 +104,7 @@ struct ExecutionPlan {
   std::vector<int> output_slots;  // per graph output
   std::vector<ConsumePoint> consume_points;  // by after_step, then output index
   std::vector<bool> output_consumed;         // per graph output: handed over during the run
+  std::vector<bool> output_kept;             // per graph output: consumed, and the consumer keeps it
   std::deque<Tensor> folded;      // storage of values folded at plan time (stable addresses)
   PlanStats stats;
 };
@@ -109,10 +112,13 @@ struct ExecutionPlan {
 // A graph output handed to an OutputConsumer during the run (runtime/output_consumer.h) rather
 // than returned. `hold` names a graph input the consumer writes (the parameter a gradient updates):
 // the output is consumed only after the last step that reads that input, directly or through a
-// view. Empty: consumed as soon as the output is final.
+// view. Empty: consumed as soon as the output is final. `keep`: the consumer keeps the value, so
+// it lives in fresh storage as a returned output does (zero-copy: the consumer shares it), not in
+// arena bytes valid only during the call; never in row blocks.
 struct ConsumedOutput {
   std::string output;
   std::string hold;
+  bool keep = false;
 };
 
 struct PlanOptions {
@@ -128,7 +134,7 @@ struct PlanOptions {
   // such an input over: no other input, and nothing it reads later, may share those bytes. Never
   // a graph output (it is copied out at the end of the run).
   std::set<std::string> donated_inputs;
-  // Outputs consumed during the run: arena values (not fresh storage), live until consumed. A hold
+  // Outputs consumed during the run: arena values (not fresh storage, but for kept ones), live until consumed. A hold
   // input may be neither donated nor (a view of it) a returned graph output.
   std::vector<ConsumedOutput> consumed_outputs;
   // Consumed outputs (by name) whose consumer takes blocks of this many bytes of rows: such an

@@ -8,6 +8,11 @@
 // its place. The tensor passed to consume() is valid only during the call; the consumer may write
 // the hold input (no step reads it afterwards), and nothing else the run reads.
 //
+// Kept outputs (ConsumedOutput::keep): the value is in fresh storage, as a returned output's, and
+// the consumer may keep it (share it) after the call: no step touches it afterwards. That is how a
+// gradient leaves the engine the moment it is final (RTModule hands it to torch's AccumulateGrad,
+// so DDP's reducer starts its all-reduce while the backward goes on).
+//
 //   struct Print : OutputConsumer {
 //     void consume(size_t output, const Tensor& value) override { std::cout << describe(value); }
 //   } print;

@@ -39,6 +39,16 @@ const Tensor& viewed_tensor(const ExecutionPlan& plan, int s) {
   return plan.slots[static_cast<size_t>(s)].tensor;
 }
 
+// What the caller gets of the output in slot `s`: storage produced this run is handed over (a
+// view shares it with the value it views); inputs and constants are copied so the caller never
+// aliases engine-owned or its own input memory unexpectedly.
+Tensor handed_over(const ExecutionPlan& plan, int s) {
+  const Slot& slot = plan.slots[static_cast<size_t>(s)];
+  if (slot.kind == SlotKind::kOutput) return slot.tensor;
+  if (slot.kind == SlotKind::kView) return viewed_tensor(plan, s).reshaped(slot.tensor.dims());
+  return slot.tensor.clone();
+}
+
 }  // namespace
 
 Session::Session(std::shared_ptr<Graph> graph, SessionOptions options)
@@ -238,7 +248,9 @@ std::vector<Tensor> Session::run(const std::vector<Tensor>& inputs, OutputConsum
   auto consume_through = [&](int step) {
     for (; next < plan.consume_points.size() && plan.consume_points[next].after_step <= step; ++next) {
       const ConsumePoint& c = plan.consume_points[next];
-      if (c.block_rows == 0) consumer->consume(c.output, plan.slots[static_cast<size_t>(c.slot)].tensor);
+      if (c.block_rows > 0) continue;  // handed over by its step
+      if (plan.output_kept[c.output]) consumer->consume(c.output, handed_over(plan, c.slot));
+      else consumer->consume(c.output, plan.slots[static_cast<size_t>(c.slot)].tensor);
     }
   };
   auto blocked_at = [&](int step) -> const ConsumePoint* {
@@ -265,18 +277,8 @@ std::vector<Tensor> Session::run(const std::vector<Tensor>& inputs, OutputConsum
   std::vector<Tensor> outputs;
   outputs.reserve(plan.output_slots.size());
   for (size_t o = 0; o < plan.output_slots.size(); ++o) {
-    const int s = plan.output_slots[o];
-    const Slot& slot = plan.slots[static_cast<size_t>(s)];
-    if (plan.output_consumed[o]) {  // handed to the consumer during the run
-      outputs.emplace_back();
-      continue;
-    }
-    // Storage produced this run is handed over (a view shares it with the value it views);
-    // inputs and constants are copied so the caller never aliases engine-owned or its own input
-    // memory unexpectedly.
-    if (slot.kind == SlotKind::kOutput) outputs.push_back(slot.tensor);
-    else if (slot.kind == SlotKind::kView) outputs.push_back(viewed_tensor(plan, s).reshaped(slot.tensor.dims()));
-    else outputs.push_back(slot.tensor.clone());
+    if (plan.output_consumed[o]) outputs.emplace_back();  // handed to the consumer during the run
+    else outputs.push_back(handed_over(plan, plan.output_slots[o]));
   }
   // Output slots keep a reference to what they handed over, to write it again next run if the
   // caller has released it by then; dynamic intermediates are released now.

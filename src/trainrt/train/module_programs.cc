@@ -132,26 +132,29 @@ class WrtConsumer : public OutputConsumer {
 
 }  // namespace
 
-// The backward session whose consumed outputs are the gradients of wrt entries `consumed`, each
-// held until the backward's last read of that entry (when it reads it: W in dX = dY W^T).
-Session& ModulePrograms::backward_session(const std::vector<size_t>& consumed) {
-  if (consumed.empty()) return *backward_;
-  if (consuming_backward_ && consumed == consumed_) return *consuming_backward_;  // no copy, no sort
-  std::vector<size_t> sorted = consumed;
+// The backward session whose consumed outputs are the gradients `consumers` take, each held until
+// the backward's last read of its wrt entry (when it reads it: W in dX = dY W^T).
+Session& ModulePrograms::backward_session(const GradientConsumers& consumers) {
+  if (consumers.empty()) return *backward_;
+  std::vector<std::pair<size_t, bool>> sorted;  // (wrt index, kept)
+  for (size_t w : consumers.stepped) sorted.emplace_back(w, false);
+  for (size_t w : consumers.handed_over) sorted.emplace_back(w, true);
   std::sort(sorted.begin(), sorted.end());
-  for (size_t i = 0; i < sorted.size(); ++i) {
-    if (sorted[i] >= wrt_.size())
-      throw ShapeError(fmt("backward: consumed gradient index ", sorted[i], " is out of range (", wrt_.size(),
-                           " wrt entries)"));
-    if (i > 0 && sorted[i] == sorted[i - 1])
-      throw ShapeError(fmt("backward: gradient of '", wrt_[sorted[i]], "' (index ", sorted[i], ") consumed twice"));
-  }
   if (consuming_backward_ && sorted == consumed_) return *consuming_backward_;
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    if (sorted[i].first >= wrt_.size())
+      throw ShapeError(fmt("backward: consumed gradient index ", sorted[i].first, " is out of range (", wrt_.size(),
+                           " wrt entries)"));
+    if (i > 0 && sorted[i].first == sorted[i - 1].first)
+      throw ShapeError(fmt("backward: gradient of '", wrt_[sorted[i].first], "' (index ", sorted[i].first,
+                           ") consumed twice"));
+  }
   const auto& inputs = programs_.backward_inputs;
   SessionOptions options = backward_options_;
-  for (size_t w : sorted) {
+  for (auto [w, kept] : sorted) {
     const bool read = std::find(inputs.begin(), inputs.end(), wrt_[w]) != inputs.end();
-    options.consumed_outputs.push_back({programs_.backward->outputs()[grad_position_[w]]->name, read ? wrt_[w] : ""});
+    options.consumed_outputs.push_back(
+        {programs_.backward->outputs()[grad_position_[w]]->name, read ? wrt_[w] : "", kept});
   }
   if (last_backward_ == consuming_backward_.get()) last_backward_ = backward_.get();
   consuming_backward_.reset();  // its kept output storage goes before the new session takes its own
@@ -161,11 +164,11 @@ Session& ModulePrograms::backward_session(const std::vector<size_t>& consumed) {
 }
 
 std::vector<Tensor> ModulePrograms::backward(ForwardState& state, const std::vector<Tensor>& output_grads,
-                                             const std::vector<size_t>& consumed, OutputConsumer* consumer,
-                                             bool retain) {
-  if (!consumed.empty() && !consumer)
-    throw InvalidModel(fmt("backward: ", consumed.size(), " gradients are to be consumed, but no consumer was given"));
-  Session& session = backward_session(consumed);
+                                             const GradientConsumers& consumers, bool retain) {
+  if (!consumers.empty() && !consumers.consumer)
+    throw InvalidModel(fmt("backward: ", consumers.stepped.size() + consumers.handed_over.size(),
+                           " gradients are to be consumed, but no consumer was given"));
+  Session& session = backward_session(consumers);
   if (state.used) throw InvalidModel("backward through the same forward call twice (retain_graph) is not supported");
   if (output_grads.size() != grad_outputs_.size())
     throw ShapeError(fmt("backward got ", output_grads.size(), " output gradients, expected ", grad_outputs_.size()));
@@ -193,9 +196,9 @@ std::vector<Tensor> ModulePrograms::backward(ForwardState& state, const std::vec
     state.values.clear();
     state.used = true;
   }
-  WrtConsumer wrt_consumer(consumer, wrt_of_output_);
+  WrtConsumer wrt_consumer(consumers.consumer, wrt_of_output_);
   last_backward_ = &session;
-  std::vector<Tensor> grads = session.run(inputs, consumed.empty() ? nullptr : &wrt_consumer);
+  std::vector<Tensor> grads = session.run(inputs, consumers.empty() ? nullptr : &wrt_consumer);
   std::vector<Tensor> out;
   for (size_t pos : grad_position_) out.push_back(std::move(grads[pos]));
   return out;

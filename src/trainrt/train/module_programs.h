@@ -10,10 +10,10 @@
 // The backward may write over each saved value once its last reader has run (SessionOptions
 // donated inputs: an in-place op's output goes there, not in the arena), so a state serves one
 // backward; a second is refused. backward() can hand some gradients to an
-// OutputConsumer instead of returning them (an optimizer stepping each parameter inside the backward,
-// train/optimizer_in_backward.h): each is consumed as soon as it is final and the backward has read
-// that parameter for the last time, then its arena bytes go to the next value, so the backward never
-// holds all gradients at once. infer() runs the plain graph for eval / no-grad calls and keeps nothing. The three share one
+// OutputConsumer instead of returning them (GradientConsumers: an optimizer stepping each parameter
+// inside the backward, train/optimizer_in_backward.h, or torch taking each gradient as it becomes
+// final): each is consumed as soon as it is final and the backward has read that parameter for the
+// last time. infer() runs the plain graph for eval / no-grad calls and keeps nothing. The three share one
 // arena (they never run at the same time): peak intermediates of the largest, not of all three.
 //
 //   ModulePrograms p(graph, /*grad_outputs=*/{"loss"}, /*wrt=*/{"fc.weight", "fc.bias"});
@@ -44,6 +44,22 @@ struct ForwardState {
   bool used = false;
 };
 
+// The gradients a backward hands to `consumer` during the run, consume(wrt index, gradient),
+// instead of returning them; each wrt index at most once over both lists. Each goes once it is
+// final and after the backward's last read of its wrt entry's input (the parameter: W in
+// dX = dY W^T), since the consumer may write that parameter.
+//   stepped:     in arena bytes valid during the call (an optimizer stepping the parameter,
+//                train/optimizer_in_backward.h); their bytes then go to the next value, so the
+//                backward never holds all gradients at once;
+//   handed_over: in their own storage, which the consumer keeps (zero-copy): a gradient leaving
+//                the engine as soon as it is final (RTModule gives it to torch's AccumulateGrad).
+struct GradientConsumers {
+  OutputConsumer* consumer = nullptr;
+  std::vector<size_t> stepped;
+  std::vector<size_t> handed_over;
+  bool empty() const { return stepped.empty() && handed_over.empty(); }
+};
+
 class ModulePrograms {
  public:
   // `profile`: record per-node timings of the forward and backward programs (profiler()).
@@ -56,19 +72,17 @@ class ModulePrograms {
 
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs, ForwardState& state, uint64_t seed);
   // `output_grads` has one tensor per grad_outputs entry (undefined = zeros). Returns one tensor
-  // per wrt entry. The wrt entries listed in `consumed` (indices, at most once each) go to
-  // `consumer` instead, consume(wrt index, gradient), during the run: after the last read of that
-  // wrt entry's input (the parameter the consumer updates); they come back empty. Throws
-  // InvalidModel when the state was already used (backward called twice) and ShapeError naming
-  // the index when one in `consumed` is out of range or repeated. `retain` (autograd's
-  // retain_graph) keeps the state for another backward: the saved values the backward would write
-  // over are copied first, so a retained backward costs their bytes once more.
+  // per wrt entry; those `consumers` take come back empty (GradientConsumers). Throws InvalidModel
+  // when the state was already used (backward called twice) and ShapeError naming the index when
+  // one taken is out of range or repeated. `retain` (autograd's retain_graph) keeps the state for
+  // another backward: the saved values the backward would write over are copied first, so a
+  // retained backward costs their bytes once more.
   std::vector<Tensor> backward(ForwardState& state, const std::vector<Tensor>& output_grads,
-                               const std::vector<size_t>& consumed = {}, OutputConsumer* consumer = nullptr,
-                               bool retain = false);
+                               const GradientConsumers& consumers = {}, bool retain = false);
   std::vector<Tensor> infer(const std::vector<Tensor>& inputs, uint64_t seed);
 
   const std::vector<std::string>& unreached() const { return unreached_; }
+  size_t num_wrt() const { return wrt_.size(); }
   // The forward inputs (indices) the backward reads in place (W in dX = dY W^T): a caller checks
   // they were not written in place between forward() and backward().
   const std::vector<size_t>& inputs_read_by_backward() const { return inputs_read_; }
@@ -92,7 +106,7 @@ class ModulePrograms {
   std::vector<size_t> grad_position_;            // per wrt entry: its index among backward outputs
   std::vector<size_t> wrt_of_output_;            // per backward output: its wrt entry
   void hand_over_saved_values(const ForwardState& state, std::vector<Tensor>& inputs) const;
-  Session& backward_session(const std::vector<size_t>& consumed);
+  Session& backward_session(const GradientConsumers& consumers);
 
   std::vector<std::string> unreached_;
   std::set<std::string> donated_;  // backward inputs that are saved values: written over in place
@@ -101,9 +115,9 @@ class ModulePrograms {
   size_t num_outputs_ = 0;
   SessionOptions backward_options_;
   std::unique_ptr<Session> forward_, backward_, inference_;
-  // The backward that hands the gradients of `consumed_` (wrt indices, sorted) to a consumer: one
-  // session per set, rebuilt when the set changes (an optimizer added or changed: rare).
-  std::vector<size_t> consumed_;
+  // The backward that hands the gradients of `consumed_` (wrt index -> kept, sorted) to a consumer:
+  // one session per set, rebuilt when the set changes (an optimizer added or changed: rare).
+  std::vector<std::pair<size_t, bool>> consumed_;
   std::unique_ptr<Session> consuming_backward_;
   Session* last_backward_ = nullptr;
 };

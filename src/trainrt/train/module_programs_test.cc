@@ -44,6 +44,42 @@ TEST(ModulePrograms, ForwardThenBackwardGivesGradientsInWrtOrder) {
   EXPECT_THROW(p.backward(state, {dy}), InvalidModel);  // the state is spent
 }
 
+// Records what it is handed, and the order: gradients given away as they become final.
+struct Keeper : OutputConsumer {
+  std::vector<std::pair<size_t, Tensor>> kept;
+  void consume(size_t output, const Tensor& value) override { kept.emplace_back(output, value); }
+};
+
+// Handed-over gradients are the returned ones, bit for bit, in their own storage: they stay
+// intact after the run and after the next run, which gives fresh storage since they are kept.
+TEST(ModulePrograms, HandedOverGradientsAreKeptZeroCopyAndMatchReturnedOnes) {
+  ModulePrograms p(linear_graph(), {"y"}, {"x", "w", "b"});
+  Tensor w = make_tensor<float>({2, 3}, {1, 2, 3, 4, 5, 6});
+  Tensor b = make_tensor<float>({3}, {0.5f, 0, -0.5f});
+  Tensor x = make_tensor<float>({2, 2}, {1, 0, 2, 1});
+  Tensor dy = make_tensor<float>({2, 3}, {1, 1, 1, 1, 0, 2});
+  ForwardState plain;
+  p.forward({w, b, x}, plain, 1);
+  std::vector<Tensor> reference = p.backward(plain, {dy});
+  Keeper keeper;
+  for (int step = 0; step < 2; ++step) {
+    ForwardState state;
+    p.forward({w, b, x}, state, 1);
+    std::vector<Tensor> returned = p.backward(state, {dy}, {&keeper, {}, {1, 2}});
+    EXPECT_TRUE(returned[0].defined());
+    EXPECT_FALSE(returned[1].defined());
+    EXPECT_FALSE(returned[2].defined());
+  }
+  ASSERT_EQ(keeper.kept.size(), 4u);
+  for (const auto& [wrt, g] : keeper.kept) {
+    ASSERT_TRUE(wrt == 1 || wrt == 2);
+    ASSERT_EQ(g.nbytes(), reference[wrt].nbytes());
+    EXPECT_EQ(std::memcmp(g.raw(), reference[wrt].raw(), g.nbytes()), 0);
+  }
+  EXPECT_NE(keeper.kept[0].second.raw(), keeper.kept[2].second.raw());  // the first step's are still held
+  EXPECT_THROW(p.backward(*std::make_unique<ForwardState>(), {dy}, {&keeper, {1}, {1}}), ShapeError);
+}
+
 TEST(ModulePrograms, MissingOutputGradientIsZeroAndInferKeepsNothing) {
   ModulePrograms p(linear_graph(), {"y"}, {"w"});
   Tensor w = Tensor::zeros(DType::kF32, {2, 3}), b = Tensor::zeros(DType::kF32, {3});

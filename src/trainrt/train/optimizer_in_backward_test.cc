@@ -77,7 +77,7 @@ TEST(OptimizerInBackward, AdamStepsMatchAStepAfterTheBackward) {
       views.exp_avg_sq = b.states[i].exp_avg_sq;
       opt.add_adam(i, names[i], b.w[i], b.steps[i], views, adamw());
     }
-    std::vector<Tensor> none = fused.backward(sb, {dy}, opt.indices(), &opt);
+    std::vector<Tensor> none = fused.backward(sb, {dy}, {&opt, opt.indices()});
     for (size_t i = 0; i < 3; ++i) {
       EXPECT_FALSE(none[i].defined());
       EXPECT_TRUE(opt.stepped(i));
@@ -116,7 +116,7 @@ TEST(OptimizerInBackward, SgdWithMomentumOnASubsetMatchesAStepAfterTheBackward) 
       views.momentum_buffer = buffers[i];
       opt.add_sgd(i, "w" + std::to_string(i), b.w[i], b.steps[i], views, sgd);
     }
-    std::vector<Tensor> out = fused.backward(sb, {dy}, {0, 2}, &opt);
+    std::vector<Tensor> out = fused.backward(sb, {dy}, {&opt, {0, 2}});
     ASSERT_TRUE(out[1].defined());
     const ParamSlot w1{"w1", b.w[1], out[1], b.states[1]};
     sgd_step({&w1, 1}, sgd);
@@ -142,7 +142,7 @@ TEST(OptimizerInBackward, TheBackwardNeverHoldsAllGradients) {
   OptimizerInBackward opt;
   for (size_t i = 0; i < 3; ++i)
     opt.add_adam(i, "w", params.w[i], params.steps[i], params.states[i], adamw());
-  p.backward(s2, {dy}, {0, 1, 2}, &opt);
+  p.backward(s2, {dy}, {&opt, {0, 1, 2}});
   const MemoryStats consumed = p.backward_memory();
   EXPECT_EQ(consumed.output_bytes, 0u);
   EXPECT_LT(consumed.planned_arena_bytes, 2 * grad_bytes + grad_bytes / 2);
@@ -219,7 +219,7 @@ TEST(OptimizerInBackward, RowBlocksStepBitForBitAsTheWholeGradient) {
         if (adam) opt.add_adam(i, "w" + std::to_string(i), wb[i], steps[i], sb[i], adam_options);
         else opt.add_sgd(i, "w" + std::to_string(i), wb[i], steps[i], sb[i], sgd);
       }
-      fused.backward(rb, {dy}, opt.indices(), &opt);
+      fused.backward(rb, {dy}, {&opt, opt.indices()});
       for (size_t i = 0; i < 2; ++i) {
         if (!adam) sb[i].momentum_buffer = opt.momentum_buffer(i);
         EXPECT_EQ(*steps[i].data<float>(), static_cast<float>(step + 1));
@@ -249,10 +249,10 @@ TEST(OptimizerInBackward, RefusesWhatItCannotStep) {
   Tensor x = random_tensor({kBatch, kWidth}, 5), dy = random_tensor({kBatch, kWidth}, 6);
   ForwardState s;
   p.forward({params.w[0], params.w[1], params.w[2], x}, s, 0);
-  EXPECT_THROW(p.backward(s, {dy}, {0}, nullptr), InvalidModel);
-  EXPECT_THROW(p.backward(s, {dy}, {0, 0}, &opt), ShapeError);
-  EXPECT_THROW(p.backward(s, {dy}, {3}, &opt), ShapeError);
-  EXPECT_THROW(p.backward(s, {dy}, {1}, &opt), InternalError);  // no parameter under index 1
+  EXPECT_THROW(p.backward(s, {dy}, {nullptr, {0}}), InvalidModel);
+  EXPECT_THROW(p.backward(s, {dy}, {&opt, {0, 0}}), ShapeError);
+  EXPECT_THROW(p.backward(s, {dy}, {&opt, {3}}), ShapeError);
+  EXPECT_THROW(p.backward(s, {dy}, {&opt, {1}}), InternalError);  // no parameter under index 1
 }
 
 }  // namespace

@@ -231,14 +231,14 @@ std::pair<int64_t, int64_t> backward_allocations() {
     ForwardState state;
     for (int step = 0; step < 2; ++step) {  // warm-up: plans, arena, output storage
       p.forward({params[0], params[1], x}, state, 0);
-      p.backward(state, {dy}, consume ? consumed : std::vector<size_t>{}, consume ? &opt : nullptr);
+      p.backward(state, {dy}, consume ? GradientConsumers{&opt, consumed} : GradientConsumers{});
     }
     const int kSteps = 4;
     int64_t n = 0;
     for (int step = 0; step < kSteps; ++step) {
       p.forward({params[0], params[1], x}, state, 0);
       CountAllocations counter;
-      p.backward(state, {dy}, consume ? consumed : std::vector<size_t>{}, consume ? &opt : nullptr);
+      p.backward(state, {dy}, consume ? GradientConsumers{&opt, consumed} : GradientConsumers{});
       n += counter.count();
     }
     return n / kSteps;
@@ -273,14 +273,14 @@ int64_t blocked_backward_allocations(bool blocks) {
   ForwardState fs;
   for (int s = 0; s < 2; ++s) {  // warm-up
     p.forward({param, xv}, fs, 0);
-    p.backward(fs, {dy}, {0}, &opt);
+    p.backward(fs, {dy}, {&opt, {0}});
   }
   const int kSteps = 4;
   int64_t n = 0;
   for (int s = 0; s < kSteps; ++s) {
     p.forward({param, xv}, fs, 0);
     CountAllocations counter;
-    p.backward(fs, {dy}, {0}, &opt);
+    p.backward(fs, {dy}, {&opt, {0}});
     n += counter.count();
   }
   return n / kSteps;

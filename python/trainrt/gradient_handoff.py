@@ -1,0 +1,143 @@
+"""Gradients leave the engine's backward as they become final (ORTModule's memory-efficient
+gradient management, TRAINRT_ENABLE_MEM_EFFICIENT_GRAD_MGMT).
+
+Without it the engine's backward returns every parameter's gradient at its end, so DDP's bucketed
+all-reduce cannot start until the whole backward is done, and DeepSpeed's ZeRO hooks cannot
+reduce-scatter and free a gradient early. With it, the engine hands each parameter's gradient over
+right after the step that makes it final and after the backward's last read of that parameter
+(a hook may write it: an optimizer in backward), in the gradient's own storage (zero-copy,
+ConsumedOutput::keep in the engine). This module gives it to torch's AccumulateGrad through a
+reentrant `torch.autograd.backward(params, grads)`, which runs the parameter's hooks, DDP's reducer
+and ZeRO's hooks, and accumulates into `param.grad` with eager's semantics (stolen when `grad` is
+None, added otherwise).
+
+    handoff = GradientHandoff.for_call(engine, module_tensors)     # at the forward; None: off
+    inputs = handoff.engine_inputs(module_tensors + user_tensors)
+    ...                                                            # at the backward:
+    indices = handoff.begin()
+    grads = programs.backward(state, output_grads, handed_over=indices, deliver=handoff.deliver)
+    handoff.finish()              # the last gradients, and any exception raised while handing over
+
+The parameters handed over enter the engine's autograd.Function detached, as ORTModule's did
+(they were not inputs of its Function): an autograd edge from the Function to a parameter would
+make autograd call its AccumulateGrad again at the end with no gradient, and DDP's reducer refuses
+a parameter marked ready twice. A sentinel leaf that requires grad joins the inputs instead, so
+that the outputs require grad when nothing else does. At the backward, all of them are handed over for
+loss.backward(), none for torch.autograd.grad or backward(inputs=[...]) (which then name inputs or
+other leaves: autograd runs the engine call only on a path to those).
+
+Gradients are handed over in groups of at least `GROUP_BYTES` (and the rest at the end): one
+reentrant backward costs ~11 us on this machine whatever it carries, and DDP's buckets are larger
+than a group anyway (its first is 1 MiB).
+
+Which parameters: those whose gradient the engine computes, but those a step_in_backward optimizer
+steps inside the engine; by default (mode None) only when something watches gradients as they
+come: torch.distributed is initialized (DDP, DeepSpeed, FSDP), or a parameter has a
+post-accumulate-grad hook (an optimizer in backward); otherwise AccumulateGrad runs right after the
+engine's backward anyway. Not under create_graph (double backward).
+
+What differs from eager while it is on: torch.autograd.grad(loss, params) raises torch's error for
+parameters not used in the graph (DDP does not support autograd.grad either), backward(inputs=
+[param]) leaves a handed-over parameter's grad None (autograd sees no path to it), and a parameter also
+used outside the RTModule gets two accumulations in one backward, so its hooks run twice (DDP
+refuses that). Set TRAINRT_ENABLE_MEM_EFFICIENT_GRAD_MGMT=0 for such a model.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from trainrt.engine_arrays import from_engine
+from trainrt.optim import step_in_backward
+
+GROUP_BYTES = 1 << 20
+
+
+# The last input of an engine call that hands over (its outputs require grad through it; it gets no
+# gradient). A backward that accumulates into it accumulates into every leaf it reaches (a plain
+# loss.backward(), not one with inputs=[...] nor torch.autograd.grad).
+_SENTINEL = torch.zeros((), requires_grad=True)
+
+
+def _watched(params) -> bool:
+    """Whether anything looks at gradients as they come: a distributed run or an optimizer in backward."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return True
+    return any(step_in_backward.awaits_gradient(p) for p in params)
+
+
+def _stepped_in_engine(p: torch.Tensor) -> bool:
+    optimizer = step_in_backward.owner_of(p)
+    return optimizer is not None and optimizer._engine_can_step(p)
+
+
+class GradientHandoff:
+    """The hand-over of one engine call's parameter gradients, from its forward to its backward."""
+
+    def __init__(self, wrt_indices: list[int], input_positions: list[int], params: list[torch.Tensor]):
+        self.wrt_indices = wrt_indices          # wrt entries handed over
+        self.input_positions = input_positions  # their positions among the engine call's inputs
+        self.params = params                    # the parameters themselves
+        self._index = dict(zip(wrt_indices, params))
+        self._params: list[torch.Tensor] = []
+        self._grads: list[torch.Tensor] = []
+        self._bytes = 0
+        self.error: BaseException | None = None
+
+    @classmethod
+    def for_call(cls, engine, module_tensors: list[torch.Tensor]) -> "GradientHandoff | None":
+        """The hand-over for an engine call with autograd recording (None when nothing is handed
+        over): engine.wrt_index maps wrt entries to inputs, module tensors come first."""
+        mode = engine.mem_efficient_grad_mgmt
+        if mode is False:
+            return None
+        chosen = [(w, i) for w, i in enumerate(engine.wrt_index[:engine.num_wrt_params])
+                  if i is not None and module_tensors[i].requires_grad and module_tensors[i].is_leaf
+                  and not _stepped_in_engine(module_tensors[i])]
+        params = [module_tensors[i] for _, i in chosen]
+        if not params or (mode is None and not _watched(params)):
+            return None
+        return cls([w for w, _ in chosen], [i for _, i in chosen], params)
+
+    def engine_inputs(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The autograd.Function's inputs: the handed-over parameters detached, the sentinel last."""
+        inputs = list(inputs)
+        for i in self.input_positions:
+            inputs[i] = inputs[i].detach()
+        return [*inputs, _SENTINEL]
+
+    def begin(self) -> list[int]:
+        """At the backward: the wrt indices to hand over; none unless it is a loss.backward() (not
+        under create_graph either, whose gradients must stay differentiable)."""
+        if torch.is_grad_enabled() or not step_in_backward.accumulates(_SENTINEL):
+            return []
+        return self.wrt_indices
+
+    def deliver(self, index: int, array) -> bool:
+        """Called by the engine for each handed-over gradient as it becomes final (the array is the
+        gradient's own storage). False when handing over raised: finish() re-raises that."""
+        try:
+            grad = from_engine(array)
+            self._params.append(self._index[index])
+            self._grads.append(grad)
+            self._bytes += grad.nbytes
+            if self._bytes >= GROUP_BYTES:
+                self._flush()
+            return True
+        except BaseException as err:  # a hook's exception, a DDP error: for the caller, after the engine call
+            self.error = err
+            return False
+
+    def _flush(self) -> None:
+        params, grads = self._params, self._grads
+        self._params, self._grads, self._bytes = [], [], 0
+        torch.autograd.backward(params, grads)
+
+    def finish(self) -> None:
+        """After the engine call: hands over what is left; raises what handing over raised."""
+        error, self.error = self.error, None
+        if error is not None:
+            self._params, self._grads, self._bytes = [], [], 0
+            raise error
+        if self._params:
+            self._flush()
