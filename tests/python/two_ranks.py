@@ -1,0 +1,61 @@
+"""Runs a function on 2 local ranks (gloo, loopback) and returns what each rank returned.
+
+    results = run_on_two_ranks(train, config)     # train(rank, world_size, config) -> picklable
+    assert results[0] == results[1]
+
+Each rank is a fresh spawned process with TRAINRT_FALLBACK_POLICY=FALLBACK_DISABLE and one
+intra-op thread (2 ranks share 2 cores); the process group is up while the function runs. A rank
+that raises fails the call with its traceback; a hang fails it after `timeout` seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+import traceback
+
+import torch
+import torch.multiprocessing as mp
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank_main(rank: int, world_size: int, port: int, fn, args, out_dir: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size),
+                      LOCAL_RANK=str(rank), TRAINRT_FALLBACK_POLICY="FALLBACK_DISABLE")
+    torch.set_num_threads(1)
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=world_size)
+    try:
+        result = ("ok", fn(rank, world_size, *args))
+    except BaseException:  # noqa: BLE001  (reported to the parent, which raises)
+        result = ("error", traceback.format_exc())
+    finally:
+        torch.distributed.destroy_process_group()
+    torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
+
+
+def run_on_two_ranks(fn, *args, timeout: float = 300.0) -> list:
+    """fn(rank, world_size, *args) on ranks 0 and 1; fn and args must be picklable (module level)."""
+    with tempfile.TemporaryDirectory() as out_dir:
+        context = mp.start_processes(_rank_main, args=(2, _free_port(), fn, args, out_dir), nprocs=2, join=False,
+                                     start_method="spawn")
+        import time
+
+        deadline = time.monotonic() + timeout
+        while not context.join(timeout=1.0):
+            if time.monotonic() > deadline:
+                for p in context.processes:
+                    p.kill()
+                raise TimeoutError(f"2-rank run of {fn.__name__} did not finish in {timeout:.0f} s")
+        results = []
+        for rank in range(2):
+            status, value = torch.load(os.path.join(out_dir, f"rank{rank}.pt"), weights_only=False)
+            if status == "error":
+                raise RuntimeError(f"rank {rank} of {fn.__name__} raised:\n{value}")
+            results.append(value)
+        return results
