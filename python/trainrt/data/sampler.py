@@ -9,7 +9,8 @@ arguments of onnxruntime.training.utils.data.LoadBalancingDistributedSampler.
         for batch in loader: ...
 
 How the balancing works. Every rank computes the same deal from (seed, epoch) alone, then keeps its own
-column of it:
+column of it (so the dataset and complexity_fn must give the same complexities on every rank, as the
+dataset must for DistributedSampler):
   1. complexity_fn(dataset[i]) once per sample (cached). With random_level > 0 the sort key is the
      complexity plus noise, uniform in [0, random_level * (max - min complexity)), drawn per epoch: 0 is
      the best balance, 1 trades it for randomness.
