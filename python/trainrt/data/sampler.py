@@ -50,7 +50,7 @@ import torch.distributed as dist
 from torch.utils.data import Sampler
 
 
-def world_size_and_rank(world_size: int | None, rank: int | None, who: str) -> tuple[int, int]:
+def _world_size_and_rank(world_size: int | None, rank: int | None, who: str) -> tuple[int, int]:
     """world_size and rank as given, or from the default torch.distributed group; checked."""
     if world_size is None or rank is None:
         missing = " and ".join(name for name, v in (("world_size", world_size), ("rank", rank)) if v is None)
@@ -73,7 +73,7 @@ class LoadBalancingDistributedSampler(Sampler[int]):
                  rank: int | None = None, shuffle: bool = True, group_size: int | None = None, seed: int = 0,
                  drop_last: bool = False, random_level: float = 0.0):
         who = type(self).__name__
-        self.world_size, self.rank = world_size_and_rank(world_size, rank, who)
+        self.world_size, self.rank = _world_size_and_rank(world_size, rank, who)
         if group_size is not None and group_size < 1:
             raise ValueError(f"{who}: group_size must be None or at least 1, got {group_size}")
         if not 0.0 <= random_level <= 1.0:
@@ -139,9 +139,10 @@ class LoadBalancingDistributedSampler(Sampler[int]):
 
 
 def _deal(rows: np.ndarray, complexities: np.ndarray) -> np.ndarray:
-    """rows (R, world_size) of dataset indices, each row's samples handed out one per rank in turn: the
-    row's most complex sample to the rank with the least total so far, its next to the next least, and
-    so on (ties: lower rank, earlier sample). Returns (R, world_size), column r for rank r."""
+    """rows (R, world_size) of dataset indices, taken from the heaviest total down, each row's samples
+    handed out one per rank: its most complex sample to the rank with the least total so far, its next
+    to the next least, and so on (ties: lower rank, earlier sample). Returns (R, world_size), the rows in
+    their given order, column r for rank r."""
     totals = np.zeros(rows.shape[1])  # (world_size,) complexity dealt to each rank so far
     dealt = np.empty_like(rows)
     for i in np.argsort(-complexities[rows].sum(axis=1), kind="stable"):
