@@ -28,7 +28,8 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name):
-    """RTModule and trainrt.optim import torch; load them on first use so the engine API works without torch."""
+    """RTModule, trainrt.optim and trainrt.data import torch; load them on first use so the engine API works
+    without torch."""
     if name == "RTModule":
         from trainrt.rtmodule import RTModule
 
@@ -41,4 +42,8 @@ def __getattr__(name):
         import trainrt.optim
 
         return trainrt.optim
+    if name == "data":
+        import trainrt.data
+
+        return trainrt.data
     raise AttributeError(f"module 'trainrt' has no attribute {name!r}")

@@ -1,0 +1,11 @@
+"""`trainrt.data`: samplers that keep DDP ranks in step on variable-size samples (issue #15).
+
+    from trainrt.data import LoadBalancingDistributedSampler, LoadBalancingDistributedBatchSampler
+
+Drop-in for onnxruntime.training.utils.data's samplers of the same names and arguments: each rank gets
+samples of about the same total complexity and the same number of batches (sampler.py, batch_sampler.py
+say how and what bound holds).
+"""
+
+from trainrt.data.batch_sampler import LoadBalancingDistributedBatchSampler  # noqa: F401
+from trainrt.data.sampler import LoadBalancingDistributedSampler  # noqa: F401
