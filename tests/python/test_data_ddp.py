@@ -1,28 +1,23 @@
 """DistributedDataParallel over RTModule, fed by LoadBalancingDistributedBatchSampler: two ranks spawned
-with torch.multiprocessing, gloo on loopback, variable-length sequences batched by a token budget (so
+(tests/python/two_ranks.py, gloo on loopback), variable-length sequences batched by a token budget (so
 the ranks' own batch counts differ and the sampler evens them out).
 
-Each rank trains two epochs and writes what it saw; the parent checks that every rank ran the same
+Each rank trains two epochs and returns what it saw; the parent checks that every rank ran the same
 number of steps without a hang (a deadline on the whole run, and on each collective), that the losses
 are finite, and that the parameters are identical across ranks at the end.
 """
 
-import datetime
 import math
-import os
-import socket
-import time
 
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
 import trainrt
+from two_ranks import run_on_two_ranks
 from trainrt.data import LoadBalancingDistributedBatchSampler, LoadBalancingDistributedSampler
 
 pytestmark = pytest.mark.slow  # two processes, each importing torch and capturing the model: ~15 s
@@ -86,34 +81,26 @@ def batch_sampler(dataset, rank=None) -> LoadBalancingDistributedBatchSampler:
     return LoadBalancingDistributedBatchSampler(sampler, by_token_budget(dataset))
 
 
-def train_rank(rank: int, port: int, out_dir: str) -> None:
-    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD_SIZE,
-                            timeout=datetime.timedelta(seconds=60))  # a collective that waits longer fails
-    try:
-        dataset = sequences()
-        batches = batch_sampler(dataset)
-        loader = DataLoader(dataset, batch_sampler=batches, collate_fn=pad_to_multiple_of_8)
-        torch.manual_seed(rank)  # different initial weights: DDP must broadcast rank 0's
-        model = DistributedDataParallel(trainrt.RTModule(MeanPoolClassifier()))
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
-        steps, losses = [], []
-        for epoch in range(EPOCHS):
-            batches.set_epoch(epoch)
-            steps.append(0)
-            for tokens, mask, labels in loader:
-                loss = model(tokens, mask, labels)
-                loss.backward()
-                optimizer.step()
-                optimizer.zero_grad()
-                assert model.module.fallback_reason is None, model.module.fallback_reason
-                steps[-1] += 1
-                losses.append(loss.item())
-        torch.save({"steps": steps, "losses": losses, "state": model.module.state_dict()},
-                   os.path.join(out_dir, f"rank{rank}.pt"))
-    finally:
-        dist.destroy_process_group()
+def train_rank(rank: int, world_size: int) -> dict:
+    dataset = sequences()
+    batches = batch_sampler(dataset)
+    loader = DataLoader(dataset, batch_sampler=batches, collate_fn=pad_to_multiple_of_8)
+    torch.manual_seed(rank)  # different initial weights: DDP must broadcast rank 0's
+    model = DistributedDataParallel(trainrt.RTModule(MeanPoolClassifier()))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    steps, losses = [], []
+    for epoch in range(EPOCHS):
+        batches.set_epoch(epoch)
+        steps.append(0)
+        for tokens, mask, labels in loader:
+            loss = model(tokens, mask, labels)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            assert model.module.fallback_reason is None, model.module.fallback_reason
+            steps[-1] += 1
+            losses.append(loss.item())
+    return {"steps": steps, "losses": losses, "state": model.module.state_dict()}
 
 
 def own_batch_counts(epoch: int) -> list[int]:
@@ -126,27 +113,11 @@ def own_batch_counts(epoch: int) -> list[int]:
     return counts
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def test_ddp_ranks_train_the_same_number_of_steps_and_stay_identical(tmp_path, monkeypatch):
+def test_ddp_ranks_train_the_same_number_of_steps_and_stay_identical():
     own_counts = [own_batch_counts(epoch) for epoch in range(EPOCHS)]
     assert any(len(set(c)) > 1 for c in own_counts), f"the ranks' own batch counts {own_counts} should differ"
 
-    monkeypatch.setenv("TRAINRT_FALLBACK_POLICY", "FALLBACK_DISABLE")  # inherited by the spawned ranks
-    ranks = mp.start_processes(train_rank, args=(free_port(), str(tmp_path)), nprocs=WORLD_SIZE, join=False,
-                               start_method="spawn")
-    deadline = time.monotonic() + DEADLINE_S
-    while not ranks.join(timeout=1):  # raises, with the rank's traceback, if a rank failed
-        if time.monotonic() > deadline:
-            for p in ranks.processes:
-                p.kill()
-            pytest.fail(f"the ranks did not finish within {DEADLINE_S} s: a hang")
-
-    results = [torch.load(tmp_path / f"rank{r}.pt") for r in range(WORLD_SIZE)]
+    results = run_on_two_ranks(train_rank, timeout=DEADLINE_S)  # fallback disabled in the ranks
     assert results[0]["steps"] == [max(c) for c in own_counts]  # every rank as many steps as the most
     for r, result in enumerate(results):
         assert result["steps"] == results[0]["steps"], f"rank {r}'s steps per epoch"

@@ -5,11 +5,13 @@
 
 Each rank is a fresh spawned process with TRAINRT_FALLBACK_POLICY=FALLBACK_DISABLE and one
 intra-op thread (2 ranks share 2 cores); the process group is up while the function runs. A rank
-that raises fails the call with its traceback; a hang fails it after `timeout` seconds.
+that raises fails the call with its traceback; a collective waiting over a minute fails its rank;
+a hang fails the call after `timeout` seconds.
 """
 
 from __future__ import annotations
 
+import datetime
 import os
 import socket
 import tempfile
@@ -29,7 +31,8 @@ def _rank_main(rank: int, world_size: int, port: int, fn, args, out_dir: str) ->
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size),
                       LOCAL_RANK=str(rank), TRAINRT_FALLBACK_POLICY="FALLBACK_DISABLE")
     torch.set_num_threads(1)
-    torch.distributed.init_process_group("gloo", rank=rank, world_size=world_size)
+    # A collective that waits longer than a minute fails the rank (a hang becomes an error).
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=60))
     try:
         result = ("ok", fn(rank, world_size, *args))
     except BaseException:  # noqa: BLE001  (reported to the parent, which raises)
