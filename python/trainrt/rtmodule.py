@@ -34,7 +34,7 @@ import types
 import torch
 from torch.utils import _pytree as pytree
 
-from trainrt import _C, python_op
+from trainrt import _C, python_op, zero3
 from trainrt.engine_arrays import capsules, engine_view, from_engine as _from_engine
 from trainrt.gradient_handoff import GradientHandoff
 from trainrt.input_density import InputDensityObserver
@@ -59,8 +59,9 @@ class _Engine:
     """The engine programs of one captured input schema, plus how to feed and unpack them."""
 
     def __init__(self, captured, module: torch.nn.Module, input_requires_grad: list[bool], profile: bool = False,
-                 optimize: bool = True, mem_efficient_grad_mgmt: bool | None = None):
+                 optimize: bool = True, mem_efficient_grad_mgmt: bool | None = None, zero3_params=None):
         self.captured = captured
+        self.zero3_params = zero3_params or []  # gathered around the backward too (zero3.py)
         self.mem_efficient_grad_mgmt = mem_efficient_grad_mgmt  # gradient_handoff.py: None = when watched
         params = dict(module.named_parameters(remove_duplicate=False))
         self.param_names = [fqn for _, fqn in captured.param_inputs]
@@ -171,15 +172,16 @@ class _RTFunction(torch.autograd.Function):
         consumer = step_in_backward.consumer_for(ctx.wrt_tensors)
         handoff = ctx.handoff
         handed = {} if handoff is None else {"handed_over": handoff.begin(), "deliver": handoff.deliver}
-        try:
-            with engine.call_scope(grad=False, retain=retain):
-                input_grads = engine.programs.backward(ctx.state, capsules(fed), consumer, retain, **handed)
-        except _C.Error:
-            if handoff is not None and handoff.error is not None:
-                raise handoff.error from None  # what a hook or DDP raised while taking a gradient
-            raise
-        if handoff is not None:
-            handoff.finish()
+        with zero3.gathered(engine.zero3_params):  # gradients reach ZeRO's hooks with full-shape parameters
+            try:
+                with engine.call_scope(grad=False, retain=retain):
+                    input_grads = engine.programs.backward(ctx.state, capsules(fed), consumer, retain, **handed)
+            except _C.Error:
+                if handoff is not None and handoff.error is not None:
+                    raise handoff.error from None  # what a hook or DDP raised while taking a gradient
+                raise
+            if handoff is not None:
+                handoff.finish()
         if consumer is not None:
             step_in_backward.after_engine_backward(consumer, ctx.wrt_tensors)
         result = [None] * ctx.num_inputs
@@ -237,6 +239,7 @@ class RTModule(torch.nn.Module):
         self._failed_builds: dict = {}  # schema key -> (reason, policy name) of a failed capture or build
         self._announced: set[str] = set()
         self._last_call: tuple | None = None  # (call signature, engine) of the last all-tensor call: _fast_engine
+        self._zero3: list | None = None  # ZeRO-3 partitioned parameters, gathered around engine calls; None: not looked yet
         _log.setLevel(10 * (int(self._debug.log_level) + 1))  # VERBOSE -> DEBUG ... FATAL -> CRITICAL
         self._present_forward()
 
@@ -336,11 +339,21 @@ class RTModule(torch.nn.Module):
         state = self.__dict__.copy()
         state["_engines"] = {}
         state["_last_call"] = None
+        state["_zero3"] = None
         state.pop("forward", None)  # bound to this instance: presented again by __setstate__
         return state
 
     # ---- running ----
     def forward(self, *args, **kwargs):
+        params = self._zero3
+        if params is None:  # the first call: did DeepSpeed ZeRO-3 partition the parameters (zero3.py)?
+            params = self._zero3 = zero3.partitioned_parameters(self._module)
+        if not params:
+            return self._forward(*args, **kwargs)
+        with zero3.gathered(params):
+            return self._forward(*args, **kwargs)
+
+    def _forward(self, *args, **kwargs):
         if self._runtime.fallback_policy & FallbackPolicy.FALLBACK_FORCE_TORCH_FORWARD:
             return self._fall_back("forced by the fallback policy", "FALLBACK_FORCE_TORCH_FORWARD", args, kwargs)
         signature = self._call_signature(args, kwargs)
@@ -438,7 +451,8 @@ class RTModule(torch.nn.Module):
             captured = cache.load(key) if cache else None
             from_cache = captured is not None
             if captured is None:
-                captured = capture(self._module, args, kwargs, autocast=autocast, functions=functions)
+                with zero3.without_deepspeed_hooks(self._module):  # gathered by forward(): full shapes
+                    captured = capture(self._module, args, kwargs, autocast=autocast, functions=functions)
                 if cache:
                     cache.store(key, captured)
         except UnsupportedATenOp as err:
@@ -448,7 +462,7 @@ class RTModule(torch.nn.Module):
         captured_at = time.perf_counter()
         try:
             engine = _Engine(captured, self._module, input_requires_grad, self._runtime.profile,
-                             self._runtime.compute_optimizer, self._runtime.mem_efficient_grad_mgmt)
+                             self._runtime.compute_optimizer, self._runtime.mem_efficient_grad_mgmt, self._zero3)
         except _C.Error as err:
             kind = "FALLBACK_UNSUPPORTED_ONNX_MODEL" if isinstance(err, _C.UnsupportedOp) else "FALLBACK_BAD_INITIALIZATION"
             raise _BuildFailed(f"{type(err).__name__}: {err}", kind) from err
