@@ -143,6 +143,8 @@ class RuntimeOptions:
     # None: when something watches gradients (torch.distributed initialized, or a hook on a parameter);
     # True: always; False: every gradient comes at the end of the engine's backward.
     mem_efficient_grad_mgmt: bool | None = None
+    # Threads of the engine's loops; None: torch.get_num_threads() at each call (threads.py).
+    num_threads: int | None = None
 
     def __post_init__(self):
         self.mixed_precision = parse_mixed_precision(self.mixed_precision)
@@ -154,6 +156,10 @@ class RuntimeOptions:
             self.skipped_autograd_functions = tuple(sorted({n.strip() for n in v.split(",") if n.strip()}))
         if (v := env("ENABLE_MEM_EFFICIENT_GRAD_MGMT", "ENABLE_MEM_EFFICIENT_GRAD_MGMT")) is not None:
             self.mem_efficient_grad_mgmt = None if v.strip().lower() == "auto" else _parse_flag(v)
+        if (v := env("NUM_THREADS")) is not None:
+            if not v.strip().isdigit() or int(v) < 1:
+                raise ValueError(f"TRAINRT_NUM_THREADS={v!r}: a number of threads, at least 1")
+            self.num_threads = int(v)
         if (v := env("MIXED_PRECISION")) is not None:
             self.mixed_precision = parse_mixed_precision(v)
         if (v := env("FALLBACK_POLICY", "FALLBACK_POLICY")) is not None:

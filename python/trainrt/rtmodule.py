@@ -34,7 +34,7 @@ import types
 import torch
 from torch.utils import _pytree as pytree
 
-from trainrt import _C, python_op, zero3
+from trainrt import _C, python_op, threads, zero3
 from trainrt.engine_arrays import capsules, engine_view, from_engine as _from_engine
 from trainrt.gradient_handoff import GradientHandoff
 from trainrt.input_density import InputDensityObserver
@@ -59,8 +59,10 @@ class _Engine:
     """The engine programs of one captured input schema, plus how to feed and unpack them."""
 
     def __init__(self, captured, module: torch.nn.Module, input_requires_grad: list[bool], profile: bool = False,
-                 optimize: bool = True, mem_efficient_grad_mgmt: bool | None = None, zero3_params=None):
+                 optimize: bool = True, mem_efficient_grad_mgmt: bool | None = None, zero3_params=None,
+                 num_threads: int | None = None):
         self.captured = captured
+        self.num_threads = num_threads  # the engine's threads; None: torch's (threads.py)
         self.zero3_params = zero3_params or []  # gathered around the backward too (zero3.py)
         self.mem_efficient_grad_mgmt = mem_efficient_grad_mgmt  # gradient_handoff.py: None = when watched
         params = dict(module.named_parameters(remove_duplicate=False))
@@ -165,6 +167,7 @@ class _RTFunction(torch.autograd.Function):
         if ctx.state is None:
             raise RuntimeError(_BACKWARD_TWICE)
         engine = ctx.engine
+        threads.follow(engine.num_threads)  # torch's setting may have changed since the forward
         retain = _keep_graph()
         user_grads = grads[engine.num_mutations:]
         fed = [None if g is None else engine_view(g)  # held through the engine call (capsules)
@@ -462,7 +465,8 @@ class RTModule(torch.nn.Module):
         captured_at = time.perf_counter()
         try:
             engine = _Engine(captured, self._module, input_requires_grad, self._runtime.profile,
-                             self._runtime.compute_optimizer, self._runtime.mem_efficient_grad_mgmt, self._zero3)
+                             self._runtime.compute_optimizer, self._runtime.mem_efficient_grad_mgmt, self._zero3,
+                             self._runtime.num_threads)
         except _C.Error as err:
             kind = "FALLBACK_UNSUPPORTED_ONNX_MODEL" if isinstance(err, _C.UnsupportedOp) else "FALLBACK_BAD_INITIALIZATION"
             raise _BuildFailed(f"{type(err).__name__}: {err}", kind) from err
@@ -521,6 +525,7 @@ class RTModule(torch.nn.Module):
             f.write(engine.programs.backward_graph_onnx())
 
     def _run(self, engine: _Engine, module_tensors, tensors):
+        threads.follow(engine.num_threads)
         inputs = module_tensors + tensors
         if torch.is_grad_enabled() and engine.wrt:
             handoff = GradientHandoff.for_call(engine, module_tensors)

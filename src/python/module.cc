@@ -2,6 +2,7 @@
 #include <nanobind/nanobind.h>
 
 #include "bindings.h"
+#include "trainrt/core/thread_budget.h"
 
 NB_MODULE(_C, m) {
   m.doc() = "TrainRT engine (C++). Use the trainrt package, not this module directly.";
@@ -22,5 +23,8 @@ NB_MODULE(_C, m) {
     return d;
   }, "Engine tensor storage (owned tensors, arenas, optimizer state): bytes live now, and the peak since "
      "reset_storage_peak().");
+  m.def("set_num_threads", &trainrt::set_thread_budget, nanobind::arg("n"),
+        "Threads the engine's loops may use, the caller included (n <= 0: all the cores it may run on).");
+  m.def("get_num_threads", &trainrt::thread_budget, "Threads the engine's loops may use now.");
   m.def("reset_storage_peak", &trainrt::reset_storage_peak, "Sets the storage_bytes() peak to the bytes live now.");
 }

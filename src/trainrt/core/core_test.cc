@@ -9,7 +9,11 @@
 #include "trainrt/core/error.h"
 #include "trainrt/core/shape.h"
 #include "trainrt/core/tensor.h"
+#include "trainrt/core/thread_budget.h"
 #include "trainrt/core/thread_pool.h"
+#include <mutex>
+#include <set>
+#include <thread>
 
 namespace trainrt {
 namespace {
@@ -126,6 +130,30 @@ TEST(ThreadPool, BackToBackLoopsRunEachChunkOnce) {
     });
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].exchange(0), 1) << "job " << job;
   }
+}
+
+// A budget of one runs every loop of the global pool on the calling thread; the default budget
+// uses the whole pool again; other pools ignore the budget.
+TEST(ThreadPool, TheGlobalPoolFollowsTheThreadBudget) {
+  auto threads_used = [](ThreadPool& pool) {
+    std::mutex m;
+    std::set<std::thread::id> ids;
+    for (int round = 0; round < 50; ++round)
+      pool.parallel_for(64, 1, [&](int64_t, int64_t) {
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+        std::lock_guard<std::mutex> lock(m);
+        ids.insert(std::this_thread::get_id());
+      });
+    return ids.size();
+  };
+  set_thread_budget(1);
+  EXPECT_EQ(thread_budget(), 1);
+  EXPECT_EQ(threads_used(ThreadPool::global()), 1u);
+  ThreadPool other(2);
+  EXPECT_EQ(threads_used(other), 2u);
+  set_thread_budget(0);
+  EXPECT_EQ(thread_budget(), ThreadPool::global().num_threads());
+  if (ThreadPool::global().num_threads() > 1) EXPECT_GT(threads_used(ThreadPool::global()), 1u);
 }
 
 }  // namespace

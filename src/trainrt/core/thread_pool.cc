@@ -1,5 +1,7 @@
 #include "trainrt/core/thread_pool.h"
 
+#include "trainrt/core/thread_budget.h"
+
 #include <sched.h>
 
 #include <algorithm>
@@ -9,6 +11,15 @@ namespace trainrt {
 
 namespace {
 thread_local bool t_inside_pool = false;
+std::atomic<int> g_budget{0};  // set_thread_budget; 0: the whole pool
+std::atomic<const ThreadPool*> g_global{nullptr};  // the pool the budget applies to, once made
+}  // namespace
+
+void set_thread_budget(int n) { g_budget.store(n > 0 ? n : 0, std::memory_order_relaxed); }
+
+int thread_budget() {
+  const int size = ThreadPool::global().num_threads(), n = g_budget.load(std::memory_order_relaxed);
+  return n > 0 && n < size ? n : size;
 }
 
 int ThreadPool::default_num_threads() {
@@ -22,7 +33,11 @@ int ThreadPool::default_num_threads() {
 }
 
 ThreadPool& ThreadPool::global() {
-  static ThreadPool pool(default_num_threads());
+  static ThreadPool& pool = []() -> ThreadPool& {
+    static ThreadPool p(default_num_threads());
+    g_global.store(&p, std::memory_order_release);
+    return p;
+  }();
   return pool;
 }
 
@@ -59,13 +74,19 @@ void ThreadPool::work_on_current_job() {
   }
 }
 
-void ThreadPool::worker_loop(int) {
+// Worker `index` (1 .. num_threads() - 1) takes part in a job only while the thread budget
+// (thread_budget.h) covers it; the global pool alone has a budget.
+void ThreadPool::worker_loop(int index) {
   t_inside_pool = true;
   uint64_t seen = 0;
+  auto in_budget = [&] {
+    const int n = this == g_global.load(std::memory_order_acquire) ? g_budget.load(std::memory_order_relaxed) : 0;
+    return n <= 0 || index < n;
+  };
   for (;;) {
     // Spin briefly: back-to-back kernels in one engine call reuse awake workers.
     auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
-    while (published_generation_.load(std::memory_order_acquire) == seen &&
+    while (in_budget() && published_generation_.load(std::memory_order_acquire) == seen &&
            std::chrono::steady_clock::now() < spin_until) {
     }
     {
@@ -73,6 +94,7 @@ void ThreadPool::worker_loop(int) {
       wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
       if (stop_) return;
       seen = generation_;
+      if (!in_budget()) continue;
       ++active_workers_;  // under the lock: run() resets the job only when no worker is inside one
     }
     work_on_current_job();
@@ -87,13 +109,14 @@ void ThreadPool::run(int64_t n, int64_t grain, RangeFn fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
   int64_t max_chunks = (n + grain - 1) / grain;
-  if (workers_.empty() || max_chunks <= 1 || t_inside_pool) {
+  const int threads = this == g_global.load(std::memory_order_acquire) ? thread_budget() : num_threads();
+  if (workers_.empty() || max_chunks <= 1 || t_inside_pool || threads <= 1) {
     fn(0, n);
     return;
   }
   std::lock_guard<std::mutex> run_lock(run_mutex_);
   // A few chunks per thread balances uneven chunks without much overhead.
-  int64_t chunks = std::min<int64_t>(max_chunks, num_threads() * 4);
+  int64_t chunks = std::min<int64_t>(max_chunks, threads * 4);
   {
     // A worker that finished its last chunk of the previous job may still be on its way out of
     // work_on_current_job; resetting next_chunk_ under it could let it take (and count) a chunk of
