@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import trainrt
+import trainrt.threads
 from trainrt import _C
 
 
