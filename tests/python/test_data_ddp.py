@@ -1,5 +1,5 @@
 """DistributedDataParallel over RTModule, fed by LoadBalancingDistributedBatchSampler: two ranks spawned
-(tests/python/two_ranks.py, gloo on loopback), variable-length sequences batched by a token budget (so
+(trainrt.testing, gloo on loopback), variable-length sequences batched by a token budget (so
 the ranks' own batch counts differ and the sampler evens them out).
 
 Each rank trains two epochs and returns what it saw; the parent checks that every rank ran the same
@@ -17,7 +17,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
 import trainrt
-from two_ranks import run_on_two_ranks
+from trainrt.testing import run_on_ranks
 from trainrt.data import LoadBalancingDistributedBatchSampler, LoadBalancingDistributedSampler
 
 pytestmark = pytest.mark.slow  # two processes, each importing torch and capturing the model: ~15 s
@@ -117,7 +117,7 @@ def test_ddp_ranks_train_the_same_number_of_steps_and_stay_identical():
     own_counts = [own_batch_counts(epoch) for epoch in range(EPOCHS)]
     assert any(len(set(c)) > 1 for c in own_counts), f"the ranks' own batch counts {own_counts} should differ"
 
-    results = run_on_two_ranks(train_rank, timeout=DEADLINE_S)  # fallback disabled in the ranks
+    results = run_on_ranks(train_rank, timeout=DEADLINE_S)  # fallback disabled in the ranks
     assert results[0]["steps"] == [max(c) for c in own_counts]  # every rank as many steps as the most
     for r, result in enumerate(results):
         assert result["steps"] == results[0]["steps"], f"rank {r}'s steps per epoch"

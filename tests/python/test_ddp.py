@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import trainrt
-from two_ranks import run_on_two_ranks
+from trainrt.testing import run_on_ranks
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="torch without distributed")
 
@@ -107,7 +107,7 @@ def _ddp_rank(rank, world_size, kind, accumulate):
 @pytest.mark.parametrize("kind, accumulate", [("adamw", 1), ("fused_adam", 1), ("sgd", 2)])
 def test_ddp_of_rtmodule_matches_one_eager_process(kind, accumulate):
     expected = _eager_reference(kind, accumulate)
-    results = run_on_two_ranks(_ddp_rank, kind, accumulate)
+    results = run_on_ranks(_ddp_rank, kind, accumulate)
     for params, _ in results:
         for p, e in zip(params, expected):
             torch.testing.assert_close(p, e, rtol=1e-4, atol=1e-6)
@@ -119,5 +119,5 @@ def test_ddp_of_rtmodule_matches_one_eager_process(kind, accumulate):
 def test_ddp_all_reduce_starts_inside_the_engine_backward():
     """With several buckets, DDP's reducer launches the first all-reduces while the engine's backward
     is still running: the comm hook fires from inside RTModule's backward."""
-    (_, inside), _ = run_on_two_ranks(_ddp_rank, "sgd", 1)
+    (_, inside), _ = run_on_ranks(_ddp_rank, "sgd", 1)
     assert any(inside) and len(inside) > 1, inside

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from test_ddp import PER_RANK, TiedLM, _batches, _eager_reference
-from two_ranks import run_on_two_ranks
+from trainrt.testing import run_on_ranks
 
 deepspeed = pytest.importorskip("deepspeed")
 
@@ -49,7 +49,7 @@ def _zero_rank(rank, world_size, stage, optimizer):
 @pytest.mark.parametrize("stage, optimizer", [(1, "deepspeed"), (2, "fused_adam"), (3, "deepspeed"), (3, "torch")])
 def test_zero_stage_with_rtmodule_matches_one_eager_process(stage, optimizer):
     expected = _eager_reference("adamw", 1)
-    for params in run_on_two_ranks(_zero_rank, stage, optimizer):
+    for params in run_on_ranks(_zero_rank, stage, optimizer):
         assert len(params) == len(expected)
         for p, e in zip(params, expected):
             torch.testing.assert_close(p, e, rtol=1e-4, atol=1e-6)

@@ -1,10 +1,11 @@
-"""Runs a function on 2 local ranks (gloo, loopback) and returns what each rank returned.
+"""Helpers for tests and benchmarks: run a function on local ranks (gloo, loopback) and get back
+what each rank returned.
 
-    results = run_on_two_ranks(train, config)     # train(rank, world_size, config) -> picklable
+    results = run_on_ranks(train, config)         # train(rank, world_size, config) -> picklable
     assert results[0] == results[1]
 
 Each rank is a fresh spawned process with TRAINRT_FALLBACK_POLICY=FALLBACK_DISABLE and one
-intra-op thread (2 ranks share 2 cores); the process group is up while the function runs. A rank
+intra-op thread (ranks share the cores: 2 on 2 here); the process group is up while the function runs. A rank
 that raises fails the call with its traceback; a collective waiting over a minute fails its rank;
 a hang fails the call after `timeout` seconds.
 """
@@ -15,6 +16,7 @@ import datetime
 import os
 import socket
 import tempfile
+import time
 import traceback
 
 import torch
@@ -42,21 +44,19 @@ def _rank_main(rank: int, world_size: int, port: int, fn, args, out_dir: str) ->
     torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
 
 
-def run_on_two_ranks(fn, *args, timeout: float = 300.0) -> list:
-    """fn(rank, world_size, *args) on ranks 0 and 1; fn and args must be picklable (module level)."""
+def run_on_ranks(fn, *args, world_size: int = 2, timeout: float = 300.0) -> list:
+    """fn(rank, world_size, *args) on each rank; fn and args must be picklable (module level)."""
     with tempfile.TemporaryDirectory() as out_dir:
-        context = mp.start_processes(_rank_main, args=(2, _free_port(), fn, args, out_dir), nprocs=2, join=False,
-                                     start_method="spawn")
-        import time
-
+        context = mp.start_processes(_rank_main, args=(world_size, _free_port(), fn, args, out_dir),
+                                     nprocs=world_size, join=False, start_method="spawn")
         deadline = time.monotonic() + timeout
         while not context.join(timeout=1.0):
             if time.monotonic() > deadline:
                 for p in context.processes:
                     p.kill()
-                raise TimeoutError(f"2-rank run of {fn.__name__} did not finish in {timeout:.0f} s")
+                raise TimeoutError(f"{world_size}-rank run of {fn.__name__} did not finish in {timeout:.0f} s")
         results = []
-        for rank in range(2):
+        for rank in range(world_size):
             status, value = torch.load(os.path.join(out_dir, f"rank{rank}.pt"), weights_only=False)
             if status == "error":
                 raise RuntimeError(f"rank {rank} of {fn.__name__} raised:\n{value}")

@@ -1,0 +1,138 @@
+"""DDP on 2 ranks against one process on the same global batch: eager beside RTModule, step time.
+
+    python -m trainrt.bench.ddp                               # gpt2-mini and mlp, 10 timed steps
+    python -m trainrt.bench.ddp --models gpt2-mini --steps 20 --trace ddp_step.json
+
+Each rank is a spawned process (gloo on loopback, one thread each: 2 ranks share this machine's 2
+cores) training its half of each global batch; in each rank the modes run interleaved, step by
+step, behind a barrier, and a step's time is the slowest rank's (an all-reduce of the max). The
+modes: eager DDP, RTModule DDP with gradients leaving the engine as they become final (the default
+under torch.distributed: trainrt/gradient_handoff.py), and RTModule DDP with every gradient at the
+end of the engine's backward (TRAINRT_ENABLE_MEM_EFFICIENT_GRAD_MGMT=0), which shows what the
+overlap of all-reduce and backward is worth. Beside them, one process on the whole global batch with
+both cores, eager and RTModule. Medians over the timed steps; ratios are RTModule / eager.
+
+--trace writes a Chrome trace (torch.profiler) of one RTModule DDP step on rank 0 and counts the
+all-reduces that ran inside the engine's backward (the _RTFunctionBackward node).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import torch
+
+from trainrt.bench.models import MODELS
+from trainrt.testing import run_on_ranks
+
+_MODES = ("eager", "rtmodule", "rtmodule, at the end")
+
+
+def _wrap(mode: str, model: torch.nn.Module) -> torch.nn.Module:
+    if mode == "eager":
+        return model
+    import trainrt
+
+    os.environ["TRAINRT_ENABLE_MEM_EFFICIENT_GRAD_MGMT"] = "0" if mode.endswith("at the end") else "auto"
+    return trainrt.RTModule(model)
+
+
+def _half(args: tuple, rank: int, world_size: int) -> tuple:
+    rows = args[0].shape[0] // world_size
+    return tuple(a[rank * rows:(rank + 1) * rows] for a in args)
+
+
+def _step(model, optimizer, args) -> None:
+    model(*args).backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def _ranks_main(rank: int, world_size: int, name: str, warmup: int, steps: int, trace: str | None) -> dict:
+    spec = MODELS[name]()
+    runs = {}
+    for mode in _MODES:
+        torch.manual_seed(0)
+        model = torch.nn.parallel.DistributedDataParallel(_wrap(mode, spec.make()))
+        runs[mode] = (model, torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9))
+    times = {mode: [] for mode in _MODES}
+    for step in range(warmup + steps):
+        args = _half(spec.batch(step), rank, world_size)
+        for mode, (model, optimizer) in runs.items():
+            torch.distributed.barrier()
+            start = time.perf_counter()
+            _step(model, optimizer, args)
+            elapsed = torch.tensor(time.perf_counter() - start)
+            torch.distributed.all_reduce(elapsed, op=torch.distributed.ReduceOp.MAX)
+            if step >= warmup:
+                times[mode].append(elapsed.item())
+    result = {mode: statistics.median(t) for mode, t in times.items()}
+    if trace and rank == 0:
+        result["trace"] = _trace_one_step(*runs["rtmodule"], _half(spec.batch(0), rank, world_size), trace)
+    elif trace:
+        _step(*runs["rtmodule"], _half(spec.batch(0), rank, world_size))  # rank 1's side of the traced step
+    return result
+
+
+def _trace_one_step(model, optimizer, args, path: str) -> str:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        _step(model, optimizer, args)
+    prof.export_chrome_trace(path)
+    events = prof.events()
+    backward = [e for e in events if "RTFunctionBackward" in e.name]
+    reduces = [e for e in events if "allreduce" in e.name.replace("_", "").lower()]
+    if not backward:
+        return f"{path}: no engine backward found"
+    start, end = backward[0].time_range.start, backward[0].time_range.end
+    inside = sum(start <= e.time_range.start <= end for e in reduces)
+    return f"{path}: {inside} of {len(reduces)} all-reduces started inside the engine's backward"
+
+
+def _one_process(name: str, warmup: int, steps: int) -> dict:
+    spec = MODELS[name]()
+    runs = {}
+    for mode in ("eager", "rtmodule"):
+        torch.manual_seed(0)
+        model = _wrap(mode, spec.make())
+        runs[mode] = (model, torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9))
+    times = {mode: [] for mode in runs}
+    for step in range(warmup + steps):
+        args = spec.batch(step)
+        for mode, (model, optimizer) in runs.items():
+            start = time.perf_counter()
+            _step(model, optimizer, args)
+            if step >= warmup:
+                times[mode].append(time.perf_counter() - start)
+    return {mode: statistics.median(t) for mode, t in times.items()}
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", default="gpt2-mini,mlp")
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--trace", default=None, help="Chrome trace of one RTModule DDP step (rank 0)")
+    args = parser.parse_args(argv)
+    rows = []
+    print("| model | 1 process: eager ms | RTModule ms | ratio | DDP x2: eager ms | RTModule ms | ratio "
+          "| RTModule, gradients at the end ms | ratio |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name in args.models.split(","):
+        ranks = run_on_ranks(_ranks_main, name, args.warmup, args.steps, args.trace, timeout=1800)[0]
+        single = _one_process(name, args.warmup, args.steps)
+        row = {"model": name, "one_process": single, "ddp": {m: ranks[m] for m in _MODES}}
+        rows.append(row)
+        ms = lambda s: f"{s * 1e3:.1f}"  # noqa: E731
+        print(f"| {name} | {ms(single['eager'])} | {ms(single['rtmodule'])} | {single['rtmodule'] / single['eager']:.2f} "
+              f"| {ms(ranks['eager'])} | {ms(ranks['rtmodule'])} | {ranks['rtmodule'] / ranks['eager']:.2f} "
+              f"| {ms(ranks['rtmodule, at the end'])} | {ranks['rtmodule, at the end'] / ranks['eager']:.2f} |")
+        if "trace" in ranks:
+            print(ranks["trace"])
+    return rows
+
+
+if __name__ == "__main__":
+    main()
