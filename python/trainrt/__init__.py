@@ -34,7 +34,7 @@ from trainrt._C import (  # noqa: F401  (re-exported API)
 )
 from trainrt.session import Session  # noqa: F401
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "RTModule", "register_shape_inference",
