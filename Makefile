@@ -9,7 +9,7 @@ JOBS    ?= 2
 STAMP   := $(VENV)/.trainrt-deps
 SYSDEPS := $(VENV)/.trainrt-sysdeps
 
-.PHONY: all demo test test-quick build deps cpp-test py-test conformance fuzz clean
+.PHONY: all demo test test-quick build deps cpp-test py-test conformance docs fuzz clean
 
 all: build
 
@@ -55,6 +55,12 @@ test-quick: cpp-test py-test
 
 demo: build
 	$(PY) -m trainrt.demo
+
+# API reference of the public Python modules (scripts/api_docs.py says which), from their docstrings
+# with pdoc: build/docs/index.html. Any pdoc warning fails it. docs/options.md is generated apart:
+# $(PY) -m trainrt.options --markdown > docs/options.md
+docs: build
+	$(PY) scripts/api_docs.py build/docs
 
 # libFuzzer run of the ONNX importer, bounded in time (needs clang; installed if missing).
 FUZZ_SECONDS ?= 60

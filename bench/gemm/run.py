@@ -39,7 +39,7 @@ VENV_LIB = Path(sys.prefix) / "lib"
 SITE = Path(sysconfig.get_paths()["purelib"])
 DEB_LIB = Path("/usr/lib/x86_64-linux-gnu")
 THREADS = 2
-PEAK = {"f32": 430.0, "bf16": 870.0}  # GFLOP/s, both cores (DESIGN.md)
+PEAK = {"f32": 430.0, "bf16": 870.0}  # GFLOP/s, both cores (docs/architecture.md)
 
 # (label, "TRANS,M,N,K,BATCH"): C(MxN) = op(A) op(B). NT is a Linear forward (X W^T), NN its input
 # gradient (dY W), TN its weight gradient (dY^T X).

@@ -3,9 +3,13 @@
     -from optimum.onnxruntime import ORTTrainer, ORTTrainingArguments
     +from trainrt.optimum import ORTTrainer, ORTTrainingArguments
 
-    args = ORTTrainingArguments(output_dir="out", optim="adamw_ort_fused")
-    trainer = ORTTrainer(model=model, args=args, train_dataset=train, feature="text-classification",
-                         onnx_model_path="out/model.onnx")
+Example:
+
+    >>> from trainrt.optimum import ORTTrainer, ORTTrainingArguments
+    >>> args = ORTTrainingArguments(output_dir="out", optim="adamw_ort_fused")
+    >>> trainer = ORTTrainer(model=model, args=args, train_dataset=train, feature="text-classification",
+    ...                      onnx_model_path="out/model.onnx")
+    >>> trainer.train(); trainer.export_onnx()          # writes out/model.onnx
 
 - `optim="adamw_ort_fused"` is trainrt.optim.FusedAdam (RTTrainingArguments' adamw_trainrt_fused);
   the other choices are RTTrainingArguments' (its default, adamw_trainrt_fused, included).
@@ -26,12 +30,21 @@ import torch
 from trainrt.hf.arguments import FUSED, RTTrainingArguments, optimizer_name
 from trainrt.hf.trainer import RTTrainer
 
+__all__ = ["ORTTrainer", "ORTTrainingArguments"]
+
 ORT_FUSED = "adamw_ort_fused"
 
 
 @dataclass
 class ORTTrainingArguments(RTTrainingArguments):
-    """RTTrainingArguments that also take optim="adamw_ort_fused"."""
+    """RTTrainingArguments that also take optim="adamw_ort_fused" (Optimum's name for ORT's fused AdamW,
+    here trainrt.optim.FusedAdam).
+
+    Example:
+
+        >>> ORTTrainingArguments(output_dir="out", optim="adamw_ort_fused").optim
+        'adamw_trainrt_fused'
+    """
 
     def __post_init__(self):
         if optimizer_name(self) == ORT_FUSED:
@@ -40,7 +53,15 @@ class ORTTrainingArguments(RTTrainingArguments):
 
 
 class ORTTrainer(RTTrainer):
-    """RTTrainer with Optimum's `feature` and `onnx_model_path` arguments (module docstring)."""
+    """RTTrainer with Optimum's `feature` and `onnx_model_path` arguments (module docstring).
+
+    Example:
+
+        >>> trainer = ORTTrainer(model=model, args=ORTTrainingArguments(output_dir="out"), train_dataset=train,
+        ...                      feature="text-classification", onnx_model_path="out/model.onnx")
+        >>> trainer.feature
+        'text-classification'
+    """
 
     def __init__(self, model: torch.nn.Module | None = None, args=None, *more, feature: str = "default",
                  onnx_model_path: str | os.PathLike | None = None, **kwargs):

@@ -1,20 +1,42 @@
 """RTModule options, as ORTModule users know them, and their environment variables.
 
-Every option has a TRAINRT_* environment variable that takes precedence over code; the ORTMODULE_*
-name of an option ORTModule also had is accepted as an alias (the TRAINRT_ name wins when both are set).
+Every option has a `TRAINRT_*` environment variable that takes precedence over code; the
+`ORTMODULE_*` name of an option ORTModule also had is accepted as an alias (the `TRAINRT_` name wins
+when both are set). `OPTIONS` defines them all, once: the name, the alias, the type, the effect, and
+what it sets; `DebugOptions` and `RuntimeOptions` read the environment through it, and
+`python -m trainrt.options --markdown` writes docs/options.md from it.
 
-    model = trainrt.RTModule(model, trainrt.DebugOptions(save_onnx=True, onnx_prefix="gpt",
-                                                         log_level=trainrt.LogLevel.INFO))
+Example:
+
+    >>> import torch, trainrt
+    >>> options = trainrt.DebugOptions(save_onnx=True, onnx_prefix="gpt", log_level=trainrt.LogLevel.INFO)
+    >>> model = trainrt.RTModule(torch.nn.Linear(4, 2), options)
 """
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import enum
 import os
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["DebugOptions", "FallbackPolicy", "LogLevel", "Option", "OPTIONS", "RuntimeOptions",
+           "enable_custom_autograd_support", "markdown"]
 
 
 class LogLevel(enum.IntEnum):
+    """How much RTModule logs (the `trainrt` logger): VERBOSE is Python's DEBUG, FATAL its CRITICAL.
+
+    Example:
+
+        >>> trainrt.DebugOptions(log_level=trainrt.LogLevel.INFO).log_level   # INFO shows the start-up table
+        <LogLevel.INFO: 1>
+    """
+
     VERBOSE = 0
     INFO = 1
     WARNING = 2
@@ -23,7 +45,17 @@ class LogLevel(enum.IntEnum):
 
 
 class FallbackPolicy(enum.IntFlag):
-    """Which failures make RTModule run the original module instead (announced once, never silent)."""
+    """Which failures make RTModule run the original module instead (announced once, never silent).
+
+    It is set by `TRAINRT_FALLBACK_POLICY` (names joined by `|` or `,`), read when an RTModule is
+    made; `model.fallback_reason` says why the last call ran in PyTorch.
+
+    Example:
+
+        >>> os.environ["TRAINRT_FALLBACK_POLICY"] = "FALLBACK_DISABLE"   # or in the shell: failures raise
+        >>> trainrt.options.RuntimeOptions().fallback_policy
+        <FallbackPolicy.FALLBACK_DISABLE: 0>
+    """
 
     FALLBACK_DISABLE = 0
     FALLBACK_FORCE_TORCH_FORWARD = 1       # always run torch (for debugging the wrapper itself)
@@ -83,9 +115,31 @@ def _parse_fallback(value: str) -> FallbackPolicy:
     return policy
 
 
+def _parse_names(value: str) -> tuple[str, ...]:
+    return tuple(sorted({n.strip() for n in value.split(",") if n.strip()}))
+
+
+def _check_opset(value: str) -> None:
+    if value.strip() != str(ONNX_OPSET):
+        raise ValueError(f"ONNX opset version {value!r}: TrainRT captures at ONNX opset {ONNX_OPSET} (Gelu-20, "
+                         f"Reduce*-18 with axes as inputs), the only version it accepts")
+
+
 @dataclass
 class DebugOptions:
-    """Debugging aids: save the captured graphs as ONNX, and the log level."""
+    """Debugging aids: save the captured graphs as ONNX, and the log level.
+
+    `save_onnx` writes `<save_path>/<onnx_prefix>_forward.onnx` (the capture), `_training.onnx`
+    (forward + backward) and `_optimized_forward.onnx` / `_optimized_backward.onnx` (the programs the
+    engine runs) when a capture is built. `TRAINRT_SAVE_ONNX_PATH` and `TRAINRT_LOG_LEVEL` override
+    the arguments (docs/options.md).
+
+    Example:
+
+        >>> options = trainrt.DebugOptions(save_onnx=True, onnx_prefix="mlp", save_path="out")
+        >>> model = trainrt.RTModule(torch.nn.Linear(4, 2), options)
+        >>> model(torch.randn(3, 4)).sum().backward()     # writes out/mlp_forward.onnx, ...
+    """
 
     save_onnx: bool = False
     onnx_prefix: str = "trainrt"
@@ -93,10 +147,7 @@ class DebugOptions:
     log_level: LogLevel = LogLevel.WARNING
 
     def __post_init__(self):
-        if (v := env("SAVE_ONNX_PATH", "SAVE_ONNX_PATH")) is not None:
-            self.save_onnx, self.save_path = True, v
-        if (v := env("LOG_LEVEL", "LOG_LEVEL")) is not None:
-            self.log_level = _parse_level(v)
+        _read_environment(self)
 
 
 # trainrt.enable_custom_autograd_support(False): the default of RuntimeOptions.custom_autograd for
@@ -107,7 +158,13 @@ _custom_autograd_default = True
 def enable_custom_autograd_support(enable: bool = True) -> None:
     """Keep user autograd.Functions opaque with their own backward (the default), or trace their
     forwards into the graph and differentiate those (their custom backwards are then ignored).
-    Applies to RTModules made afterwards; ENABLE_CUSTOM_AUTOGRAD in the environment takes precedence."""
+    Applies to RTModules made afterwards; ENABLE_CUSTOM_AUTOGRAD in the environment takes precedence.
+
+    Example:
+
+        >>> trainrt.enable_custom_autograd_support(False)   # as ORTModule's function of that name
+        >>> model = trainrt.RTModule(torch.nn.Linear(4, 2))  # a Function it calls would be traced
+    """
     global _custom_autograd_default
     _custom_autograd_default = bool(enable)
 
@@ -115,7 +172,14 @@ def enable_custom_autograd_support(enable: bool = True) -> None:
 @dataclass
 class RuntimeOptions:
     """Engine behaviour: fallback policy, export cache, mixed precision, what to print. Read from the
-    environment."""
+    environment (`OPTIONS`, docs/options.md); RTModule makes one when it is constructed.
+
+    Example:
+
+        >>> os.environ["TRAINRT_CACHE_DIR"] = "/tmp/trainrt-cache"
+        >>> trainrt.options.RuntimeOptions().cache_dir
+        '/tmp/trainrt-cache'
+    """
 
     fallback_policy: FallbackPolicy = DEFAULT_FALLBACK
     cache_dir: str | None = None
@@ -150,34 +214,250 @@ class RuntimeOptions:
         self.mixed_precision = parse_mixed_precision(self.mixed_precision)
         if self.custom_autograd is None:
             self.custom_autograd = _custom_autograd_default
-        if (v := env("ENABLE_CUSTOM_AUTOGRAD", "ENABLE_CUSTOM_AUTOGRAD")) is not None:
-            self.custom_autograd = _parse_flag(v)
-        if (v := env("SKIPPED_AUTOGRAD_FUNCTIONS", "SKIPPED_AUTOGRAD_FUNCTIONS")) is not None:
-            self.skipped_autograd_functions = tuple(sorted({n.strip() for n in v.split(",") if n.strip()}))
-        if (v := env("ENABLE_MEM_EFFICIENT_GRAD_MGMT", "ENABLE_MEM_EFFICIENT_GRAD_MGMT")) is not None:
-            self.mem_efficient_grad_mgmt = None if v.strip().lower() == "auto" else _parse_flag(v)
-        if (v := env("NUM_THREADS")) is not None:
-            if not v.strip().isdigit() or int(v) < 1:
-                raise ValueError(f"TRAINRT_NUM_THREADS={v!r}: a number of threads, at least 1")
-            self.num_threads = int(v)
-        if (v := env("MIXED_PRECISION")) is not None:
-            self.mixed_precision = parse_mixed_precision(v)
-        if (v := env("FALLBACK_POLICY", "FALLBACK_POLICY")) is not None:
-            self.fallback_policy = _parse_fallback(v)
-        if (v := env("CACHE_DIR", "CACHE_DIR")) is not None:
-            self.cache_dir = v
-        if (v := env("CACHE_ALLOW_SHARED")) is not None:
-            self.cache_allow_shared = _parse_flag(v)
-        if (v := env("PROFILE")) is not None:
-            self.profile = _parse_flag(v)
-        if (v := env("PRINT_MEMORY_STATS", "PRINT_MEMORY_STATS")) is not None:
-            self.print_memory_stats = _parse_flag(v)
-        if (v := env("ENABLE_COMPUTE_OPTIMIZER", "ENABLE_COMPUTE_OPTIMIZER")) is not None:
-            self.compute_optimizer = _parse_flag(v)
-        if (v := env("PRINT_INPUT_DENSITY", "PRINT_INPUT_DENSITY")) is not None:
-            self.print_input_density = _parse_flag(v)
-        if (v := env("FALLBACK_RETRY", "FALLBACK_RETRY")) is not None:
-            self.fallback_retry = _parse_flag(v)
-        if (v := env("ONNX_OPSET_VERSION", "ONNX_OPSET_VERSION")) is not None and v.strip() != str(ONNX_OPSET):
-            raise ValueError(f"ONNX opset version {v!r}: TrainRT captures at ONNX opset {ONNX_OPSET} (Gelu-20, "
-                             f"Reduce*-18 with axes as inputs), the only version it accepts")
+        _read_environment(self)
+
+
+@dataclass(frozen=True)
+class Option:
+    """One environment variable: `TRAINRT_<name>` (and `ORTMODULE_<alias>`), what it sets and how.
+
+    `owner.field` is set to `parse(value)` (`also` runs after it, for a second field); an option
+    without a field only checks its value. `default` is what applies when the variable is unset, as
+    the docs say it; None takes the field's own default.
+
+    Example:
+
+        >>> option = next(o for o in trainrt.options.OPTIONS if o.name == "CACHE_DIR")
+        >>> option.variable, option.alias_variable
+        ('TRAINRT_CACHE_DIR', 'ORTMODULE_CACHE_DIR')
+    """
+
+    name: str
+    alias: str | None  # ORTModule's variable had this name; None: TrainRT's own
+    owner: type  # DebugOptions or RuntimeOptions
+    field: str | None
+    parse: Callable[[str], Any]
+    type: str  # how a value is written
+    effect: str  # what it does (markdown)
+    default: str | None = None
+    also: Callable[[Any], None] | None = None
+
+    @property
+    def variable(self) -> str:
+        return f"TRAINRT_{self.name}"
+
+    @property
+    def alias_variable(self) -> str | None:
+        return f"ORTMODULE_{self.alias}" if self.alias else None
+
+    def apply(self, options) -> None:
+        """Sets `options` from the environment when the variable (or its alias) is set."""
+        value = env(self.name, self.alias)
+        if value is None:
+            return
+        parsed = self.parse(value)
+        if self.field is not None:
+            setattr(options, self.field, parsed)
+        if self.also is not None:
+            self.also(options)
+
+    def default_text(self) -> str:
+        """The default as the docs write it."""
+        if self.default is not None:
+            return self.default
+        value = next(f.default for f in dataclasses.fields(self.owner) if f.name == self.field)
+        return _doc_value(value)
+
+
+def _doc_value(value) -> str:
+    if isinstance(value, bool):
+        return f"`{int(value)}`"
+    if isinstance(value, enum.Flag):
+        return "`" + "\\|".join(m.name for m in type(value) if m.value and m in value) + "`"
+    if isinstance(value, enum.Enum):
+        return f"`{value.name}`"
+    if value is None:
+        return "unset"
+    if value == ():
+        return "none"
+    return f"`{value}`"
+
+
+_FLAG = "flag: `0`, `false` or empty is off, anything else on"
+
+
+def _save_onnx(options: DebugOptions) -> None:
+    options.save_onnx = True
+
+
+def _parse_auto_flag(value: str) -> bool | None:
+    return None if value.strip().lower() == "auto" else _parse_flag(value)
+
+
+def _parse_threads(value: str) -> int:
+    if not value.strip().isdigit() or int(value) < 1:
+        raise ValueError(f"TRAINRT_NUM_THREADS={value!r}: a number of threads, at least 1")
+    return int(value)
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("LOG_LEVEL", "LOG_LEVEL", DebugOptions, "log_level", _parse_level,
+           "`VERBOSE`, `INFO`, `WARNING`, `ERROR`, `FATAL` (or `0`-`4`)",
+           "Level of the `trainrt` logger, RTModule's messages: fallbacks at WARNING, the start-up table "
+           "(what is on, capture and build times) at INFO. Code: `DebugOptions(log_level=...)`. The C++ "
+           "engine's own log is set apart, by `trainrt.set_log_level`."),
+    Option("SAVE_ONNX_PATH", "SAVE_ONNX_PATH", DebugOptions, "save_path", str, "directory",
+           "Saves each capture's graphs there as ONNX: `<prefix>_forward.onnx` (the capture), "
+           "`_training.onnx` (forward + backward), `_optimized_forward.onnx` and `_optimized_backward.onnx` "
+           "(the programs the engine runs). Code: `DebugOptions(save_onnx=True, save_path=..., onnx_prefix=...)`.",
+           default="unset: nothing saved", also=_save_onnx),
+    Option("FALLBACK_POLICY", "FALLBACK_POLICY", RuntimeOptions, "fallback_policy", _parse_fallback,
+           "`FALLBACK_*` names joined by `\\|` or `,` (the prefix may be left out)",
+           "Which failures run the original PyTorch module instead of the engine (announced once per reason; "
+           "`model.fallback_reason` tells why): `FALLBACK_DISABLE` makes every failure an error, "
+           "`FALLBACK_FORCE_TORCH_FORWARD` always runs PyTorch. The names are `trainrt.FallbackPolicy`'s."),
+    Option("FALLBACK_RETRY", "FALLBACK_RETRY", RuntimeOptions, "fallback_retry", _parse_flag, _FLAG,
+           "After a fallback, try the engine again on the next call; otherwise a failed capture is remembered "
+           "per input schema and not attempted again."),
+    Option("CACHE_DIR", "CACHE_DIR", RuntimeOptions, "cache_dir", str, "directory",
+           "Export cache across processes: a hit skips torch.export and the translation. Entries are data "
+           "only (ONNX bytes and JSON, checked on load), keyed on everything that changes the graph (the "
+           "module's structure, its parameters' and buffers' names, dtypes and shapes, the input schema, which "
+           "autograd.Functions stay opaque, the torch and TrainRT versions); graphs with PythonOp nodes are "
+           "not stored.",
+           default="unset: no cache"),
+    Option("CACHE_ALLOW_SHARED", None, RuntimeOptions, "cache_allow_shared", _parse_flag, _FLAG,
+           "Use a cache directory or entry that other users can write to; by default such a cache is refused "
+           "with the reason, since whoever writes an entry chooses the graph a reader trains."),
+    Option("MIXED_PRECISION", None, RuntimeOptions, "mixed_precision", parse_mixed_precision,
+           "`bf16` (or `bfloat16`), or `off` (also `0`, `none`, `f32`, `fp32`, empty)",
+           "`bf16` computes each op in the dtype `torch.autocast(\"cpu\", dtype=torch.bfloat16)` gives it "
+           "(matmuls, convolutions and attention in bf16 with f32 sums; parameters and gradients stay f32). "
+           "Code: `RTModule(model, mixed_precision=\"bf16\")`, or call it under that autocast.",
+           default="`off`"),
+    Option("ENABLE_COMPUTE_OPTIMIZER", "ENABLE_COMPUTE_OPTIMIZER", RuntimeOptions, "compute_optimizer",
+           _parse_flag, _FLAG,
+           "`0` turns the engine's graph rewrites off: the fusion passes and the saved-value choices "
+           "(checkpointed blocks are still recomputed)."),
+    Option("ENABLE_CUSTOM_AUTOGRAD", "ENABLE_CUSTOM_AUTOGRAD", RuntimeOptions, "custom_autograd", _parse_flag,
+           _FLAG,
+           "On: each user `torch.autograd.Function` runs as one `PythonOp` node with its own forward and "
+           "backward. `0`: their forwards are traced into the graph and differentiated (the custom backwards "
+           "are ignored, announced once). Code: `trainrt.enable_custom_autograd_support(False)`.",
+           default="`1` (`enable_custom_autograd_support(False)` makes it `0`)"),
+    Option("SKIPPED_AUTOGRAD_FUNCTIONS", "SKIPPED_AUTOGRAD_FUNCTIONS", RuntimeOptions, "skipped_autograd_functions",
+           _parse_names, "comma-separated full names (`module.Qual.Name`)",
+           "Functions whose forwards are traced into the graph instead of running as `PythonOp`."),
+    Option("ENABLE_MEM_EFFICIENT_GRAD_MGMT", "ENABLE_MEM_EFFICIENT_GRAD_MGMT", RuntimeOptions,
+           "mem_efficient_grad_mgmt", _parse_auto_flag, "`auto`, or a flag (" + _FLAG + ")",
+           "Each parameter's gradient leaves the engine's backward as soon as it is final, through torch's "
+           "AccumulateGrad: its hooks, DDP's reducer (the all-reduce overlaps the backward) and DeepSpeed's "
+           "ZeRO hooks see it then. `auto`: when something watches (torch.distributed is initialized, or a "
+           "post-accumulate-grad hook is on a parameter). While on, `torch.autograd.grad` of parameters is "
+           "refused by torch (python/trainrt/gradient_handoff.py says why).",
+           default="`auto`"),
+    Option("NUM_THREADS", None, RuntimeOptions, "num_threads", _parse_threads, "integer, at least 1",
+           "Threads of the engine's loops (oneDNN runs inside them on one thread); unset: "
+           "`torch.get_num_threads()` at each call, which follows `torch.set_num_threads` and "
+           "`OMP_NUM_THREADS` (torchrun sets 1 per rank).",
+           default="unset: torch's"),
+    Option("PRINT_MEMORY_STATS", "PRINT_MEMORY_STATS", RuntimeOptions, "print_memory_stats", _parse_flag, _FLAG,
+           "Logs the engine's memory after every call, at WARNING: per program (forward, backward) the "
+           "planned arena, its capacity, run-time sized bytes, the arena's lower bound and the output storage "
+           "kept between steps (saved values, gradients)."),
+    Option("PRINT_INPUT_DENSITY", "PRINT_INPUT_DENSITY", RuntimeOptions, "print_input_density", _parse_flag,
+           _FLAG,
+           "Logs each step's share of embedding inputs that are not padding and of labels that are not "
+           "ignored, at WARNING."),
+    Option("PROFILE", None, RuntimeOptions, "profile", _parse_flag, _FLAG,
+           "Per-node timings of the engine programs: `model.profile_summary()` (op types by total time) and "
+           "`model.write_profile(prefix)` (Chrome traces)."),
+    Option("ONNX_OPSET_VERSION", "ONNX_OPSET_VERSION", RuntimeOptions, None, _check_opset, "integer",
+           f"Checked only: the capture writes ONNX opset {ONNX_OPSET}, and any other value is refused with "
+           "a ValueError.", default=f"`{ONNX_OPSET}`"),
+)
+"""Every environment variable TrainRT reads, in the order docs/options.md lists them.
+
+Example:
+
+    >>> [o.variable for o in trainrt.options.OPTIONS][:2]
+    ['TRAINRT_LOG_LEVEL', 'TRAINRT_SAVE_ONNX_PATH']
+"""
+
+# ORTModule variables TrainRT does not read (setting them changes nothing), and why.
+_NOT_READ = (
+    (("ALLOW_AUTOGRAD_CHECKPOINT",),
+     "not needed: `torch.utils.checkpoint` is captured into the engine, which recomputes the checkpointed "
+     "blocks itself"),
+    (("MEMORY_OPT_LEVEL", "MEMORY_OPT_CONFIG"),
+     "not yet: what the backward recomputes is decided by the saved-value rules and checkpointing "
+     "(`src/trainrt/plan/saved_values.h`); one cost-based planner with these levels and a memory budget is "
+     "planned"),
+    (("ENABLE_SPARSE_OPTIMIZER", "ENABLE_EMBEDDING_SPARSE_OPTIMIZER"),
+     "no input-sparsity rewrites yet; `TRAINRT_PRINT_INPUT_DENSITY` reports the density"),
+    (("USE_EFFICIENT_ATTENTION",),
+     "not needed: `scaled_dot_product_attention` becomes the engine's fused attention where it applies"),
+    (("DEEPCOPY_BEFORE_MODEL_EXPORT",), "not needed: capture exports the module itself, without a copy"),
+    (("USE_TRITON", "TRITON_CONFIG_FILE", "TRITON_DEBUG", "USE_FLASH_ATTENTION"),
+     "GPU only; code generation for the CPU is planned"),
+    (("ENABLE_TUNING", "MAX_TUNING_DURATION_MS", "TUNING_RESULTS_PATH"), "op tuning is planned"),
+)
+
+
+def _read_environment(options) -> None:
+    for option in OPTIONS:
+        if isinstance(options, option.owner):
+            option.apply(options)
+
+
+def markdown() -> str:
+    """docs/options.md: every option of `OPTIONS` with its variables, type, default and effect.
+
+    Example:
+
+        >>> trainrt.options.markdown().splitlines()[0]     # python -m trainrt.options --markdown
+        '# Options and environment variables'
+    """
+    cell = lambda text: text.replace("\n", " ")  # noqa: E731
+    lines = [
+        "# Options and environment variables",
+        "",
+        "<!-- Generated by `python -m trainrt.options --markdown > docs/options.md` from the option",
+        "     definitions in python/trainrt/options.py (OPTIONS); tests/python/test_docs.py checks it. -->",
+        "",
+        "Each option is an environment variable `TRAINRT_<NAME>`. Where ORTModule had the option, its",
+        "`ORTMODULE_<NAME>` spelling is accepted too, and the `TRAINRT_` one wins when both are set. A variable",
+        "takes precedence over the code (`DebugOptions(...)`, `RTModule(..., mixed_precision=...)`,",
+        "`trainrt.enable_custom_autograd_support(...)`). The variables are read when an RTModule (or a",
+        "`DebugOptions`) is made; a value outside a variable's choices raises a ValueError naming them.",
+        "`python -m trainrt.options` shows what the current environment sets.",
+        "",
+        "| variable | ORTModule alias | type | default | effect |",
+        "|---|---|---|---|---|",
+    ]
+    for o in OPTIONS:
+        alias = f"`{o.alias_variable}`" if o.alias_variable else "-"
+        lines.append(f"| `{o.variable}` | {alias} | {cell(o.type)} | {o.default_text()} | {cell(o.effect)} |")
+    lines += ["", "## ORTModule variables TrainRT does not read", "",
+              "Setting these changes nothing; each line says why or what takes its place.", ""]
+    lines += [f"- {', '.join(f'`ORTMODULE_{n}`' for n in names)}: {why}." for names, why in _NOT_READ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trainrt.options", description=__doc__.splitlines()[0])
+    parser.add_argument("--markdown", action="store_true", help="print docs/options.md")
+    args = parser.parse_args(argv)
+    if args.markdown:
+        sys.stdout.write(markdown())
+        return 0
+    for o in OPTIONS:
+        value = os.environ.get(o.variable)
+        source = o.variable if value is not None else o.alias_variable
+        value = value if value is not None else env(o.name, o.alias)
+        print(f"{o.variable:36} {'unset' if value is None else repr(value) + ' (' + source + ')'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

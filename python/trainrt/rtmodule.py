@@ -228,7 +228,28 @@ def _describe_dims(captured) -> str:
 
 
 class RTModule(torch.nn.Module):
-    """Runs `module`'s forward and backward in the TrainRT engine; behaves as `module` otherwise."""
+    """Runs `module`'s forward and backward in the TrainRT engine; behaves as `module` otherwise.
+
+    The first call captures the module (torch.export, then translation to the engine's IR) and
+    builds its forward and backward programs; later calls with the same input schema reuse them
+    (symbolic dims: a new batch size or sequence length needs no new capture). Parameters, buffers,
+    `state_dict`, `train()` / `eval()`, `isinstance` and the wrapped class's attributes are the
+    module's own. What the engine cannot run falls back to `module` as the fallback policy allows,
+    announced once (`fallback_reason`). `debug_options` is a `DebugOptions`; `mixed_precision="bf16"`
+    computes each op in the dtype `torch.autocast("cpu", dtype=torch.bfloat16)` gives it. The
+    environment variables of docs/options.md override both.
+
+    Example:
+
+        >>> import torch, trainrt
+        >>> model = trainrt.RTModule(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(),
+        ...                                              torch.nn.Linear(16, 2)))
+        >>> optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        >>> loss = torch.nn.functional.cross_entropy(model(torch.randn(4, 8)), torch.tensor([0, 1, 1, 0]))
+        >>> loss.backward(); optimizer.step(); optimizer.zero_grad()
+        >>> model.fallback_reason is None            # it ran in the engine
+        True
+    """
 
     def __init__(self, module: torch.nn.Module, debug_options=None, mixed_precision: str | None = None):
         super().__init__()

@@ -30,7 +30,18 @@ def _is_bf16(a: np.ndarray) -> bool:
 
 
 class Session:
-    """An engine session over an ONNX model: plans per input shape, runs with no per-run copies."""
+    """An engine session over an ONNX model (a path, or serialized ModelProto bytes): plans once per
+    input signature (dtypes and dims), then runs the cached plan with no per-run copies. `profile`
+    records per-node timings (`profile_summary`, `write_profile`); `seed` seeds the random ops.
+
+    Example:
+
+        >>> session = trainrt.Session("model.onnx")
+        >>> session.input_names
+        ['x']
+        >>> (y,) = session.run([np.random.rand(32, 784).astype(np.float32)])
+        >>> session.memory_stats()["planned_arena_bytes"]
+    """
 
     def __init__(self, model: str | os.PathLike | bytes, seed: int = 0, profile: bool = False):
         self._session = _C.Session(model if isinstance(model, bytes) else os.fspath(model), seed, profile)

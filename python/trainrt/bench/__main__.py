@@ -21,7 +21,7 @@ from trainrt.bench.report import markdown_table, text_table, write_json
 
 # Steps per suite: (warm-up, timed). The quick suite stays under 10 minutes on the 2-core dev machine.
 _STEPS = {"quick": (3, 20), "full": (5, 30)}
-# The two cores' nominal f32 peak (DESIGN.md), used when the micro-benchmarks are skipped.
+# The two cores' nominal f32 peak (docs/architecture.md), used when the micro-benchmarks are skipped.
 _NOMINAL_PEAK_GFLOPS = 430.0
 # Rounds of the micro-benchmarks per suite: (GEMM, optimizer step, step_in_backward's 124M-parameter
 # training step: (rounds, timed steps per round)).

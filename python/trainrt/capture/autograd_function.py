@@ -60,7 +60,23 @@ def full_name(cls: type) -> str:
 
 def register_shape_inference(function: type, infer) -> None:
     """`infer(*args)` returns the outputs' (shape, dtype) pairs for `function`'s arguments (FakeTensors
-    and the non-tensor arguments); capture uses it instead of running the forward on FakeTensors."""
+    and the non-tensor arguments); capture uses it instead of running the forward on FakeTensors.
+
+    Use it for a `torch.autograd.Function` whose forward cannot run on FakeTensors (it reads values,
+    calls numpy or a C extension): the Function still runs as one PythonOp node with its own forward
+    and backward.
+
+    Example:
+
+        >>> class Quantize(torch.autograd.Function):
+        ...     @staticmethod
+        ...     def forward(ctx, x):
+        ...         return torch.from_numpy(np.round(x.numpy()))     # numpy: no FakeTensors
+        ...     @staticmethod
+        ...     def backward(ctx, g):
+        ...         return g                                       # straight-through
+        >>> trainrt.register_shape_inference(Quantize, lambda x: [(x.shape, x.dtype)])
+    """
     _shape_inference[function] = infer
 
 

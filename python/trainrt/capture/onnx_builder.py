@@ -24,7 +24,7 @@ from trainrt.options import ONNX_OPSET  # one definition: the options check it, 
 # Opset 20 needs IR version 9 (onnx.helper.VERSION_TABLE); the engine reads it.
 IR_VERSION = 9
 
-# torch dtypes TrainRT runs (DESIGN.md: f32, f16, bf16, f64, i64, i32, i8, u8, bool).
+# torch dtypes TrainRT runs (docs/architecture.md: f32, f16, bf16, f64, i64, i32, i8, u8, bool).
 _ONNX_TYPES = {
     torch.float32: TensorProto.FLOAT,
     torch.float16: TensorProto.FLOAT16,

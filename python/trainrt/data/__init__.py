@@ -1,4 +1,4 @@
-"""`trainrt.data`: samplers that keep DDP ranks in step on variable-size samples (issue #15).
+"""`trainrt.data`: samplers that keep DDP ranks in step on variable-size samples .
 
     from trainrt.data import LoadBalancingDistributedSampler, LoadBalancingDistributedBatchSampler
 
@@ -7,5 +7,7 @@ samples of about the same total complexity and the same number of batches (sampl
 say how and what bound holds).
 """
 
-from trainrt.data.batch_sampler import LoadBalancingDistributedBatchSampler  # noqa: F401
-from trainrt.data.sampler import LoadBalancingDistributedSampler  # noqa: F401
+from trainrt.data.batch_sampler import LoadBalancingDistributedBatchSampler
+from trainrt.data.sampler import LoadBalancingDistributedSampler
+
+__all__ = ["LoadBalancingDistributedSampler", "LoadBalancingDistributedBatchSampler"]

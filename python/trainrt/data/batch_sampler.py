@@ -36,7 +36,16 @@ from trainrt.data.sampler import LoadBalancingDistributedSampler
 
 
 class LoadBalancingDistributedBatchSampler(Sampler[list[int]]):
-    """Yields this rank's batches (lists of dataset indices); len(self) of them, the same on every rank."""
+    """Yields this rank's batches (lists of dataset indices); len(self) of them, the same on every rank.
+
+    Example:
+
+        >>> texts = [[0] * n for n in (5, 1, 9, 3, 7, 2)]
+        >>> sampler = LoadBalancingDistributedSampler(texts, complexity_fn=len, world_size=2, rank=1)
+        >>> pairs = lambda indices: [indices[i:i + 2] for i in range(0, len(indices), 2)]
+        >>> batches = LoadBalancingDistributedBatchSampler(sampler, batch_fn=pairs)
+        >>> loader = torch.utils.data.DataLoader(texts, batch_sampler=batches, collate_fn=list)
+    """
 
     def __init__(self, sampler: LoadBalancingDistributedSampler, batch_fn: Callable[[list[int]], list[list[int]]],
                  drop_last: bool = False):

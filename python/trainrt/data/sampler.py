@@ -67,7 +67,16 @@ def _world_size_and_rank(world_size: int | None, rank: int | None, who: str) -> 
 
 
 class LoadBalancingDistributedSampler(Sampler[int]):
-    """Yields this rank's dataset indices for the epoch; len(self) of them, the same count on every rank."""
+    """Yields this rank's dataset indices for the epoch; len(self) of them, the same count on every rank.
+
+    Example:
+
+        >>> texts = [[0] * n for n in (5, 1, 9, 3)]
+        >>> sampler = LoadBalancingDistributedSampler(texts, complexity_fn=len, world_size=2, rank=0)
+        >>> sampler.set_epoch(0)
+        >>> len(sampler)
+        2
+    """
 
     def __init__(self, dataset: Sized, complexity_fn: Callable[..., float], world_size: int | None = None,
                  rank: int | None = None, shuffle: bool = True, group_size: int | None = None, seed: int = 0,

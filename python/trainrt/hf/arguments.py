@@ -43,7 +43,15 @@ def check_step_in_backward(args: TrainingArguments) -> None:
 @dataclass
 class RTTrainingArguments(TrainingArguments):
     """TrainingArguments whose `optim` also takes adamw_trainrt_fused (the default) and
-    adamw_trainrt_fused_in_backward (module docstring)."""
+    adamw_trainrt_fused_in_backward (module docstring).
+
+    Example:
+
+        >>> args = RTTrainingArguments(output_dir="out", optim="adamw_trainrt_fused_in_backward",
+        ...                            max_grad_norm=0.0, bf16=True, use_cpu=True)   # bf16: the engine's
+        >>> args.optim
+        'adamw_trainrt_fused_in_backward'
+    """
 
     optim: str = field(default=FUSED, metadata={
         "help": f"The optimizer: {', '.join(TRAINRT_OPTIMIZERS)}, or one of transformers' OptimizerNames."})

@@ -24,7 +24,18 @@ from trainrt.rtmodule import RTModule
 
 
 class RTTrainer(Trainer):
-    """transformers.Trainer over trainrt.RTModule(model) (module docstring)."""
+    """transformers.Trainer over trainrt.RTModule(model) (module docstring).
+
+    It takes transformers.Trainer's arguments; `args` defaults to `RTTrainingArguments`, whose
+    `optim` is TrainRT's FusedAdam.
+
+    Example:
+
+        >>> trainer = RTTrainer(model=model, args=RTTrainingArguments(output_dir="out", num_train_epochs=1),
+        ...                     train_dataset=train, eval_dataset=dev)
+        >>> trainer.train(); print(trainer.evaluate()["eval_loss"])
+        >>> trainer.export_onnx("out/model.onnx")         # trainrt.Session("out/model.onnx") runs it
+    """
 
     def __init__(self, model: torch.nn.Module | None = None, args=None, *more, **kwargs):
         args = RTTrainingArguments(output_dir="trainer_output") if args is None else args

@@ -53,6 +53,13 @@ class FP16_Optimizer:  # noqa: N801 (the name Apex, DeepSpeed and ORT users know
     static_loss_scale: a fixed scale (dynamic scaling off). dynamic_loss_scale=False without a
     static scale uses scale 1. Overflowing steps are skipped in every mode. max_grad_norm > 0 clips
     the unscaled gradients to that global L2 norm (torch.nn.utils.clip_grad_norm_ semantics).
+
+    Example:
+
+        >>> optimizer = trainrt.optim.FP16_Optimizer(trainrt.optim.FusedAdam(model.parameters()), max_grad_norm=1.0)
+        >>> optimizer.backward(loss)      # loss * scale, then backward
+        >>> optimizer.step()              # unscaled and clipped in one pass; skipped on inf / NaN
+        >>> optimizer.zero_grad()
     """
 
     def __init__(self, optimizer, static_loss_scale: float | None = None, dynamic_loss_scale: bool = True,

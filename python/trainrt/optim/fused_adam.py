@@ -32,7 +32,13 @@ from trainrt.optim._groups import CheckedGroup, FusedOptimizer, scalar_dtype, st
 
 
 class AdamWMode(enum.IntEnum):
-    """How weight decay enters the step (the names ONNX Runtime Training users know)."""
+    """How weight decay enters the step (the names ONNX Runtime Training users know).
+
+    Example:
+
+        >>> optimizer = trainrt.optim.FusedAdam(model.parameters(), lr=5e-5, weight_decay=0.01,
+        ...                                     adam_w_mode=trainrt.optim.AdamWMode.ADAMW_TRANSFORMERS)
+    """
 
     ADAM_L2_REGULARIZATION = 0  # torch.optim.Adam(weight_decay=wd): g += wd * p before the moments
     ADAMW_TRANSFORMERS = 1      # transformers' AdamW: p -= lr * wd * p after the update
@@ -54,6 +60,13 @@ class FusedAdam(FusedOptimizer):
     makes zero_grad() set gradients to None (the default); False zeroes them in place instead.
     maximize (keyword only, as in torch) ascends the objective. step_in_backward (keyword only) steps
     each parameter during the backward (module docstring).
+
+    Example:
+
+        >>> optimizer = trainrt.optim.FusedAdam(model.parameters(), lr=3e-4, weight_decay=0.1)  # torch AdamW's step
+        >>> loss = model(x).square().mean()
+        >>> loss.backward(); optimizer.step(); optimizer.zero_grad()
+        >>> torch.optim.AdamW(model.parameters()).load_state_dict(optimizer.state_dict())   # same state
     """
 
     def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,

@@ -30,7 +30,13 @@ from trainrt.optim._groups import CheckedGroup, FusedOptimizer, step_with_state
 
 
 class FusedLamb(FusedOptimizer):
-    """LAMB with Apex FusedLAMB's options and semantics (see the module docstring)."""
+    """LAMB with Apex FusedLAMB's options and semantics (see the module docstring).
+
+    Example:
+
+        >>> optimizer = trainrt.optim.FusedLamb(model.parameters(), lr=1e-3, weight_decay=0.01, max_grad_norm=1.0)
+        >>> model(x).square().mean().backward(); optimizer.step(); optimizer.zero_grad()
+    """
 
     def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6,
                  weight_decay: float = 0.01, bias_correction: bool = True, max_grad_norm: float = 1.0,

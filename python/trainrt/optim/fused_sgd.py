@@ -19,7 +19,13 @@ from trainrt.optim._groups import CheckedGroup, FusedOptimizer, adopt, state_vie
 
 
 class FusedSGD(FusedOptimizer):
-    """SGD with momentum, dampening, Nesterov, weight decay and maximize, as torch.optim.SGD computes it."""
+    """SGD with momentum, dampening, Nesterov, weight decay and maximize, as torch.optim.SGD computes it.
+
+    Example:
+
+        >>> optimizer = trainrt.optim.FusedSGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True)
+        >>> model(x).square().mean().backward(); optimizer.step(); optimizer.zero_grad()
+    """
 
     def __init__(self, params, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
                  weight_decay: float = 0.0, nesterov: bool = False, *, maximize: bool = False,
