@@ -47,7 +47,7 @@ from trainrt.capture.export import register_hf_cache_pytree
 from trainrt.treespec_json import spec_from_json, spec_to_json, value_from_json, value_to_json
 
 _log = logging.getLogger("trainrt")
-_FORMAT = 5  # 3: pickled entries; 4: ONNX bytes + JSON, checksummed (data only); 5: recompute_regions
+_FORMAT = 6  # 3: pickled entries; 4: ONNX bytes + JSON, checksummed (data only); 5: recompute_regions; 6: layers
 _MAGIC = b"TRAINRT-EXPORT-CACHE %d\n" % _FORMAT
 _SPECS = ("in_spec", "out_spec")
 _announced: set[str] = set()  # warnings given in this process: each once, not once per capture

@@ -209,6 +209,9 @@ class RuntimeOptions:
     mem_efficient_grad_mgmt: bool | None = None
     # Threads of the engine's loops; None: torch.get_num_threads() at each call (threads.py).
     num_threads: int | None = None
+    # What the backward recomputes in each repeated layer: 0 the cheap rules only, 1 all but the
+    # products' outputs, 2 everything (src/trainrt/plan/layer_recompute.h).
+    memory_opt_level: int = 0
 
     def __post_init__(self):
         self.mixed_precision = parse_mixed_precision(self.mixed_precision)
@@ -294,6 +297,12 @@ def _parse_auto_flag(value: str) -> bool | None:
     return None if value.strip().lower() == "auto" else _parse_flag(value)
 
 
+def _parse_memory_level(value: str) -> int:
+    if value.strip() not in ("0", "1", "2"):
+        raise ValueError(f"memory optimization level {value!r}: choose 0, 1 or 2")
+    return int(value)
+
+
 def _parse_threads(value: str) -> int:
     if not value.strip().isdigit() or int(value) < 1:
         raise ValueError(f"TRAINRT_NUM_THREADS={value!r}: a number of threads, at least 1")
@@ -356,6 +365,13 @@ OPTIONS: tuple[Option, ...] = (
            "post-accumulate-grad hook is on a parameter). While on, `torch.autograd.grad` of parameters is "
            "refused by torch (python/trainrt/gradient_handoff.py says why).",
            default="`auto`"),
+    Option("MEMORY_OPT_LEVEL", "MEMORY_OPT_LEVEL", RuntimeOptions, "memory_opt_level", _parse_memory_level,
+           "`0`, `1` or `2`",
+           "What the backward recomputes instead of saving in each repeated layer (transformer block): `0` "
+           "the planner's cheap rules only; `1` everything but the products' outputs (GEMMs, convolutions, "
+           "fused attention are never run again); `2` everything, products too, as checkpointing each block "
+           "would. Dropout is never recomputed; gradients are the same bits. At INFO the start-up table says "
+           "what it recomputed."),
     Option("NUM_THREADS", None, RuntimeOptions, "num_threads", _parse_threads, "integer, at least 1",
            "Threads of the engine's loops (oneDNN runs inside them on one thread); unset: "
            "`torch.get_num_threads()` at each call, which follows `torch.set_num_threads` and "
@@ -389,10 +405,9 @@ _NOT_READ = (
     (("ALLOW_AUTOGRAD_CHECKPOINT",),
      "not needed: `torch.utils.checkpoint` is captured into the engine, which recomputes the checkpointed "
      "blocks itself"),
-    (("MEMORY_OPT_LEVEL", "MEMORY_OPT_CONFIG"),
-     "not yet: what the backward recomputes is decided by the saved-value rules and checkpointing "
-     "(`src/trainrt/plan/saved_values.h`); one cost-based planner with these levels and a memory budget is "
-     "planned"),
+    (("MEMORY_OPT_CONFIG",),
+     "not yet: per-subgraph recompute choices; `TRAINRT_MEMORY_OPT_LEVEL` picks whole levels, and a "
+     "cost-based planner with a memory budget is planned"),
     (("ENABLE_SPARSE_OPTIMIZER", "ENABLE_EMBEDDING_SPARSE_OPTIMIZER"),
      "no input-sparsity rewrites yet; `TRAINRT_PRINT_INPUT_DENSITY` reports the density"),
     (("USE_EFFICIENT_ATTENTION",),

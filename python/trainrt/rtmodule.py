@@ -60,7 +60,7 @@ class _Engine:
 
     def __init__(self, captured, module: torch.nn.Module, input_requires_grad: list[bool], profile: bool = False,
                  optimize: bool = True, mem_efficient_grad_mgmt: bool | None = None, zero3_params=None,
-                 num_threads: int | None = None):
+                 num_threads: int | None = None, memory_opt_level: int = 0):
         self.captured = captured
         self.num_threads = num_threads  # the engine's threads; None: torch's (threads.py)
         self.zero3_params = zero3_params or []  # gathered around the backward too (zero3.py)
@@ -79,7 +79,7 @@ class _Engine:
         graph_inputs = [n for n, _ in captured.param_inputs] + [n for n, _ in captured.buffer_inputs] + captured.user_inputs
         index = {name: i for i, name in enumerate(graph_inputs)}
         self.programs = _C.ModulePrograms(captured.model.SerializeToString(), self.grad_outputs, self.wrt, profile,
-                                          optimize, captured.recompute_regions)
+                                          optimize, captured.recompute_regions, captured.layers, memory_opt_level)
         unreached = set(self.programs.unreached)
         self.wrt_index = [index[name] if name not in unreached else None for name in self.wrt]
         self.num_mutations = len(captured.buffer_mutations)
@@ -220,6 +220,17 @@ def _new_instance(cls):
 
 class _BuildFailed(Exception):
     """Capture or engine build failed: args are (reason, the FallbackPolicy name that covers it)."""
+
+
+def _describe_memory(engine: _Engine, level: int) -> str:
+    """The start-up table's memory line: the level, and what it recomputed."""
+    p = engine.programs
+    layers = len(set(engine.captured.layers.values()))
+    what = {0: "cheap recompute only", 1: "each layer but its products' outputs", 2: "each layer, products too"}
+    line = f"level {level} ({what[level]}): {layers} repeated layers found"
+    if level:
+        line += f", {p.layers_recomputed} recomputed ({p.nodes_recomputed} forward nodes run again in the backward)"
+    return line
 
 
 def _describe_dims(captured) -> str:
@@ -487,19 +498,20 @@ class RTModule(torch.nn.Module):
         try:
             engine = _Engine(captured, self._module, input_requires_grad, self._runtime.profile,
                              self._runtime.compute_optimizer, self._runtime.mem_efficient_grad_mgmt, self._zero3,
-                             self._runtime.num_threads)
+                             self._runtime.num_threads, self._runtime.memory_opt_level)
         except _C.Error as err:
             kind = "FALLBACK_UNSUPPORTED_ONNX_MODEL" if isinstance(err, _C.UnsupportedOp) else "FALLBACK_BAD_INITIALIZATION"
             raise _BuildFailed(f"{type(err).__name__}: {err}", kind) from err
         if self._debug.save_onnx:
             self._save_graphs(engine)
         self._engines.setdefault(self._schema_key(args, kwargs), []).append(engine)
-        self._log_startup(captured, autocast, captured_at - start, time.perf_counter() - captured_at, from_cache)
+        self._log_startup(engine, autocast, captured_at - start, time.perf_counter() - captured_at, from_cache)
         return engine
 
-    def _log_startup(self, captured, autocast: torch.dtype | None, capture_s: float, build_s: float,
+    def _log_startup(self, engine: _Engine, autocast: torch.dtype | None, capture_s: float, build_s: float,
                      from_cache: bool) -> None:
         """At INFO: what was captured, what is on, and what it cost. Quiet on ranks other than 0."""
+        captured = engine.captured
         if torch.distributed.is_available() and torch.distributed.is_initialized() and torch.distributed.get_rank() != 0:
             return
         rows = [("model", type(self._module).__name__),
@@ -509,6 +521,7 @@ class RTModule(torch.nn.Module):
                 ("mixed precision", f"{autocast} as torch.autocast runs it" if autocast else "off (f32)"),
                 ("memory planning, in-place reuse, views, constant folding", "on"),
                 ("compute optimizer (fusions, saved-set choice)", "on" if self._runtime.compute_optimizer else "off"),
+                ("memory optimizer", _describe_memory(engine, self._runtime.memory_opt_level)),
                 ("fallback policy", self._runtime.fallback_policy.name or str(self._runtime.fallback_policy)),
                 ("save ONNX", self._debug.save_path if self._debug.save_onnx else "off"),
                 ("capture (torch.export + translation)",

@@ -17,7 +17,7 @@ the range export assumed).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import onnx
@@ -53,6 +53,9 @@ class CapturedGraph:
     # ONNX node name -> checkpoint region: nodes of torch.utils.checkpoint blocks, whose outputs the
     # engine recomputes in the backward (capture/checkpoint_regions.py); empty without checkpointing.
     recompute_regions: dict[str, int]
+    # ONNX node name -> repeated layer (transformer block): where the memory levels recompute
+    # (capture/layers.py, src/trainrt/plan/layer_recompute.h).
+    layers: dict[str, int] = field(default_factory=dict)
 
     @property
     def dynamic(self) -> bool:
@@ -132,6 +135,7 @@ def capture(module: torch.nn.Module, args: tuple, kwargs: dict | None = None,
         input_dims=input_dims,
         dim_ranges=_dim_ranges(ep),
         recompute_regions=translation.recompute_regions,
+        layers=translation.layers,
     )
 
 

@@ -30,6 +30,7 @@ from trainrt.capture.autocast import Autocast, dtypes_of
 from trainrt.capture.checkpoint_regions import RECOMPUTE_KEY
 from trainrt.capture.context import OpContext, TensorValue, bind_args, op_name, source_line
 from trainrt.capture.errors import CaptureError, UnsupportedATenOp, unsupported_ops
+from trainrt.capture.layers import repeated_layers
 from trainrt.capture.onnx_builder import GraphBuilder
 from trainrt.capture.symbolic import SymbolTable
 
@@ -63,6 +64,7 @@ class Translation:
     differentiable_outputs: list[bool]
     buffer_mutations: list[tuple[str, str]]
     recompute_regions: dict[str, int]  # ONNX node name -> checkpoint region (checkpoint_regions.py)
+    layers: dict[str, int]  # ONNX node name -> repeated layer (layers.py), for the memory levels
 
 
 def translate(ep: ExportedProgram, user_input_order: list[str], batch_name: str | None, graph_name: str,
@@ -83,6 +85,8 @@ class _Translator:
         self.autocast = Autocast(self.b, autocast) if autocast is not None else None
         self.unsupported: list[UnsupportedATenOp] = []
         self.recompute_regions: dict[str, int] = {}
+        self.layers: dict[str, int] = {}
+        self.layer_of = repeated_layers(ep.graph.nodes)
 
     def run(self, user_input_order: list[str], batch_name: str | None) -> Translation:
         params, buffers = self._inputs(user_input_order, batch_name)
@@ -95,7 +99,7 @@ class _Translator:
             raise unsupported_ops(self.unsupported)
         mutations, outputs, differentiable = self._outputs()
         return Translation(self.b.to_model(self.graph_name), params, buffers, list(user_input_order), outputs,
-                           differentiable, mutations, self.recompute_regions)
+                           differentiable, mutations, self.recompute_regions, self.layers)
 
     def _inputs(self, user_input_order: list[str], batch_name: str | None):
         """Declares graph inputs and initializers for the placeholders; returns (params, buffers)."""
@@ -136,12 +140,15 @@ class _Translator:
 
     def _call_or_record(self, node: torch.fx.Node) -> None:
         """Translates one node; an unsupported op is recorded and its value marked untranslated. The
-        ONNX nodes of an FX node inside a checkpointed block join its recompute region."""
+        ONNX nodes of an FX node inside a checkpointed block join its recompute region, and those
+        inside a repeated layer its layer."""
         start = self.b.num_nodes
         try:
             self._call(node)
             if (region := (node.meta.get("custom") or {}).get(RECOMPUTE_KEY)) is not None:
                 self.recompute_regions.update(dict.fromkeys(self.b.node_names(start), int(region)))
+            if (layer := self.layer_of.get(node)) is not None:
+                self.layers.update(dict.fromkeys(self.b.node_names(start), layer))
         except UnsupportedATenOp as err:
             self.unsupported.append(err)
             self.env[node] = _UNTRANSLATED

@@ -22,15 +22,16 @@ bool is_random(const Node& n) {
 class RegionRecompute {
  public:
   RegionRecompute(Graph& joint, const std::unordered_set<const Node*>& forward,
-                  const std::unordered_set<std::string>& graph_outputs, std::unordered_set<const Node*> members)
-      : joint_(joint), forward_(forward), graph_outputs_(graph_outputs), members_(std::move(members)) {}
+                  const std::unordered_set<std::string>& graph_outputs, std::unordered_set<const Node*> members,
+                  const std::set<std::string>& kept)
+      : joint_(joint), forward_(forward), graph_outputs_(graph_outputs), members_(std::move(members)), kept_(kept) {}
 
   // Rewires every backward reader of a value made inside the region to a copy; returns the copies.
   std::vector<Node*> run() {
     std::vector<Use> readers;
     for (const Node* m : members_)
       for (Value* y : m->outputs())
-        if (y && !is_region_output(y))
+        if (y && !kept_.count(m->name()) && !is_region_output(y))
           for (const Use& u : y->uses)
             if (!forward_.count(u.node)) readers.push_back(u);
     for (const Use& u : readers) u.node->replace_input(u.input_index, copy_of(u.node->input(u.input_index)));
@@ -49,7 +50,9 @@ class RegionRecompute {
   // The backward's stand-in for `v`: v itself when made outside the region (or a region output),
   // else the matching output of a copy of its producer.
   Value* copy_of(Value* v) {
-    if (!v || !v->producer || !members_.count(v->producer) || is_region_output(v)) return v;
+    if (!v || !v->producer || !members_.count(v->producer) || kept_.count(v->producer->name()) ||
+        is_region_output(v))
+      return v;
     if (auto it = copied_.find(v); it != copied_.end()) return it->second;
     const Node& n = *v->producer;
     std::vector<Value*> inputs;
@@ -84,6 +87,7 @@ class RegionRecompute {
   const std::unordered_set<const Node*>& forward_;
   const std::unordered_set<std::string>& graph_outputs_;
   const std::unordered_set<const Node*> members_;
+  const std::set<std::string>& kept_;
   std::unordered_map<const Value*, Value*> copied_;
   std::vector<Node*> copies_;
 };
@@ -91,7 +95,7 @@ class RegionRecompute {
 }  // namespace
 
 int recompute_checkpoint_regions(Graph& joint, const GradientResult& gradients,
-                                 const std::map<std::string, int>& regions) {
+                                 const std::map<std::string, int>& regions, const std::set<std::string>& kept) {
   if (regions.empty()) return 0;
   const std::unordered_set<const Node*> forward(gradients.forward_nodes.begin(), gradients.forward_nodes.end());
   const std::unordered_set<std::string> graph_outputs(gradients.forward_outputs.begin(),
@@ -101,7 +105,7 @@ int recompute_checkpoint_regions(Graph& joint, const GradientResult& gradients,
     if (auto it = regions.find(n->name()); it != regions.end() && !is_random(*n)) members[it->second].insert(n);
   int copied = 0;
   for (auto& [region, nodes] : members)
-    copied += static_cast<int>(RegionRecompute(joint, forward, graph_outputs, std::move(nodes)).run().size());
+    copied += static_cast<int>(RegionRecompute(joint, forward, graph_outputs, std::move(nodes), kept).run().size());
   return copied;
 }
 

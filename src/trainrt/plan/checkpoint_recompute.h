@@ -20,6 +20,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 
 #include "trainrt/autodiff/gradient_builder.h"
@@ -27,8 +28,12 @@
 
 namespace trainrt {
 
-// `regions`: forward node name -> region id. Returns how many nodes were copied into the backward.
+// `regions`: forward node name -> region id. `kept`: region nodes whose outputs are saved rather than
+// recomputed (memory level 1 keeps the products': layer_recompute.h); they stay members, so that
+// reading a value made in the region does not make it a region output. Returns how many nodes were
+// copied into the backward.
 int recompute_checkpoint_regions(Graph& joint, const GradientResult& gradients,
-                                 const std::map<std::string, int>& regions);
+                                 const std::map<std::string, int>& regions,
+                                 const std::set<std::string>& kept = {});
 
 }  // namespace trainrt

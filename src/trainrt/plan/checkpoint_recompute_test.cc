@@ -54,13 +54,14 @@ TEST(CheckpointRecompute, ARegionsInsideIsRecomputedAndOnlyItsInputsAndOutputsAr
   ModulePrograms plain(three_layers(), {"loss"}, wrt);
   // Region 1 = the second layer: its input h1 and output h2 stay saved, a2 = h1 @ w2 inside it
   // is not saved, and the nodes making it run again in the backward.
-  ModulePrograms checkpointed(three_layers(), {"loss"}, wrt, false, true, {{"mm2", 1}, {"tanh2", 1}});
+  ModulePrograms checkpointed(three_layers(), {"loss"}, wrt, false, true,
+                              {.checkpoint_regions = {{"mm2", 1}, {"tanh2", 1}}});
   EXPECT_EQ(saved_values(plain), (std::vector<std::string>{"h1", "h2"}));
   EXPECT_EQ(saved_values(checkpointed), (std::vector<std::string>{"h1", "h2"}));  // h2 leaves the region
   EXPECT_EQ(recomputes(checkpointed), 0);  // nothing inside the region is read by the backward but h2
   // Regions 1 and 2 = both Tanh layers in one region: h1 is inside now and is recomputed from x.
   ModulePrograms both(three_layers(), {"loss"}, wrt, false, true,
-                      {{"mm1", 1}, {"tanh1", 1}, {"mm2", 1}, {"tanh2", 1}});
+                      {.checkpoint_regions = {{"mm1", 1}, {"tanh1", 1}, {"mm2", 1}, {"tanh2", 1}}});
   EXPECT_EQ(saved_values(both), (std::vector<std::string>{"h2"}));
   EXPECT_EQ(recomputes(both), 2);  // mm1 and tanh1
   for (ModulePrograms* p : {&plain, &checkpointed, &both}) EXPECT_EQ(p->unreached().size(), 0u);
@@ -93,7 +94,7 @@ TEST(CheckpointRecompute, RandomNodesInsideARegionAreSavedNotRunAgain) {
                            {"d", "mask"}, kOnnxDomain, "drop");
   Value* t = g->add_node("Tanh", {drop->output(0)}, {"t"}, kOnnxDomain, "tanh")->output(0);
   g->add_output(g->add_node("ReduceSum", {t}, {"loss"}, kOnnxDomain, "sum")->output(0));
-  ModulePrograms p(g, {"loss"}, {"w"}, false, true, {{"mm", 1}, {"drop", 1}, {"tanh", 1}});
+  ModulePrograms p(g, {"loss"}, {"w"}, false, true, {.checkpoint_regions = {{"mm", 1}, {"drop", 1}, {"tanh", 1}}});
   const auto nodes = p.backward_graph().nodes();
   EXPECT_FALSE(std::any_of(nodes.begin(), nodes.end(), [](const Node* n) { return n->op_type() == "Dropout"; }));
 }

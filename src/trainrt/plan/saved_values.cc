@@ -11,8 +11,9 @@ namespace {
 
 class SavedValueChooser {
  public:
-  SavedValueChooser(Graph& joint, GradientResult& gradients, const std::map<std::string, int>& recompute_regions)
-      : joint_(joint), gradients_(gradients), recompute_regions_(recompute_regions),
+  SavedValueChooser(Graph& joint, GradientResult& gradients, const std::map<std::string, int>& recompute_regions,
+                    const std::set<std::string>& kept)
+      : joint_(joint), gradients_(gradients), recompute_regions_(recompute_regions), kept_(kept),
         forward_(gradients.forward_nodes.begin(), gradients.forward_nodes.end()),
         grad_inputs_(gradients.output_grad_inputs.begin(), gradients.output_grad_inputs.end()) {}
 
@@ -22,7 +23,7 @@ class SavedValueChooser {
       if ((n->op_type() == "Shape" || n->op_type() == "Size") && is_forward_value(n->input(0))) move_to_forward(n);
     }
     // Rule 0 after rule 1: a Shape of a checkpointed value then reads it in the forward, not the backward.
-    made_.checkpoint_recomputed = recompute_checkpoint_regions(joint_, gradients_, recompute_regions_);
+    made_.checkpoint_recomputed = recompute_checkpoint_regions(joint_, gradients_, recompute_regions_, kept_);
     std::vector<Node*> log_softmaxes;  // collected first: keep_log_prob removes nodes
     for (Node* n : joint_.nodes())
       if (!forward_.count(n) && n->domain() == kOnnxDomain && n->op_type() == "LogSoftmax") log_softmaxes.push_back(n);
@@ -346,6 +347,7 @@ class SavedValueChooser {
   Graph& joint_;
   GradientResult& gradients_;
   const std::map<std::string, int>& recompute_regions_;
+  const std::set<std::string>& kept_;
   std::unordered_set<const Node*> forward_;
   std::unordered_set<std::string> grad_inputs_;
   SavedValueChoices made_;
@@ -354,8 +356,9 @@ class SavedValueChooser {
 }  // namespace
 
 SavedValueChoices choose_saved_values(Graph& joint, GradientResult& gradients,
-                                      const std::map<std::string, int>& recompute_regions) {
-  return SavedValueChooser(joint, gradients, recompute_regions).choose();
+                                      const std::map<std::string, int>& recompute_regions,
+                                      const std::set<std::string>& kept) {
+  return SavedValueChooser(joint, gradients, recompute_regions, kept).choose();
 }
 
 }  // namespace trainrt

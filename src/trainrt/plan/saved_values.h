@@ -3,7 +3,8 @@
 //
 // The saved set is every forward value the backward reads. Local rewrites make it smaller or
 // cheaper to produce, and never larger:
-//   0. Checkpointed regions (torch.utils.checkpoint at capture): the values made inside one are
+//   0. Checkpointed regions (torch.utils.checkpoint at capture, and the transformer layers that
+//      TRAINRT_MEMORY_OPT_LEVEL 1 or 2 asks for: layer_recompute.h): the values made inside one are
 //      recomputed in the backward from the region's inputs (checkpoint_recompute.h); run after
 //      rule 1, so that a Shape of such a value stays a forward read of its dims.
 //   1. Shape and Size nodes of the backward that read a forward value move to the forward. The
@@ -43,6 +44,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 
 #include "trainrt/autodiff/gradient_builder.h"
@@ -59,8 +61,10 @@ struct SavedValueChoices {
   int checkpoint_recomputed = 0;    // forward nodes of checkpointed regions copied into the backward
 };
 
-// `recompute_regions`: forward node name -> checkpoint region (rule 0); empty without checkpointing.
+// `recompute_regions`: forward node name -> region (rule 0: checkpointed blocks, and the layers a memory
+// level picks, layer_recompute.h); `kept`: region nodes whose outputs are saved. Empty: no rule 0.
 SavedValueChoices choose_saved_values(Graph& joint, GradientResult& gradients,
-                                      const std::map<std::string, int>& recompute_regions = {});
+                                      const std::map<std::string, int>& recompute_regions = {},
+                                      const std::set<std::string>& kept = {});
 
 }  // namespace trainrt

@@ -35,7 +35,7 @@ const PassPipeline& forward_passes() {
 
 ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::string> grad_outputs,
                                std::vector<std::string> wrt, bool profile, bool optimize,
-                               const std::map<std::string, int>& recompute_regions)
+                               const MemoryRequest& memory)
     : graph_(std::move(graph)), grad_outputs_(std::move(grad_outputs)), wrt_(std::move(wrt)) {
   std::vector<const Node*> nodes;
   for (const Node* n : graph_->topological_order()) nodes.push_back(n);
@@ -47,10 +47,12 @@ ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::st
   GradientResult result = build_gradients(*joint_, {.outputs_with_grad = grad_outputs_, .wrt = wrt_});
   output_grad_inputs_ = result.output_grad_inputs;
   unreached_ = result.unreached;
+  const RecomputeRequest recompute = layer_recompute(memory, result.forward_nodes);
+  layers_recomputed_ = recompute.layers_recomputed;
   if (optimize) {
-    choose_saved_values(*joint_, result, recompute_regions);
+    nodes_recomputed_ = choose_saved_values(*joint_, result, recompute.regions, recompute.kept).checkpoint_recomputed;
   } else {
-    recompute_checkpoint_regions(*joint_, result, recompute_regions);
+    nodes_recomputed_ = recompute_checkpoint_regions(*joint_, result, recompute.regions, recompute.kept);
   }
   programs_ = partition_joint_graph(*joint_, result);
   // Backward outputs come in grad_of order (sorted by name); map each wrt entry to its position.

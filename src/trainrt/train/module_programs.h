@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "trainrt/ir/graph.h"
+#include "trainrt/plan/layer_recompute.h"
 #include "trainrt/plan/partition.h"
 #include "trainrt/runtime/session.h"
 
@@ -65,10 +66,11 @@ class ModulePrograms {
   // `profile`: record per-node timings of the forward and backward programs (profiler()).
   // `optimize`: the graph rewrites (fusion passes, the saved-set choice); off, the captured graph
   // is differentiated and partitioned as it is (ORTModule's compute optimizer switch), but for
-  // `recompute_regions`: forward node name -> checkpoint region, whose values the backward
-  // recomputes (plan/checkpoint_recompute.h), a memory request honoured either way.
+  // `memory`: what the backward recomputes instead of saving, honoured either way: checkpointed
+  // regions (plan/checkpoint_recompute.h) and the memory level over repeated layers
+  // (plan/layer_recompute.h).
   ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::string> grad_outputs, std::vector<std::string> wrt,
-                 bool profile = false, bool optimize = true, const std::map<std::string, int>& recompute_regions = {});
+                 bool profile = false, bool optimize = true, const MemoryRequest& memory = {});
 
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs, ForwardState& state, uint64_t seed);
   // `output_grads` has one tensor per grad_outputs entry (undefined = zeros). Returns one tensor
@@ -82,6 +84,9 @@ class ModulePrograms {
   std::vector<Tensor> infer(const std::vector<Tensor>& inputs, uint64_t seed);
 
   const std::vector<std::string>& unreached() const { return unreached_; }
+  // What the memory request made: layers recomputed, forward nodes copied into the backward.
+  int layers_recomputed() const { return layers_recomputed_; }
+  int nodes_recomputed() const { return nodes_recomputed_; }
   size_t num_wrt() const { return wrt_.size(); }
   // The forward inputs (indices) the backward reads in place (W in dX = dY W^T): a caller checks
   // they were not written in place between forward() and backward().
@@ -109,6 +114,7 @@ class ModulePrograms {
   Session& backward_session(const GradientConsumers& consumers);
 
   std::vector<std::string> unreached_;
+  int layers_recomputed_ = 0, nodes_recomputed_ = 0;
   std::set<std::string> donated_;  // backward inputs that are saved values: written over in place
   std::vector<size_t> inputs_read_;       // forward inputs that are backward inputs
   std::vector<bool> output_is_read_;      // per model output: a backward input itself
