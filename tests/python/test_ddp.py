@@ -121,3 +121,20 @@ def test_ddp_all_reduce_starts_inside_the_engine_backward():
     is still running: the comm hook fires from inside RTModule's backward."""
     (_, inside), _ = run_on_ranks(_ddp_rank, "sgd", 1)
     assert any(inside) and len(inside) > 1, inside
+
+
+def _step_in_backward_refusal(rank, world_size):
+    model = trainrt.RTModule(TiedLM())
+    try:
+        trainrt.optim.FusedAdam(model.parameters(), lr=1e-2, step_in_backward=True)
+    except ValueError as err:
+        return str(err)
+    return None
+
+
+@pytest.mark.slow
+def test_step_in_backward_is_refused_under_ddp_naming_the_alternative():
+    """It would step each parameter before its gradient's all-reduce; the message says what to use."""
+    for message in run_on_ranks(_step_in_backward_refusal):
+        assert message is not None and "world size above 1" in message
+        assert "without it" in message and "overlaps the backward" in message

@@ -145,7 +145,10 @@ class FusedOptimizer(torch.optim.Optimizer):
         if step_in_backward and torch.distributed.is_available() and torch.distributed.is_initialized() \
                 and torch.distributed.get_world_size() > 1:
             raise ValueError(f"{type(self).__name__}(step_in_backward=True) steps each parameter before any "
-                             "gradient all-reduce (DDP, DeepSpeed) could run: not with a world size above 1")
+                             "gradient all-reduce (DDP, DeepSpeed) could run: not with a world size above 1. Use "
+                             f"{type(self).__name__}(...) without it: under torch.distributed each gradient already "
+                             "leaves the engine as soon as it is final, so the all-reduce overlaps the backward "
+                             "(TRAINRT_ENABLE_MEM_EFFICIENT_GRAD_MGMT)")
         self.step_in_backward = step_in_backward
         self._where = None     # id(param) -> (group index, index in the group), built on use
         super().__init__(params, defaults)
