@@ -36,6 +36,12 @@ come: torch.distributed is initialized (DDP, DeepSpeed, FSDP), or a parameter ha
 post-accumulate-grad hook (an optimizer in backward); otherwise AccumulateGrad runs right after the
 engine's backward anyway. Not under create_graph (double backward).
 
+Under DistributedDataParallel(find_unused_parameters=True) (transformers' Trainer's default for a
+PreTrainedModel) nothing is handed over: DDP looks for the parameters in the autograd graph at the
+forward, finds the detached ones unused and marks them ready itself, so a gradient handed over would
+mark one twice. Gradients then come at the end of the engine's backward; pass
+find_unused_parameters=False (TrainingArguments(ddp_find_unused_parameters=False)) to overlap.
+
 What differs from eager while it is on: torch.autograd.grad(loss, params) raises torch's error for
 parameters not used in the graph (DDP does not support autograd.grad either), backward(inputs=
 [param]) leaves a handed-over parameter's grad None (autograd sees no path to it), and a parameter also
@@ -64,6 +70,13 @@ def _watched(params) -> bool:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return True
     return any(step_in_backward.awaits_gradient(p) for p in params)
+
+
+def _ddp_finds_unused_parameters() -> bool:
+    """Whether this engine call runs inside the forward of a DDP that searches for unused parameters."""
+    ddp_class = torch.nn.parallel.DistributedDataParallel
+    ddp = ddp_class._get_active_ddp_module() if hasattr(ddp_class, "_get_active_ddp_module") else None
+    return bool(ddp is not None and getattr(ddp, "find_unused_parameters", False))
 
 
 def _stepped_in_engine(p: torch.Tensor) -> bool:
@@ -96,6 +109,13 @@ class GradientHandoff:
                   and not _stepped_in_engine(module_tensors[i])]
         params = [module_tensors[i] for _, i in chosen]
         if not params or (mode is None and not _watched(params)):
+            return None
+        if _ddp_finds_unused_parameters():
+            if mode:
+                raise RuntimeError("trainrt: TRAINRT_ENABLE_MEM_EFFICIENT_GRAD_MGMT=1 under DistributedDataParallel("
+                                   "find_unused_parameters=True): DDP would find the handed-over parameters unused "
+                                   "and mark them ready twice. Pass find_unused_parameters=False (transformers: "
+                                   "ddp_find_unused_parameters=False), or leave the option unset")
             return None
         return cls([w for w, _ in chosen], [i for _, i in chosen], params)
 

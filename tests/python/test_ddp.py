@@ -73,14 +73,15 @@ def _in_engine_backward() -> bool:
     return False
 
 
-def _ddp_rank(rank, world_size, kind, accumulate):
+def _ddp_rank(rank, world_size, kind, accumulate, find_unused=False):
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
     import trainrt.gradient_handoff
 
     trainrt.gradient_handoff.GROUP_BYTES = 0  # each gradient on its own: several buckets in this small model
     torch.manual_seed(0)
-    model = torch.nn.parallel.DistributedDataParallel(trainrt.RTModule(TiedLM()), bucket_cap_mb=0.01)
+    model = torch.nn.parallel.DistributedDataParallel(trainrt.RTModule(TiedLM()), bucket_cap_mb=0.01,
+                                                      find_unused_parameters=find_unused)
     inside = []
 
     def record(state, bucket):
@@ -104,10 +105,13 @@ def _ddp_rank(rank, world_size, kind, accumulate):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind, accumulate", [("adamw", 1), ("fused_adam", 1), ("sgd", 2)])
-def test_ddp_of_rtmodule_matches_one_eager_process(kind, accumulate):
+@pytest.mark.parametrize("kind, accumulate, find_unused", [("adamw", 1, False), ("fused_adam", 1, False),
+                                                           ("sgd", 2, False), ("adamw", 1, True)])
+def test_ddp_of_rtmodule_matches_one_eager_process(kind, accumulate, find_unused):
+    """find_unused_parameters=True (gradients then come at the end of the engine's backward:
+    gradient_handoff.py says why) trains the same."""
     expected = _eager_reference(kind, accumulate)
-    results = run_on_ranks(_ddp_rank, kind, accumulate)
+    results = run_on_ranks(_ddp_rank, kind, accumulate, find_unused)
     for params, _ in results:
         for p, e in zip(params, expected):
             torch.testing.assert_close(p, e, rtol=1e-4, atol=1e-6)
