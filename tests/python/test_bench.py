@@ -151,3 +151,16 @@ def test_step_in_backward_bench_times_every_variant_and_keeps_no_gradients_in_th
     assert eager["optimizer_ms"] == eager["median_ms"] - r["eager forward + backward only"]["median_ms"]
     assert "optimizer_ms" not in r["eager forward + backward only"]
     assert "| optimizer ms | optimizer GB/s (28 B/param) |" in step_in_backward.markdown(f)
+
+
+@pytest.mark.slow
+def test_largest_batch_bench_runs_on_a_tiny_budget(monkeypatch, capsys):
+    """python -m trainrt.bench.largest_batch, one layer, short sequences: a row per mode."""
+    monkeypatch.setenv("TRAINRT_FALLBACK_POLICY", "FALLBACK_DISABLE")
+    from trainrt.bench import largest_batch
+
+    rows = largest_batch.main(["--layers", "1", "--seq", "8", "--max-batch", "2", "--steps", "1",
+                               "--modes", "eager,rtmodule-2", "--budget-gib", "8"])
+    assert [r["mode"] for r in rows] == ["eager", "rtmodule-2"]
+    assert all(r["fitted"] is not None and r["fitted"][0] == 2 for r in rows)
+    assert "| rtmodule-2 | 2 |" in capsys.readouterr().out
