@@ -415,9 +415,33 @@ class PlanBuilder {
       home.view_of = slot_of_buffer[static_cast<size_t>(root)];
       plan_->stats.num_over_inputs++;
     }
+    place_input_releases(buffers, buffer_of_slot, num_steps);
     plan_->stats.arena_bytes = mem.arena_bytes;
     plan_->stats.live_lower_bound = live_bytes_lower_bound(buffers);
     plan_->stats.num_steps = num_steps;
+  }
+
+  // After which step each donated input's bytes are free: the latest last step of the buffers
+  // written in place over them (a chain of aliases rooted at the input's buffer), reads of views
+  // included. An input no step touches is released before the first step.
+  void place_input_releases(const std::vector<BufferSpec>& buffers, const std::unordered_map<int, int>& buffer_of_slot,
+                            int num_steps) {
+    std::unordered_map<int, int> until;  // root buffer -> last step touching its bytes
+    for (size_t b = 0; b < buffers.size(); ++b) {
+      size_t root = b;
+      while (buffers[root].alias_of != kNoAlias) root = static_cast<size_t>(buffers[root].alias_of);
+      int& last = until.try_emplace(static_cast<int>(root), -1).first->second;
+      last = std::max(last, buffers[b].last_step);
+    }
+    for (size_t i = 0; i < plan_->input_slots.size(); ++i) {
+      const int slot = plan_->input_slots[i];
+      if (!is_donated(slot)) continue;
+      auto b = buffer_of_slot.find(slot);
+      const int last = b == buffer_of_slot.end() ? -1 : until.at(b->second);
+      if (last < num_steps) plan_->input_releases.emplace_back(last, i);
+    }
+    std::stable_sort(plan_->input_releases.begin(), plan_->input_releases.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
   }
 
   // The slot whose memory `slot` shows: itself, or the end of its chain of views.

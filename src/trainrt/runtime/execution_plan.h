@@ -19,7 +19,9 @@
 //      (ExecutionPlan::consume_points), and live until then; one consumed in row blocks
 //      (PlanOptions::consume_row_block_bytes) takes one block's bytes in the arena. A kept one
 //      (ConsumedOutput::keep) is a graph output in fresh storage instead, handed over at that
-//      point for the consumer to keep (a gradient given to torch as soon as it is final).
+//      point for the consumer to keep (a gradient given to torch as soon as it is final);
+//   7. each donated input's release point: the step after which nothing touches its bytes
+//      (ExecutionPlan::input_releases).
 // Executing the plan (executor.h) then allocates nothing for planned intermediates.
 #pragma once
 
@@ -105,6 +107,11 @@ struct ExecutionPlan {
   std::vector<ConsumePoint> consume_points;  // by after_step, then output index
   std::vector<bool> output_consumed;         // per graph output: handed over during the run
   std::vector<bool> output_kept;             // per graph output: consumed, and the consumer keeps it
+  // (after step, graph input index), by step: when a donated input's bytes are no longer touched
+  // (its last reader and every value written in place over it done; -1: no step touches them).
+  // Session::run_releasing lets go of such an input there, as eager autograd frees a saved tensor
+  // after its last use.
+  std::vector<std::pair<int, size_t>> input_releases;
   std::deque<Tensor> folded;      // storage of values folded at plan time (stable addresses)
   PlanStats stats;
 };

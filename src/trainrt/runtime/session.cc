@@ -235,6 +235,16 @@ void Session::run_step_in_blocks(PlanStep& step, int index, ExecutionPlan& plan,
 }
 
 std::vector<Tensor> Session::run(const std::vector<Tensor>& inputs, OutputConsumer* consumer) {
+  return run_impl(inputs, consumer, nullptr);
+}
+
+std::vector<Tensor> Session::run_releasing(std::vector<Tensor>& inputs, OutputConsumer* consumer) {
+  return run_impl(inputs, consumer, &inputs);
+}
+
+// `releasing`: the caller's input vector, whose donated entries are reset at their release points.
+std::vector<Tensor> Session::run_impl(const std::vector<Tensor>& inputs, OutputConsumer* consumer,
+                                      std::vector<Tensor>* releasing) {
   if (!options_.consumed_outputs.empty() && !consumer)
     throw InvalidModel(fmt("graph '", graph_->name, "': ", options_.consumed_outputs.size(), " outputs (the first '",
                            options_.consumed_outputs.front().output,
@@ -258,7 +268,14 @@ std::vector<Tensor> Session::run(const std::vector<Tensor>& inputs, OutputConsum
       if (plan.consume_points[c].block_rows > 0) return &plan.consume_points[c];
     return nullptr;
   };
+  size_t released = 0;
+  auto release_through = [&](int step) {
+    if (!releasing) return;
+    for (; released < plan.input_releases.size() && plan.input_releases[released].first <= step; ++released)
+      (*releasing)[plan.input_releases[released].second] = Tensor();
+  };
   consume_through(-1);
+  release_through(-1);
   for (size_t i = 0; i < plan.steps.size(); ++i) {
     try {
       if (const ConsumePoint* point = blocked_at(static_cast<int>(i)))
@@ -271,6 +288,7 @@ std::vector<Tensor> Session::run(const std::vector<Tensor>& inputs, OutputConsum
       throw InternalError(fmt(plan.steps[i].node->describe(), ": ", e.what()));
     }
     consume_through(static_cast<int>(i));
+    release_through(static_cast<int>(i));
   }
   peak_dynamic_bytes_ = std::max(peak_dynamic_bytes_, dynamic_bytes_);
   ++run_counter_;

@@ -75,6 +75,10 @@ class Session {
   // empty tensor for each consumed output, which `consumer` got during the run (required when
   // SessionOptions::consumed_outputs is not empty).
   std::vector<Tensor> run(const std::vector<Tensor>& inputs, OutputConsumer* consumer = nullptr);
+  // run(), and the donated inputs (SessionOptions::donated_inputs) are let go of, their entries of
+  // `inputs` reset, right after the last step that touches their bytes: a backward frees each
+  // saved value once its last reader has run (ExecutionPlan::input_releases).
+  std::vector<Tensor> run_releasing(std::vector<Tensor>& inputs, OutputConsumer* consumer = nullptr);
   // Rebinds a mutable initializer to new data of the same dtype and dims (zero-copy).
   void set_initializer(const std::string& name, const Tensor& data);
   void set_seed(uint64_t seed) { options_.seed = seed; run_counter_ = 0; }
@@ -89,6 +93,8 @@ class Session {
   const Arena& arena() const { return *arena_; }
 
  private:
+  std::vector<Tensor> run_impl(const std::vector<Tensor>& inputs, OutputConsumer* consumer,
+                               std::vector<Tensor>* releasing);
   ExecutionPlan& plan_for(const std::vector<Tensor>& inputs, const OutputConsumer* consumer);
   void bind(ExecutionPlan& plan, const std::vector<Tensor>& inputs);
   void run_step(PlanStep& step, int index, ExecutionPlan& plan, int64_t row_begin = 0, int64_t row_end = -1);

@@ -200,7 +200,8 @@ std::vector<Tensor> ModulePrograms::backward(ForwardState& state, const std::vec
   }
   WrtConsumer wrt_consumer(consumers.consumer, wrt_of_output_);
   last_backward_ = &session;
-  std::vector<Tensor> grads = session.run(inputs, consumers.empty() ? nullptr : &wrt_consumer);
+  // The saved values go as their last readers run (donated: written over or read for the last time).
+  std::vector<Tensor> grads = session.run_releasing(inputs, consumers.empty() ? nullptr : &wrt_consumer);
   std::vector<Tensor> out;
   for (size_t pos : grad_position_) out.push_back(std::move(grads[pos]));
   return out;

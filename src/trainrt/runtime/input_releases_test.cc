@@ -1,0 +1,59 @@
+// Session::run_releasing: a donated input is let go of right after the last step that touches its
+// bytes (ExecutionPlan::input_releases), as eager autograd frees a saved tensor after its last use;
+// other inputs, and plain run(), keep theirs.
+#include <gtest/gtest.h>
+
+#include "trainrt/core/testing.h"
+#include "trainrt/runtime/session.h"
+
+namespace trainrt {
+namespace {
+
+using testing::expect_close;
+using testing::random_tensor;
+
+// Looks at the caller's inputs whenever an output is handed over mid-run.
+struct Watch : OutputConsumer {
+  const std::vector<Tensor>* inputs = nullptr;
+  std::vector<bool> x_held;  // per consume: whether input 0 was still held
+  void consume(size_t, const Tensor&) override { x_held.push_back((*inputs)[0].defined()); }
+};
+
+// s0: t = MatMul(x, w)   s1: g = Neg(t), consumed. x (donated) is read at s0 only: released after
+// s0, so gone when g is handed over after s1; w is not donated and stays.
+std::shared_ptr<Graph> matmul_then_neg() {
+  auto g = std::make_shared<Graph>();
+  g->set_opset("", 18);
+  Value* x = g->add_input("x", DType::kF32, Shape({2, 3}));
+  Value* w = g->add_input("w", DType::kF32, Shape({3, 4}));
+  Value* t = g->add_node("MatMul", {x, w}, {"t"})->output(0);
+  g->add_output(g->add_node("Neg", {t}, {"g"})->output(0));
+  g->add_output(g->add_node("Relu", {t}, {"r"})->output(0));
+  return g;
+}
+
+TEST(InputReleases, ADonatedInputGoesAfterItsLastReaderAndOthersStay) {
+  SessionOptions options;
+  options.donated_inputs = {"x"};
+  options.consumed_outputs = {{"g", ""}};
+  Session session(matmul_then_neg(), options);
+  Tensor xv = random_tensor({2, 3}, 1), wv = random_tensor({3, 4}, 2);
+  std::vector<Tensor> expected = Session(matmul_then_neg()).run({xv.clone(), wv});
+  std::vector<Tensor> inputs = {xv.clone(), wv};
+  Watch watch;
+  watch.inputs = &inputs;
+  std::vector<Tensor> out = session.run_releasing(inputs, &watch);
+  EXPECT_EQ(watch.x_held, std::vector<bool>{false});  // released after MatMul, before g came
+  EXPECT_FALSE(inputs[0].defined());
+  EXPECT_TRUE(inputs[1].defined());
+  expect_close(out[1], expected[1]);
+
+  std::vector<Tensor> kept = {xv.clone(), wv};
+  watch.inputs = &kept;
+  session.run(kept, &watch);  // run() releases nothing
+  EXPECT_TRUE(kept[0].defined());
+  EXPECT_EQ(watch.x_held.back(), true);
+}
+
+}  // namespace
+}  // namespace trainrt
