@@ -219,6 +219,7 @@ void bind_module_programs(nb::module_& m) {
       .def("memory_stats", [](const ModulePrograms& p) {
         nb::dict d;
         d["forward"] = memory(p.forward_memory());
+        d["forward"]["saved_bytes"] = p.saved_bytes();  // what its last forward saved for the backward
         d["backward"] = memory(p.backward_memory());
         return d;
       });

@@ -58,7 +58,7 @@ def test_resnet_saves_less_than_the_plain_partition_and_results_stay_the_same(mo
         loss.backward()
         assert model._fallback_reason is None
         programs = model.engines[0].programs
-        saved[flag] = programs.memory_stats()["forward"]["output_bytes"]
+        saved[flag] = programs.memory_stats()["forward"]["saved_bytes"]
         backward = onnx.load_from_string(programs.backward_graph_onnx())
         ops[flag] = [n.op_type for n in backward.graph.node]
         results[flag] = {n: p.grad.clone() for n, p in model.named_parameters()}
@@ -92,7 +92,7 @@ def test_resnet_under_bf16_autocast_saves_the_bf16_conv_outputs_not_their_f32_ca
         loss = model(images, labels)
         loss.backward()
         assert model._fallback_reason is None
-        saved[flag] = model.engines[0].programs.memory_stats()["forward"]["output_bytes"]
+        saved[flag] = model.engines[0].programs.memory_stats()["forward"]["saved_bytes"]
         results[flag] = {n: p.grad.clone() for n, p in model.named_parameters()}
         results[flag]["loss"] = loss.detach()
     # The nine BN inputs (6, w, H, W): the stem's 8 x 16 x 16, then 8 x 8 x 8 (two), and per later

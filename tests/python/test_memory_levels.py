@@ -32,7 +32,7 @@ def _run(monkeypatch, level: str, make):
         losses.append(loss.item())
     assert model.fallback_reason is None
     engine = model.engines[0]
-    saved = engine.programs.memory_stats()["forward"]["output_bytes"]
+    saved = engine.programs.memory_stats()["forward"]["saved_bytes"]
     return losses, [p.grad for p in model.parameters()], saved, engine
 
 

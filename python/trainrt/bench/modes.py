@@ -88,19 +88,20 @@ class RT(Mode):
 
     def engine_memory(self):
         """Summed over engines: planned arena bytes and the arena reserved (forward and backward share
-        one block: the larger), the dynamic peak bytes of both programs, and the output storage each
-        program keeps to write again next step (forward: the loss and the saved values; backward: the
-        gradients, which torch holds as .grad in between)."""
+        one block: the larger), the dynamic peak bytes of both programs, and the output storage the
+        programs keep to write again next step (the model's outputs; saved values and gradients are
+        let go of, as eager does, once the backward and the optimizer are done with them), and the
+        bytes the last forward saved for its backward."""
         total = {"planned_arena_bytes": 0, "arena_capacity_bytes": 0, "peak_dynamic_bytes": 0,
-                 "saved_value_bytes": 0, "gradient_bytes": 0}
+                 "kept_output_bytes": 0, "saved_value_bytes": 0}
         for engine in self.model.engines:
             stats = engine.programs.memory_stats()
             programs = stats.values()
             total["planned_arena_bytes"] += max(p["planned_arena_bytes"] for p in programs)
             total["arena_capacity_bytes"] += max(p["arena_capacity"] for p in programs)
             total["peak_dynamic_bytes"] += sum(p["peak_dynamic_bytes"] for p in programs)
-            total["saved_value_bytes"] += stats["forward"]["output_bytes"]
-            total["gradient_bytes"] += stats["backward"]["output_bytes"]
+            total["kept_output_bytes"] += stats["forward"]["output_bytes"] + stats["backward"]["output_bytes"]
+            total["saved_value_bytes"] += stats["forward"]["saved_bytes"]  # the last forward's, freed in its backward
         return total
 
 

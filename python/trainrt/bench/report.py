@@ -66,18 +66,19 @@ def _notes(results: dict) -> list[str]:
 
 
 def _engine_breakdown(results: dict) -> list[str]:
-    """Per engine mode, what its peak tensor bytes are made of: the engine keeps its arena, its saved values
-    and its gradients between steps; "other" is the rest of its storage (kernel scratch such as oneDNN's
-    per-thread scratchpads) and torch's part."""
+    """Per engine mode, what its peak tensor bytes are made of: the engine keeps its arena and the model's
+    outputs between steps; a step's forward saves values for its backward, which lets go of each after its
+    last reader; "the step's own" is the rest the step allocates and frees: gradients (handed to torch),
+    kernel scratch, and torch's part."""
     lines = []
     for entry in results["models"]:
         for mode, r in entry["modes"].items():
             engine = r.get("engine_memory")
             if not engine or "peak_tensor_bytes" not in r:
                 continue
-            parts = {"arena": engine["arena_capacity_bytes"], "saved values": engine["saved_value_bytes"],
-                     "gradients": engine["gradient_bytes"]}
-            parts["other"] = r["peak_tensor_bytes"] - sum(parts.values())
+            parts = {"arena": engine["arena_capacity_bytes"], "kept outputs": engine["kept_output_bytes"],
+                     "saved values": engine["saved_value_bytes"]}
+            parts["the step's own"] = r["peak_tensor_bytes"] - sum(parts.values())
             lines.append(f"{entry['model']} {mode} peak tensor MiB {r['peak_tensor_bytes'] / _MIB:.1f} = "
                          + " + ".join(f"{name} {b / _MIB:.1f}" for name, b in parts.items()))
     return lines

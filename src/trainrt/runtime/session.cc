@@ -305,6 +305,14 @@ std::vector<Tensor> Session::run_impl(const std::vector<Tensor>& inputs, OutputC
   return outputs;
 }
 
+void Session::forget_outputs(size_t first) {
+  if (!last_plan_) return;
+  for (size_t o = first; o < last_plan_->output_slots.size(); ++o) {
+    Slot& slot = last_plan_->slots[static_cast<size_t>(last_plan_->output_slots[o])];
+    if (slot.kind == SlotKind::kOutput) slot.tensor = Tensor::view(slot.tensor.dtype(), slot.tensor.dims(), nullptr);
+  }
+}
+
 // Another plan runs next: the outputs this one kept for reuse are let go, so the memory kept is
 // one run's outputs at most, however many shapes come and go.
 void Session::release_outputs(ExecutionPlan& plan) {

@@ -81,6 +81,11 @@ class Session {
   std::vector<Tensor> run_releasing(std::vector<Tensor>& inputs, OutputConsumer* consumer = nullptr);
   // Rebinds a mutable initializer to new data of the same dtype and dims (zero-copy).
   void set_initializer(const std::string& name, const Tensor& data);
+  // Lets go of the storage of graph outputs [first, end) that the last run kept to write again next
+  // run (graph outputs are kept by default: no fresh pages to fault in when the caller has released
+  // them by then). For outputs the caller frees early, such as saved values a backward releases
+  // one by one.
+  void forget_outputs(size_t first);
   void set_seed(uint64_t seed) { options_.seed = seed; run_counter_ = 0; }
 
   const Graph& graph() const { return *graph_; }

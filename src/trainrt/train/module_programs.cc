@@ -98,6 +98,11 @@ ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::st
 std::vector<Tensor> ModulePrograms::forward(const std::vector<Tensor>& inputs, ForwardState& state, uint64_t seed) {
   forward_->set_seed(seed);
   std::vector<Tensor> out = forward_->run(inputs);
+  // The state owns the saved values alone (the outputs after the model's), so that the backward
+  // frees each after its last reader.
+  forward_->forget_outputs(num_outputs_);
+  saved_bytes_ = 0;
+  for (size_t s = num_outputs_; s < out.size(); ++s) saved_bytes_ += out[s].nbytes();
   state.values.clear();
   state.used = false;
   const auto& in_values = programs_.forward->inputs();
@@ -202,6 +207,9 @@ std::vector<Tensor> ModulePrograms::backward(ForwardState& state, const std::vec
   last_backward_ = &session;
   // The saved values go as their last readers run (donated: written over or read for the last time).
   std::vector<Tensor> grads = session.run_releasing(inputs, consumers.empty() ? nullptr : &wrt_consumer);
+  // The gradients belong to the caller: once it drops them (zero_grad(set_to_none=True)), their
+  // memory is free during the next forward, as in eager, rather than kept here for reuse.
+  session.forget_outputs(0);
   std::vector<Tensor> out;
   for (size_t pos : grad_position_) out.push_back(std::move(grads[pos]));
   return out;

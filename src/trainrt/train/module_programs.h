@@ -94,6 +94,8 @@ class ModulePrograms {
   // The block the three programs share for their intermediates.
   const Arena& arena() const { return forward_->arena(); }
   MemoryStats forward_memory() const { return forward_->memory_stats(); }
+  // Bytes of the saved values the last forward left in its state (freed during its backward).
+  size_t saved_bytes() const { return saved_bytes_; }
   // Of the backward session that ran last (the one with consumed gradients, or the plain one).
   MemoryStats backward_memory() const { return last_backward_->memory_stats(); }
   Profiler& forward_profiler() { return forward_->profiler(); }
@@ -115,6 +117,7 @@ class ModulePrograms {
 
   std::vector<std::string> unreached_;
   int layers_recomputed_ = 0, nodes_recomputed_ = 0;
+  size_t saved_bytes_ = 0;
   std::set<std::string> donated_;  // backward inputs that are saved values: written over in place
   std::vector<size_t> inputs_read_;       // forward inputs that are backward inputs
   std::vector<bool> output_is_read_;      // per model output: a backward input itself
