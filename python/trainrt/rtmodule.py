@@ -315,6 +315,14 @@ class RTModule(torch.nn.Module):
     def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
         return self._module.load_state_dict(state_dict, strict=strict, assign=assign)
 
+    def _load_from_state_dict(self, state_dict, prefix, *args):
+        """An RTModule inside another module: the parent's load_state_dict walks _modules, so it looks
+        for the wrapped module's keys under `<prefix>_module.`; they come named as state_dict() names
+        them, `<prefix><name>`, and are renamed here, before the walk goes on to `_module`."""
+        for key in [k for k in state_dict if k.startswith(prefix) and not k.startswith(prefix + "_module.")]:
+            state_dict[f"{prefix}_module.{key[len(prefix):]}"] = state_dict.pop(key)
+        super()._load_from_state_dict(state_dict, prefix, *args)
+
     def named_parameters(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):
         return self._module.named_parameters(prefix, recurse, remove_duplicate)
 

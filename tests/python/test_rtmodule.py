@@ -77,6 +77,18 @@ def test_wrapper_behaves_as_the_module():
         torch.testing.assert_close(model(x, y), plain.eval()(x, y))
 
 
+def test_a_module_holding_an_rtmodule_loads_its_own_state_dict():
+    """state_dict() names the wrapped module's entries without RTModule's `_module`; the parent's
+    load_state_dict takes them under those names."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(trainrt.RTModule(MLP()))
+    state = {k: torch.randn_like(v) for k, v in model.state_dict().items()}
+    assert all("_module" not in k for k in state)
+    model.load_state_dict(state)
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, state[k]), k
+
+
 def test_unsupported_op_falls_back_and_says_so(trainrt_log):
     class Odd(nn.Module):
         def forward(self, x):
