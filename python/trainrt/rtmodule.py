@@ -150,6 +150,7 @@ class _RTFunction(torch.autograd.Function):
             outputs = engine.programs.forward(capsules(views), state, _draw_seed(engine))
         ctx.python_ops = call  # the Functions' records (None without PythonOps) live as long as this node
         ctx.engine, ctx.state, ctx.keep = engine, state, views  # the engine reads inputs in place at backward
+        ctx.read_at = [views[i].data_ptr() for i in engine.inputs_read]  # ... at these addresses
         # What a step_in_backward optimizer may step (None: no gradient reaches it).
         ctx.wrt_tensors = [None if i is None else tensors[i] for i in engine.wrt_index]
         ctx.handoff = handoff
@@ -167,6 +168,7 @@ class _RTFunction(torch.autograd.Function):
         if ctx.state is None:
             raise RuntimeError(_BACKWARD_TWICE)
         engine = ctx.engine
+        _check_inputs_in_place(engine, ctx.keep, ctx.read_at)
         threads.follow(engine.num_threads)  # torch's setting may have changed since the forward
         retain = _keep_graph()
         user_grads = grads[engine.num_mutations:]
@@ -195,6 +197,19 @@ class _RTFunction(torch.autograd.Function):
         if not retain:
             ctx.state = ctx.keep = ctx.wrt_tensors = ctx.python_ops = ctx.handoff = None
         return (None, None, *result)
+
+
+def _check_inputs_in_place(engine: _Engine, views: list, read_at: list[int]) -> None:
+    """Raises if an input the engine's backward reads lost the memory it had at the forward: its
+    storage resized (freed) or given new memory, as FSDP2 does to a parameter it reshards (fsdp.py)."""
+    for i, address in zip(engine.inputs_read, read_at):
+        if views[i].data_ptr() != address:
+            names = engine.param_names + engine.buffer_names
+            what = names[i] if i < len(names) else f"user input {i - len(names)}"
+            raise RuntimeError(f"trainrt: the engine's backward reads {what} in place, and its memory was freed or "
+                               "moved since the forward (FSDP2 reshards a module's parameters after its backward and "
+                               "all-gathers them into new memory: run each forward's backward before the next "
+                               "forward of a sharded module)")
 
 
 # Autograd's own words for a second backward through a freed graph.

@@ -89,6 +89,16 @@ def test_a_module_holding_an_rtmodule_loads_its_own_state_dict():
         assert torch.equal(v, state[k]), k
 
 
+def test_backward_refuses_an_input_whose_memory_was_freed_since_the_forward():
+    """The engine's backward reads its inputs where they were at the forward; a storage resized to 0
+    in between (what FSDP2 does to a parameter it reshards) raises rather than reading freed memory."""
+    model = trainrt.RTModule(torch.nn.Linear(4, 3))
+    loss = model(torch.randn(2, 4, requires_grad=True)).square().sum()  # its input's gradient reads the weight
+    model.weight.untyped_storage().resize_(0)
+    with pytest.raises(RuntimeError, match="reads weight in place, and its memory was freed or moved"):
+        loss.backward()
+
+
 def test_unsupported_op_falls_back_and_says_so(trainrt_log):
     class Odd(nn.Module):
         def forward(self, x):
