@@ -34,7 +34,7 @@ import types
 import torch
 from torch.utils import _pytree as pytree
 
-from trainrt import _C, python_op, threads, zero3
+from trainrt import _C, fsdp, python_op, threads, zero3
 from trainrt.engine_arrays import capsules, engine_view, from_engine as _from_engine
 from trainrt.gradient_handoff import GradientHandoff
 from trainrt.input_density import InputDensityObserver
@@ -279,6 +279,7 @@ class RTModule(torch.nn.Module):
         self._announced: set[str] = set()
         self._last_call: tuple | None = None  # (call signature, engine) of the last all-tensor call: _fast_engine
         self._zero3: list | None = None  # ZeRO-3 partitioned parameters, gathered around engine calls; None: not looked yet
+        self._fsdp: fsdp.FSDPScope | None = None  # FSDP2 modules whose hooks run around engine calls
         _log.setLevel(10 * (int(self._debug.log_level) + 1))  # VERBOSE -> DEBUG ... FATAL -> CRITICAL
         self._present_forward()
 
@@ -291,6 +292,13 @@ class RTModule(torch.nn.Module):
         with save_pretrained (config.json and all) only what passes isinstance(model, PreTrainedModel)."""
         module = self.__dict__.get("_modules", {}).get("_module")
         return RTModule if module is None else module.__class__
+
+    @__class__.setter
+    def __class__(self, cls):
+        """fully_shard(rtmodule) (FSDP2) gives the module the class FSDP<C>(FSDPModule, C) made from the
+        class C it presents, the wrapped one: the instance takes FSDP<RTModule>(FSDPModule, RTModule)
+        instead (fsdp.sharded_class), an RTModule that is an FSDPModule."""
+        object.__dict__["__class__"].__set__(self, fsdp.sharded_class(cls, type(self), self.__class__))
 
     def __reduce_ex__(self, protocol):
         """pickle and copy rebuild an RTModule (pickle refuses an object whose __class__ is not the
@@ -387,14 +395,18 @@ class RTModule(torch.nn.Module):
         state["_engines"] = {}
         state["_last_call"] = None
         state["_zero3"] = None
+        state["_fsdp"] = None
         state.pop("forward", None)  # bound to this instance: presented again by __setstate__
         return state
 
     # ---- running ----
     def forward(self, *args, **kwargs):
         params = self._zero3
-        if params is None:  # the first call: did DeepSpeed ZeRO-3 partition the parameters (zero3.py)?
+        if params is None:  # the first call: did ZeRO-3 partition the parameters (zero3.py), FSDP2 shard (fsdp.py)?
             params = self._zero3 = zero3.partitioned_parameters(self._module)
+            self._fsdp = fsdp.FSDPScope.of(self)
+        if self._fsdp is not None:  # FSDP's hooks of the modules the engine stands in for, around the call
+            return self._fsdp.run(self._forward, self._fall_back_unsupported, args, kwargs)
         if not params:
             return self._forward(*args, **kwargs)
         with zero3.gathered(params):
