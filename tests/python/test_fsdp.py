@@ -5,8 +5,8 @@ blocks and root sharded, then RTModule around the model (one engine graph; FSDP'
 RTModule, trainrt/fsdp.py), and RTModule around each block, then sharded (FSDP's hooks around each
 RTModule). With torch's AdamW and FusedAdam (stepping DTensor shards), gradient accumulation with
 and without set_requires_gradient_sync(False), a DCP save and resume that gives the uninterrupted
-run's losses, and the refusals: MixedPrecisionPolicy(param_dtype=bf16), FusedLamb on shards, a second
-forward of a sharded RTModule before its backward."""
+run's losses, the engine's bf16 under FSDP, and the refusals: MixedPrecisionPolicy(param_dtype=bf16),
+FusedLamb on shards, a second forward of a sharded RTModule before its backward."""
 
 import sys
 
@@ -49,13 +49,14 @@ def _optimizer(kind, params):
     return torch.optim.AdamW(params, lr=1e-2, weight_decay=0.01)
 
 
-def _eager_reference(kind="adamw", steps=STEPS):
+def _eager_reference(kind="adamw", steps=STEPS, autocast=False):
     """One process on the whole global batches: FSDP averages the ranks' gradients, the mean over both halves."""
     model = _gpt()
     opt = _optimizer(kind, model.parameters())
     losses = []
     for ids, targets in _batches(steps):
-        loss = model(ids, targets)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = model(ids, targets)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -63,7 +64,7 @@ def _eager_reference(kind="adamw", steps=STEPS):
     return {name: p.detach().clone() for name, p in model.named_parameters()}, losses
 
 
-def _shard(order, model):
+def _shard(order, model, mixed_precision=None):
     """The model as trained, and the RTModules in it, with fully_shard applied in `order`."""
     import trainrt
     from torch.distributed.fsdp import fully_shard
@@ -72,10 +73,10 @@ def _shard(order, model):
         for block in model.blocks:
             fully_shard(block)
         fully_shard(model)
-        wrapped = trainrt.RTModule(model)
+        wrapped = trainrt.RTModule(model, mixed_precision=mixed_precision)
         return wrapped, [wrapped]
     for i, block in enumerate(model.blocks):
-        model.blocks[i] = trainrt.RTModule(block)
+        model.blocks[i] = trainrt.RTModule(block, mixed_precision=mixed_precision)
         fully_shard(model.blocks[i])
     fully_shard(model)
     return model, list(model.blocks)
@@ -95,11 +96,11 @@ def _full_parameters(model):
     return {name: p.full_tensor().detach().clone() for name, p in model.named_parameters()}
 
 
-def _train_rank(rank, world_size, order, kind, accumulate=1, no_sync=False):
+def _train_rank(rank, world_size, order, kind, accumulate=1, no_sync=False, mixed_precision=None):
     from torch.distributed.tensor import DTensor
 
     inner = _gpt()
-    model, rtmodules = _shard(order, inner)
+    model, rtmodules = _shard(order, inner, mixed_precision)
     opt = _optimizer(kind, model.parameters())
     losses = []
     for batch in _batches():
@@ -152,6 +153,16 @@ def test_gradient_accumulation_matches_one_eager_process(order, no_sync):
     expected = _eager_reference()
     for result in run_on_ranks(_train_rank, order, "adamw", 2, no_sync):
         _assert_matches(result, expected)
+
+
+def test_the_engines_bf16_under_fsdp_matches_eager_autocast():
+    """The mixed precision FSDP's param_dtype is refused for: f32 all-gathers, RTModule(mixed_precision=
+    "bf16"), which computes as torch.autocast does (the wrap-then-shard eager part stays f32, so only
+    shard-then-wrap matches autocast over the whole model). Losses only: with bf16 matmuls AdamW moves
+    elements whose gradients round differently by about lr either way."""
+    _, expected_losses = _eager_reference(autocast=True)
+    for _, losses in run_on_ranks(_train_rank, "shard_then_wrap", "adamw", 1, False, "bf16"):
+        assert losses == pytest.approx(expected_losses, rel=1e-3)
 
 
 def _in_engine_backward() -> bool:
