@@ -34,7 +34,7 @@ import types
 import torch
 from torch.utils import _pytree as pytree
 
-from trainrt import _C, python_op, threads, zero3
+from trainrt import _C, fsdp, python_op, threads, zero3
 from trainrt.engine_arrays import capsules, engine_view, from_engine as _from_engine
 from trainrt.gradient_handoff import GradientHandoff
 from trainrt.input_density import InputDensityObserver
@@ -150,6 +150,7 @@ class _RTFunction(torch.autograd.Function):
             outputs = engine.programs.forward(capsules(views), state, _draw_seed(engine))
         ctx.python_ops = call  # the Functions' records (None without PythonOps) live as long as this node
         ctx.engine, ctx.state, ctx.keep = engine, state, views  # the engine reads inputs in place at backward
+        ctx.read_at = [views[i].data_ptr() for i in engine.inputs_read]  # ... at these addresses
         # What a step_in_backward optimizer may step (None: no gradient reaches it).
         ctx.wrt_tensors = [None if i is None else tensors[i] for i in engine.wrt_index]
         ctx.handoff = handoff
@@ -167,6 +168,7 @@ class _RTFunction(torch.autograd.Function):
         if ctx.state is None:
             raise RuntimeError(_BACKWARD_TWICE)
         engine = ctx.engine
+        _check_inputs_in_place(engine, ctx.keep, ctx.read_at)
         threads.follow(engine.num_threads)  # torch's setting may have changed since the forward
         retain = _keep_graph()
         user_grads = grads[engine.num_mutations:]
@@ -195,6 +197,19 @@ class _RTFunction(torch.autograd.Function):
         if not retain:
             ctx.state = ctx.keep = ctx.wrt_tensors = ctx.python_ops = ctx.handoff = None
         return (None, None, *result)
+
+
+def _check_inputs_in_place(engine: _Engine, views: list, read_at: list[int]) -> None:
+    """Raises if an input the engine's backward reads lost the memory it had at the forward: its
+    storage resized (freed) or given new memory, as FSDP2 does to a parameter it reshards (fsdp.py)."""
+    for i, address in zip(engine.inputs_read, read_at):
+        if views[i].data_ptr() != address:
+            names = engine.param_names + engine.buffer_names
+            what = names[i] if i < len(names) else f"user input {i - len(names)}"
+            raise RuntimeError(f"trainrt: the engine's backward reads {what} in place, and its memory was freed or "
+                               "moved since the forward (FSDP2 reshards a module's parameters after its backward and "
+                               "all-gathers them into new memory: run each forward's backward before the next "
+                               "forward of a sharded module)")
 
 
 # Autograd's own words for a second backward through a freed graph.
@@ -275,6 +290,7 @@ class RTModule(torch.nn.Module):
         self._announced: set[str] = set()
         self._last_call: tuple | None = None  # (call signature, engine) of the last all-tensor call: _fast_engine
         self._zero3: list | None = None  # ZeRO-3 partitioned parameters, gathered around engine calls; None: not looked yet
+        self._fsdp: fsdp.FSDPScope | None = None  # FSDP2 modules whose hooks run around engine calls
         _log.setLevel(10 * (int(self._debug.log_level) + 1))  # VERBOSE -> DEBUG ... FATAL -> CRITICAL
         self._present_forward()
 
@@ -287,6 +303,13 @@ class RTModule(torch.nn.Module):
         with save_pretrained (config.json and all) only what passes isinstance(model, PreTrainedModel)."""
         module = self.__dict__.get("_modules", {}).get("_module")
         return RTModule if module is None else module.__class__
+
+    @__class__.setter
+    def __class__(self, cls):
+        """fully_shard(rtmodule) (FSDP2) gives the module the class FSDP<C>(FSDPModule, C) made from the
+        class C it presents, the wrapped one: the instance takes FSDP<RTModule>(FSDPModule, RTModule)
+        instead (fsdp.sharded_class), an RTModule that is an FSDPModule."""
+        object.__dict__["__class__"].__set__(self, fsdp.sharded_class(cls, type(self), self.__class__))
 
     def __reduce_ex__(self, protocol):
         """pickle and copy rebuild an RTModule (pickle refuses an object whose __class__ is not the
@@ -325,6 +348,14 @@ class RTModule(torch.nn.Module):
 
     def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
         return self._module.load_state_dict(state_dict, strict=strict, assign=assign)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args):
+        """An RTModule inside another module: the parent's load_state_dict walks _modules, so it looks
+        for the wrapped module's keys under `<prefix>_module.`; they come named as state_dict() names
+        them, `<prefix><name>`, and are renamed here, before the walk goes on to `_module`."""
+        for key in [k for k in state_dict if k.startswith(prefix) and not k.startswith(prefix + "_module.")]:
+            state_dict[f"{prefix}_module.{key[len(prefix):]}"] = state_dict.pop(key)
+        super()._load_from_state_dict(state_dict, prefix, *args)
 
     def named_parameters(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):
         return self._module.named_parameters(prefix, recurse, remove_duplicate)
@@ -375,14 +406,18 @@ class RTModule(torch.nn.Module):
         state["_engines"] = {}
         state["_last_call"] = None
         state["_zero3"] = None
+        state["_fsdp"] = None
         state.pop("forward", None)  # bound to this instance: presented again by __setstate__
         return state
 
     # ---- running ----
     def forward(self, *args, **kwargs):
         params = self._zero3
-        if params is None:  # the first call: did DeepSpeed ZeRO-3 partition the parameters (zero3.py)?
+        if params is None:  # the first call: did ZeRO-3 partition the parameters (zero3.py), FSDP2 shard (fsdp.py)?
             params = self._zero3 = zero3.partitioned_parameters(self._module)
+            self._fsdp = fsdp.FSDPScope.of(self)
+        if self._fsdp is not None:  # FSDP's hooks of the modules the engine stands in for, around the call
+            return self._fsdp.run(self._forward, self._fall_back_unsupported, args, kwargs)
         if not params:
             return self._forward(*args, **kwargs)
         with zero3.gathered(params):

@@ -77,6 +77,28 @@ def test_wrapper_behaves_as_the_module():
         torch.testing.assert_close(model(x, y), plain.eval()(x, y))
 
 
+def test_a_module_holding_an_rtmodule_loads_its_own_state_dict():
+    """state_dict() names the wrapped module's entries without RTModule's `_module`; the parent's
+    load_state_dict takes them under those names."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(trainrt.RTModule(MLP()))
+    state = {k: torch.randn_like(v) for k, v in model.state_dict().items()}
+    assert all("_module" not in k for k in state)
+    model.load_state_dict(state)
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, state[k]), k
+
+
+def test_backward_refuses_an_input_whose_memory_was_freed_since_the_forward():
+    """The engine's backward reads its inputs where they were at the forward; a storage resized to 0
+    in between (what FSDP2 does to a parameter it reshards) raises rather than reading freed memory."""
+    model = trainrt.RTModule(torch.nn.Linear(4, 3))
+    loss = model(torch.randn(2, 4, requires_grad=True)).square().sum()  # its input's gradient reads the weight
+    model.weight.untyped_storage().resize_(0)
+    with pytest.raises(RuntimeError, match="reads weight in place, and its memory was freed or moved"):
+        loss.backward()
+
+
 def test_unsupported_op_falls_back_and_says_so(trainrt_log):
     class Odd(nn.Module):
         def forward(self, x):

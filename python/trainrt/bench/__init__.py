@@ -7,5 +7,7 @@ Layout: models.py (what is trained, its batches and its analytic FLOP count), mo
 eager, compile, rtmodule), measure.py (interleaved timing, first step, peak RSS), rss.py (the process's
 RSS and the reset of its peak; the demo uses it too), report.py (table, JSON, markdown). Performance is
 measured here, never in timed unit tests. Standalone: straggler.py (DDP's wait on the slowest rank with
-torch's DistributedSampler and with trainrt.data's samplers: python -m trainrt.bench.straggler).
+torch's DistributedSampler and with trainrt.data's samplers: python -m trainrt.bench.straggler), fsdp.py
+(FSDP2 with RTModule in both orders: memory per rank against DDP, step time against plain FSDP2:
+python -m trainrt.bench.fsdp).
 """

@@ -6,6 +6,11 @@ the parameter in the message: a sparse gradient, a tensor off the CPU, a dtype o
 float16 and bfloat16 (the engine computes in f32 and stores 16-bit values rounded to nearest even;
 float64 is refused rather than silently computed in f32), a non-contiguous parameter.
 
+A DTensor (FSDP2's sharded parameters, their gradients and, from torch's optimizers or a checkpoint,
+their state) crosses as its local shard (`DTensor.to_local()`, a view): the step is elementwise, so
+each rank steps its shard in place. State the engine creates for a DTensor parameter is stored as a
+DTensor of the parameter's mesh and placements, as torch.optim keeps it (what DCP saves and loads).
+
     class FusedAdam(FusedOptimizer):
         def _step_group(self, group, checked, grad_scale):          # checked: a CheckedGroup
             step_with_state(self.state, group, checked.indices, ("exp_avg", "exp_avg_sq"),
@@ -26,9 +31,25 @@ from torch.utils.dlpack import to_dlpack
 
 from trainrt.optim import step_in_backward as in_backward
 
+try:
+    from torch.distributed.tensor import DTensor
+except ImportError:  # torch without distributed
+    DTensor = ()  # isinstance(t, ()) is False
 
 # Parameter dtypes the engine's optimizer kernels run (math in f32, state in the parameter's dtype).
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def local(t: torch.Tensor) -> torch.Tensor:
+    """t itself, or a DTensor's local shard (a view the engine reads and writes in place)."""
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
+def like(p: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """State t of parameter p as torch.optim keeps it: a DTensor shard like p where p is one."""
+    if not isinstance(p, DTensor):
+        return t
+    return DTensor.from_local(t, p.device_mesh, p.placements, run_check=False, shape=p.shape, stride=p.stride())
 
 
 def describe(group_index: int, index: int, p: torch.Tensor) -> str:
@@ -53,6 +74,7 @@ def params_with_grads(optimizer: str, group_index: int, group: dict, only: int |
         g = p.grad
         if g is None or (only is not None and i != only):
             continue
+        p, g = local(p), local(g)
         # One cheap test for the common case; the detailed one only to word the error.
         if not (p.dtype in SUPPORTED_DTYPES and g.dtype is p.dtype and g.layout is strided and p.is_cpu
                 and g.is_cpu and p.is_contiguous()):
@@ -83,8 +105,8 @@ def _refuse(optimizer: str, group_index: int, i: int, p: torch.Tensor, g: torch.
 
 
 def view(t: torch.Tensor):
-    """A zero-copy view of t for the engine (a DLPack capsule)."""
-    return to_dlpack(t)
+    """A zero-copy view of t (of its local shard, for a DTensor) for the engine (a DLPack capsule)."""
+    return to_dlpack(local(t))
 
 
 def state_view(state: dict, key: str):
@@ -93,9 +115,9 @@ def state_view(state: dict, key: str):
     buf = state.get(key)
     if buf is None:
         return None
-    if not buf.is_contiguous():
+    if not local(buf).is_contiguous():
         buf = state[key] = buf.contiguous()
-    return to_dlpack(buf)
+    return view(buf)
 
 
 def scalar_dtype() -> torch.dtype:
@@ -117,18 +139,20 @@ def step_with_state(optimizer_state: dict, group: dict, indices: Sequence[int], 
         if "step" not in s:
             s["step"] = torch.tensor(0.0, dtype=scalar_dtype())
     created = engine_step([view(s["step"]) for s in states], *([state_view(s, k) for s in states] for k in keys))
+    params = [group["params"][i] for i in indices]
     for key, arrays in zip(keys, created):
-        adopt(arrays, states, key)
+        adopt(arrays, states, key, params)
 
 
-def adopt(created, states: list[dict], key: str) -> None:
-    """Stores the buffers the engine created (numpy arrays over engine memory) as torch tensors.
+def adopt(created, states: list[dict], key: str, params: list[torch.Tensor]) -> None:
+    """Stores the buffers the engine created (numpy arrays over engine memory) as torch tensors, in
+    the states of `params` (DTensors for DTensor parameters).
 
     A bf16 buffer comes as uint16 bits (numpy has no bfloat16); no parameter is uint16."""
-    for array, state in zip(created, states):
+    for array, state, p in zip(created, states, params):
         if array is not None:
             t = torch.from_numpy(array)
-            state[key] = t.view(torch.bfloat16) if t.dtype == torch.uint16 else t
+            state[key] = like(p, t.view(torch.bfloat16) if t.dtype == torch.uint16 else t)
 
 
 class FusedOptimizer(torch.optim.Optimizer):

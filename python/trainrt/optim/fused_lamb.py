@@ -26,7 +26,7 @@ from __future__ import annotations
 from torch.utils.dlpack import to_dlpack
 
 from trainrt import _C
-from trainrt.optim._groups import CheckedGroup, FusedOptimizer, step_with_state
+from trainrt.optim._groups import CheckedGroup, DTensor, FusedOptimizer, describe, step_with_state
 
 
 class FusedLamb(FusedOptimizer):
@@ -64,6 +64,7 @@ class FusedLamb(FusedOptimizer):
     def _global_grad_scale(self, groups: list[tuple[dict, CheckedGroup]], grad_scale: float) -> float:
         """grad_scale with the clip folded in: the global norm of every gradient (times grad_scale) in
         one engine pass, then Apex's g / (norm / max_grad_norm) when the norm exceeds max_grad_norm."""
+        _refuse_shards(self.param_groups, groups)
         names = [n for _, checked in groups for n in checked.names]
         # The step's own capsules are consumed by the step: the norm pass gets capsules of its own.
         grads = [to_dlpack(group["params"][i].grad.contiguous())
@@ -87,3 +88,15 @@ class FusedLamb(FusedOptimizer):
                         lambda steps, exp_avgs, exp_avg_sqs: _C.lamb_step(
                             checked.names, checked.params, checked.grads, steps, exp_avgs, exp_avg_sqs, options,
                             grad_scale=grad_scale))
+
+
+def _refuse_shards(param_groups: list[dict], groups: list[tuple[dict, CheckedGroup]]) -> None:
+    """LAMB's norms are of whole tensors (the global gradient norm, each trust ratio): a rank holding
+    DTensor shards (FSDP2) would compute them over its part alone."""
+    for group, checked in groups:
+        for i in checked.indices:
+            p = group["params"][i]
+            if isinstance(p, DTensor):
+                raise TypeError(f"FusedLamb computes the global gradient norm and each trust ratio ||p|| / ||update|| "
+                                f"over whole tensors, and {describe(param_groups.index(group), i, p)} is a DTensor "
+                                "shard (FSDP2) holding part of one: use FusedAdam, FusedSGD or a torch optimizer")

@@ -50,10 +50,11 @@ class FusedSGD(FusedOptimizer):
 
     def _step_group(self, group: dict, checked: CheckedGroup, grad_scale: float) -> None:
         options = _engine_options(group)
-        states = [self.state[group["params"][i]] for i in checked.indices] if options.momentum != 0 else []
+        params = [group["params"][i] for i in checked.indices] if options.momentum != 0 else []
+        states = [self.state[p] for p in params]
         buffers = [state_view(s, "momentum_buffer") for s in states]
         adopt(_C.sgd_step(checked.names, checked.params, checked.grads, buffers, options, grad_scale=grad_scale),
-              states, "momentum_buffer")
+              states, "momentum_buffer", params)
 
     def _add_to_consumer(self, consumer, index: int, p: torch.Tensor) -> None:
         g, i = self._locate(p)
@@ -69,7 +70,7 @@ class FusedSGD(FusedOptimizer):
     def _after_engine_step(self, consumer, index: int, p: torch.Tensor) -> None:
         state = self.state[p]
         if self.param_groups[self._locate(p)[0]]["momentum"] != 0 and "momentum_buffer" not in state:
-            adopt([consumer.momentum_buffer(index)], [state], "momentum_buffer")
+            adopt([consumer.momentum_buffer(index)], [state], "momentum_buffer", [p])
 
 
 def _engine_options(group: dict):
