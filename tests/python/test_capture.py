@@ -475,3 +475,14 @@ def test_export_failures_are_capture_errors():
         return x[x > 0].sum() if x.sum() > 0 else x
     with pytest.raises(CaptureError, match="torch.export failed"):
         capture(Lambda(data_dependent), (randn(3, 4),), {})
+
+
+def test_functionalization_failures_are_capture_errors(monkeypatch):
+    """torch's retrace of a graph with in-place ops fails on some models (Falcon: 'Constant tensor
+    lifted_tensor_0 is not in the constants dictionary'); capture reports it as an export failure."""
+    def refuse(self, *args, **kwargs):
+        raise RuntimeError("Constant tensor lifted_tensor_0 is not in the constants dictionary.")
+
+    monkeypatch.setattr(torch.export.ExportedProgram, "run_decompositions", refuse)
+    with pytest.raises(CaptureError, match="torch.export failed .* functionalizing .* lifted_tensor_0"):
+        capture(nn.BatchNorm1d(4).train(), (randn(3, 4),), {})

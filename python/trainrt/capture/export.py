@@ -63,7 +63,11 @@ def export_program(module: torch.nn.Module, args: tuple, kwargs: dict, symbolic:
         return ep
     with warnings.catch_warnings():  # torch 2.13 warns about its own LeafSpec use while retracing
         warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
-        return ep.run_decompositions({})
+        try:
+            return ep.run_decompositions({})
+        except Exception as e:  # noqa: BLE001  (torch's retrace fails in its own ways, e.g. Falcon's lifted constants)
+            raise CaptureError(f"torch.export failed for {type(module).__name__} while functionalizing its "
+                               f"in-place ops: {e}") from e
 
 
 def register_hf_cache_pytree() -> None:
