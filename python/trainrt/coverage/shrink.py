@@ -33,9 +33,9 @@ FFN = 64
 LAYERS = 2
 VOCAB = 128
 POSITIONS = 64
-IMAGE = 32
-PATCH = 4
-WINDOW = 4
+IMAGE = 64  # CNNs end at 2 x 2: batch norm over 3 images of 1 x 1 is too ill-conditioned to compare
+PATCH = 8
+WINDOW = 2  # divides the resolution of every Swin stage (IMAGE / 4 = 16 patches a side, halved per stage)
 EXPERTS = 4
 EXPERTS_PER_TOKEN = 2
 LOW_RANK = 16  # LoRA-style ranks (DeepSeek's q_lora_rank / kv_lora_rank)
@@ -48,6 +48,8 @@ OVERRIDES: dict[str, dict] = {
     "gpt_neo": {"attention_types": [[["global", "local"], LAYERS // 2]]},
     # CvtStage reads stage i's drop-path rates (one per block) at index i: stage i needs i + 1 blocks.
     "cvt": {"depth": [1, 2, 3]},
+    # Its stem downsamples by 16 whatever patch_size says, and the attention biases are sized by it.
+    "levit": {"patch_size": 16},
     # Its head's batch norm has hidden_dim channels, which must be what round_filters makes of 1280.
     "efficientnet": {"hidden_dim": 1280},
 }
@@ -102,13 +104,14 @@ def _set(value: int):
 
 
 def _stage_widths(v):
-    """A width (WIDTH), or per-stage widths divided by one factor so the first is WIDTH // 2 (the
-    ratios between stages stay, which keeps a stage's width divisible by its heads)."""
+    """A width (WIDTH), or per-stage widths divided by one factor so the first is WIDTH // 2, each
+    rounded to a multiple of HEAD_DIM: the ratios between stages stay (Swin's doubling keeps a
+    stage's width divisible by its heads) and HEADS divides every width (MobileViT's)."""
     if _is_int(v):
         return WIDTH if v > WIDTH else v
     if _ints(v):
         factor = max(1, v[0] // (WIDTH // 2))
-        return type(v)(max(1, x // factor) for x in v)
+        return type(v)(max(HEAD_DIM, round(x / factor / HEAD_DIM) * HEAD_DIM) for x in v)
     return v
 
 
