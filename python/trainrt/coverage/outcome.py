@@ -78,8 +78,12 @@ def classify(err: BaseException) -> tuple[str, str, dict[str, int]]:
             return "untranslated", ", ".join(f"{op} x{n}" for op, n in ops.items()), ops
         if isinstance(e, CaptureError):
             text = str(e)
-            status = "export" if text.startswith("torch.export failed") else "capture"
-            return status, first_line(text.split(": ", 1)[1] if status == "export" else text), {}
+            if not text.startswith("torch.export failed for "):
+                return "capture", first_line(text), {}
+            # "torch.export failed for Model[ while ...]: reason" -> "[while ...: ]reason"
+            where, _, reason = text.removeprefix("torch.export failed for ").partition(": ")
+            context = where.partition(" ")[2]
+            return "export", first_line(f"{context}: {reason}" if context else reason), {}
         if isinstance(e, _C.Error):
             return "engine", first_line(e), {}
     return "error", first_line(err), {}

@@ -155,6 +155,7 @@ def _audio_channels(v):
 _LAYERS_PATTERN = (r"(.*_)?(num_hidden_layers|num_layers|n_layer|n_layers|encoder_layers|decoder_layers|"
                    r"num_encoder_layers|num_decoder_layers)")
 _LAYERS_RULE = re.compile(_LAYERS_PATTERN)
+_KV_HEADS = re.compile(r"(.*_)?(num_key_value_heads|num_kv_heads|n_kv_heads|kv_n_heads)")
 
 # (attribute-name pattern, transform); the first pattern that matches the whole name wins.
 # Transforms leave values of other types unchanged (a bool named like a size is not a size).
@@ -162,7 +163,7 @@ _RULES = [
     (r".*(dropout|pdrop|drop_rate|drop_path_rate|layerdrop|drop_connect_rate|jitter_noise).*|.*_prob", _zero),
     (r"(.*_)?vocab_size(_per_layer_input)?|unpadded_vocab_size", _cap(VOCAB)),
     (r"type_vocab_size", _cap(2)),
-    (r"(.*_)?(num_key_value_heads|num_kv_heads|n_kv_heads|kv_n_heads)", _kv_heads),
+    (_KV_HEADS.pattern, _kv_heads),
     (r"(.*_)?(head_dim|head_size|d_kv|kv_channels|dim_head|d_head|attention_head_dim)", _set(HEAD_DIM)),
     (r"(.*_)?(num_attention_heads|n_head|n_heads|num_heads|attention_heads|encoder_attention_heads|"
      r"decoder_attention_heads)", _stage_heads),
@@ -186,6 +187,8 @@ _RULES = [
     (r"(num_experts|num_local_experts|n_routed_experts|moe_num_experts)", _cap(EXPERTS)),
     (r"(num_experts_per_tok|num_experts_per_token|moe_top_k|moe_k|top_k|moe_topk)", _cap(EXPERTS_PER_TOKEN)),
     (r"n_group|topk_group|num_expert_group", _cap(1)),
+    # MoE stacks whose first layers are dense: one dense layer, then the experts.
+    (r"first_k_dense_replace|num_dense_layers|moe_layer_start_index", _cap(1)),
     (r"num_groups", _cap(2)),  # group norm groups (BiT): they divide the shrunk channel counts
     (r"width_coefficient|depth_coefficient", _cap(1.0)),  # EfficientNet's scaling of its B0 sizes
     # Mamba's inner width is expand * hidden, split into heads of head_dim: with 1 it is HEADS * HEAD_DIM.
@@ -263,18 +266,31 @@ def shrink(config, special_ids: list[str] | None = None):
             continue
         if isinstance(value, PretrainedConfig):
             kwargs[name] = shrink(value, special_ids)
-        elif param.default is None and value is not None:
-            continue  # derived from the other arguments in __init__: recomputed from the shrunk ones
+        elif param.default is None and value is not None and not _KV_HEADS.fullmatch(name):
+            # Derived from the other arguments in __init__: recomputed from the shrunk ones. Not the
+            # key/value heads, derived as the heads when unset: grouped-query attention is what
+            # decoders train with.
+            continue
         else:
             value = _shrunk_value(name, value, special_ids)
             if layers and isinstance(value, (list, tuple)) and len(value) == layers:
                 value = value[:LAYERS]  # one entry per layer (layer_types, per-layer sizes)
             kwargs[name] = value
     kwargs.update(OVERRIDES.get(getattr(cls, "model_type", ""), {}))
+    if "kv_lora_rank" in kwargs and "num_key_value_heads" in kwargs:
+        # Multi-head latent attention (DeepSeek) expands its latent to keys and values of every head.
+        kwargs["num_key_value_heads"] = kwargs.get("num_attention_heads", HEADS)
     if kwargs.get("pad_token_id", 0) is None:
         # Decoder classifiers find each row's last token through the padding id; batches pad with it.
         kwargs["pad_token_id"] = 0
-    return cls(**kwargs)
+    kv = [n for n in kwargs if _KV_HEADS.fullmatch(n) and _is_int(kwargs[n]) and kwargs[n] > 1]
+    try:
+        return cls(**kwargs)
+    except Exception:  # noqa: BLE001  (the config's validators: retried once with one key/value per head)
+        if not kv:
+            raise
+    # Models that refuse grouped-query attention (ESMC) validate kv heads == heads.
+    return cls(**{**kwargs, **{n: kwargs.get("num_attention_heads", HEADS) for n in kv}})
 
 
 def shrink_config(model_type: str, num_labels: int | None = None):
