@@ -50,11 +50,28 @@ def build(arch: Architecture):
     try:
         config = shrink_config(arch.model_type, NUM_LABELS if arch.task in _CLASSIFIERS else None)
         cls = getattr(transformers, arch.class_name)
+        config = _config_for(cls, config)
+        if arch.task == "causal-lm" and hasattr(config, "is_decoder"):
+            config.is_decoder = True  # encoders in the causal-LM mapping (BERT, Reformer) then mask causally
         torch.manual_seed(0)
         model = cls(config).train()
         return model, make_batches(arch.task, config, model)
     except Exception as e:  # noqa: BLE001  (any failure to build is the sweep's, reported as such)
         raise NotBuilt(first_line(e)) from e
+
+
+def _config_for(cls, config):
+    """The config `cls` is made from: the model type's config, or the sub-config of the class's
+    config_class in it (Llama4ForCausalLM takes the text config of Llama4Config)."""
+    from transformers import PretrainedConfig
+
+    wanted = getattr(cls, "config_class", None)
+    if wanted is None or isinstance(config, wanted):
+        return config
+    for value in vars(config).values():
+        if isinstance(value, PretrainedConfig) and isinstance(value, wanted):
+            return value
+    return config
 
 
 def _step(model, optimizer, batch: dict) -> float:

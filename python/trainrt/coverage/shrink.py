@@ -50,6 +50,10 @@ OVERRIDES: dict[str, dict] = {
     "cvt": {"depth": [1, 2, 3]},
     # Its stem downsamples by 16 whatever patch_size says, and the attention biases are sized by it.
     "levit": {"patch_size": 16},
+    # Axial position embeddings: their widths sum to the hidden size and their shape multiplies to
+    # the sequence length in training; attention works in chunks the sequence must be a whole number of.
+    "reformer": {"axial_pos_embds_dim": (WIDTH // 2, WIDTH // 2), "axial_pos_shape": (3, 4),  # 12: batches.SEQ
+                 "local_attn_chunk_length": 4, "lsh_attn_chunk_length": 4},
     # Its head's batch norm has hidden_dim channels, which must be what round_filters makes of 1280.
     "efficientnet": {"hidden_dim": 1280},
 }
@@ -131,8 +135,14 @@ def _depths(v):
 
 
 def _kv_heads(v):
-    """Key/value heads: KV_HEADS, or 1 where the model has one (multi-query attention stays)."""
-    return (1 if v == 1 else KV_HEADS) if _is_int(v) else v
+    """Key/value heads: KV_HEADS (also where unset), or 1 where the model has one (multi-query
+    attention stays)."""
+    return (1 if v == 1 else KV_HEADS) if _is_int(v) or v is None else v
+
+
+def _head_dim(v):
+    """The head dim: HEAD_DIM, also where unset (WIDTH / HEADS, what configs derive)."""
+    return HEAD_DIM if v is None or (_is_int(v) and v > 0) else v
 
 
 def _square(size: int):
@@ -156,6 +166,9 @@ _LAYERS_PATTERN = (r"(.*_)?(num_hidden_layers|num_layers|n_layer|n_layers|encode
                    r"num_encoder_layers|num_decoder_layers)")
 _LAYERS_RULE = re.compile(_LAYERS_PATTERN)
 _KV_HEADS = re.compile(r"(.*_)?(num_key_value_heads|num_kv_heads|n_kv_heads|kv_n_heads)")
+# Sizes set even where the default is None: configs derive them as the heads (kv heads) or
+# WIDTH / HEADS (head dim) when they derive them at all, and some models read them unset.
+_ALWAYS_SET = re.compile(f"{_KV_HEADS.pattern}|head_dim")
 
 # (attribute-name pattern, transform); the first pattern that matches the whole name wins.
 # Transforms leave values of other types unchanged (a bool named like a size is not a size).
@@ -164,6 +177,7 @@ _RULES = [
     (r"(.*_)?vocab_size(_per_layer_input)?|unpadded_vocab_size", _cap(VOCAB)),
     (r"type_vocab_size", _cap(2)),
     (_KV_HEADS.pattern, _kv_heads),
+    (r"head_dim", _head_dim),
     (r"(.*_)?(head_dim|head_size|d_kv|kv_channels|dim_head|d_head|attention_head_dim)", _set(HEAD_DIM)),
     (r"(.*_)?(num_attention_heads|n_head|n_heads|num_heads|attention_heads|encoder_attention_heads|"
      r"decoder_attention_heads)", _stage_heads),
@@ -193,6 +207,7 @@ _RULES = [
     (r"width_coefficient|depth_coefficient", _cap(1.0)),  # EfficientNet's scaling of its B0 sizes
     # Mamba's inner width is expand * hidden, split into heads of head_dim: with 1 it is HEADS * HEAD_DIM.
     (r"(mamba_)?expand", _cap(1)),
+    (r"(mamba_)?n_groups|mamba_ngroups|mamba_n_groups", _cap(1)),  # Mamba-2's B/C groups divide its heads
     (r"conv_dim", _audio_channels),
     (r"num_mel_bins|feature_size", _cap(MEL_BINS)),
     (r"num_conv_pos_embeddings", _cap(16)),
@@ -225,6 +240,25 @@ def _token_id(name: str, value, special_ids: list[str]):
 
 
 _ABSENT = object()
+
+
+def _per_layer(value, layers: int | None) -> bool:
+    """One entry per layer of a layer count the shrink cuts (layer_types, per-layer sizes)."""
+    return bool(layers) and isinstance(value, (list, tuple)) and len(value) == layers
+
+
+def _first_layers(value):
+    """LAYERS entries of a per-layer list: the first of each distinct kind first (a hybrid's
+    ['linear', 'linear', 'linear', 'full', ...] keeps both: ['linear', 'full']), then in order.
+    Lists whose __init__ derives them are given so too, so that a hybrid keeps both kinds."""
+    try:
+        kinds = list(dict.fromkeys(value))
+    except TypeError:  # unhashable entries (per-layer dicts)
+        kinds = []
+    picked = kinds[:LAYERS] if len(kinds) > 1 else []
+    rest = [i for i, v in enumerate(value) if v not in picked] if picked else list(range(len(value)))
+    chosen = [value.index(k) for k in picked] + rest[:LAYERS - len(picked)]
+    return type(value)(value[i] for i in sorted(chosen))
 
 
 def _get(config, name: str):
@@ -266,16 +300,12 @@ def shrink(config, special_ids: list[str] | None = None):
             continue
         if isinstance(value, PretrainedConfig):
             kwargs[name] = shrink(value, special_ids)
-        elif param.default is None and value is not None and not _KV_HEADS.fullmatch(name):
-            # Derived from the other arguments in __init__: recomputed from the shrunk ones. Not the
-            # key/value heads, derived as the heads when unset: grouped-query attention is what
-            # decoders train with.
-            continue
+        elif param.default is None and value is not None and not _ALWAYS_SET.fullmatch(name) \
+                and not _per_layer(value, layers):
+            continue  # derived from the other arguments in __init__: recomputed from the shrunk ones
         else:
             value = _shrunk_value(name, value, special_ids)
-            if layers and isinstance(value, (list, tuple)) and len(value) == layers:
-                value = value[:LAYERS]  # one entry per layer (layer_types, per-layer sizes)
-            kwargs[name] = value
+            kwargs[name] = _first_layers(value) if _per_layer(value, layers) else value
     kwargs.update(OVERRIDES.get(getattr(cls, "model_type", ""), {}))
     if "kv_lora_rank" in kwargs and "num_key_value_heads" in kwargs:
         # Multi-head latent attention (DeepSeek) expands its latent to keys and values of every head.
