@@ -8,7 +8,6 @@ and through RTModule with fallback disabled, and prints a row per architecture a
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 
 from trainrt.coverage.architectures import TASKS, architectures
@@ -21,7 +20,8 @@ def main(argv=None) -> list:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", default=",".join(TASKS), help="comma-separated, of %(default)s")
     parser.add_argument("--only", help="comma-separated model types, class names or task/type names")
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per architecture (default %(default)s)")
+    parser.add_argument("--timeout", type=float, default=600.0,
+                        help="seconds per architecture (default %(default)s: Swin's capture takes 5 minutes)")
     parser.add_argument("--log", help="append the workers' output (warnings, tracebacks of crashes) here")
     parser.add_argument("--json")
     parser.add_argument("--markdown", help="write the backlog: every architecture that does not pass, with its reason")
@@ -48,7 +48,8 @@ def main(argv=None) -> list:
         print(row(outcome), flush=True)
     print(f"\n{time.perf_counter() - start:.0f} s")
     print("\n".join(summary(outcomes)))
-    meta = {"command": "python -m trainrt.coverage " + " ".join(argv if argv is not None else sys.argv[1:]),
+    selection = [f"--{k} {v}" for k, v in (("task", args.task), ("only", args.only)) if v and v != parser.get_default(k)]
+    meta = {"command": " ".join(["python -m trainrt.coverage", *selection]),
             "transformers": transformers.__version__, "torch": torch.__version__.split("+")[0]}
     if args.json:
         write_json(args.json, outcomes, meta)
