@@ -12,8 +12,9 @@ Symbolic dims come in three levels, tried in this order by capture (api.py):
 - "none": static shapes.
 A dynamic export that fails (a constraint violation, a model that only traces with known sizes) is
 retried with static shapes. The exported training IR keeps in-place ops (BatchNorm's running stats,
-`add_` on buffers); for graphs that have them, functionalization (`run_decompositions({})`, which
-decomposes nothing else) turns them into values the graph signature lists as buffer mutations.
+`add_` on buffers); those that write a tensor the forward just made become functional in place
+(inplace.py); for graphs with others, functionalization (`run_decompositions({})`, which decomposes
+nothing else) turns them into values the graph signature lists as buffer mutations.
 
 Hugging Face causal LMs return a `DynamicCache` of past keys and values (use_cache defaults on, in
 training too). torch.export can only return pytree-flattenable outputs; transformers ships the
@@ -35,6 +36,7 @@ from torch.utils import _pytree as pytree
 from trainrt.capture.autograd_function import FunctionCapture, keep_functions_opaque
 from trainrt.capture.checkpoint_regions import capture_checkpoints
 from trainrt.capture.errors import CaptureError
+from trainrt.capture.inplace import functionalize_fresh_writes
 
 SYMBOLIC_LEVELS = ("all", "batch", "none")
 
@@ -59,11 +61,17 @@ def export_program(module: torch.nn.Module, args: tuple, kwargs: dict, symbolic:
             ep = _export(module, args, kwargs, None, functions)
         except Exception as e:  # noqa: BLE001
             raise CaptureError(f"torch.export failed for {type(module).__name__}: {e}") from e
+    if functionalize_fresh_writes(ep.graph):  # inplace.py: what torch's retrace would do, locally
+        ep.graph_module.recompile()
     if not _mutates(ep):
         return ep
     with warnings.catch_warnings():  # torch 2.13 warns about its own LeafSpec use while retracing
         warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
-        return ep.run_decompositions({})
+        try:
+            return ep.run_decompositions({})
+        except Exception as e:  # noqa: BLE001  (torch's retrace fails in its own ways, e.g. Falcon's lifted constants)
+            raise CaptureError(f"torch.export failed for {type(module).__name__} while functionalizing its "
+                               f"in-place ops: {e}") from e
 
 
 def register_hf_cache_pytree() -> None:

@@ -38,7 +38,7 @@ def rsub(ctx: OpContext) -> str:
     return _arith(ctx, "Sub", ctx["other"], ctx["self"], ctx["alpha"])
 
 
-@translates("aten.mul.Tensor", "aten.mul.Scalar")
+@translates("aten.mul.Tensor", "aten.mul.Scalar", "aten.multiply.Tensor")
 def mul(ctx: OpContext) -> str:
     return _arith(ctx, "Mul", ctx["self"], ctx["other"])
 
@@ -126,6 +126,21 @@ for _name, _op in _UNARY.items():
     translates(_name)(_unary(_op))
 
 
+@translates("aten.expm1.default")
+def expm1(ctx: OpContext) -> str:
+    """exp(x) - 1: the engine has no expm1, so for |x| below ~1e-3 this keeps f32's absolute error
+    (~6e-8), not expm1's relative one (Apertus's xIELU activation)."""
+    x = ctx.operand(ctx["self"], ctx.out_dtype)
+    return ctx.emit("Sub", [ctx.emit("Exp", [x]), ctx.const(1.0, ctx.out_dtype)])
+
+
+@translates("aten.log1p.default")
+def log1p(ctx: OpContext) -> str:
+    """log(1 + x), with the same caveat for tiny |x| as expm1."""
+    x = ctx.operand(ctx["self"], ctx.out_dtype)
+    return ctx.emit("Log", [ctx.emit("Add", [x, ctx.const(1.0, ctx.out_dtype)])])
+
+
 @translates("aten.rsqrt.default")
 def rsqrt(ctx: OpContext) -> str:
     return ctx.emit("Reciprocal", [ctx.emit("Sqrt", [ctx.operand(ctx["self"], ctx.out_dtype)])])
@@ -136,6 +151,52 @@ def silu(ctx: OpContext) -> str:
     """x * sigmoid(x) (torch.nn.SiLU)."""
     x = ctx.tensor("self")
     return ctx.emit("Mul", [x, ctx.emit("Sigmoid", [x])])
+
+
+@translates("aten.square.default")
+def square(ctx: OpContext) -> str:
+    x = ctx.operand(ctx["self"], ctx.out_dtype)
+    return ctx.emit("Mul", [x, x])
+
+
+def _clip(ctx: OpContext, low: float, high: float) -> str:
+    x = ctx.tensor("self")
+    return ctx.emit("Clip", [x, ctx.const(low, x.dtype), ctx.const(high, x.dtype)])
+
+
+@translates("aten.hardtanh.default")
+def hardtanh(ctx: OpContext) -> str:
+    """Clip to [min_val, max_val] (torch.nn.Hardtanh; MobileNet's ReLU6 is hardtanh(x, 0, 6))."""
+    return _clip(ctx, float(ctx["min_val"]), float(ctx["max_val"]))
+
+
+@translates("aten.relu6.default")
+def relu6(ctx: OpContext) -> str:
+    return _clip(ctx, 0.0, 6.0)
+
+
+@translates("aten.hardsigmoid.default")
+def hardsigmoid(ctx: OpContext) -> str:
+    """relu6(x + 3) / 6 (torch.nn.Hardsigmoid) is ONNX HardSigmoid with alpha 1/6, beta 1/2."""
+    return ctx.emit("HardSigmoid", [ctx.tensor("self")], alpha=1 / 6, beta=0.5)
+
+
+@translates("aten.hardswish.default")
+def hardswish(ctx: OpContext) -> str:
+    """x * relu6(x + 3) / 6 (torch.nn.Hardswish, Howard et al. 2019): x * HardSigmoid(x)."""
+    x = ctx.tensor("self")
+    return ctx.emit("Mul", [x, ctx.emit("HardSigmoid", [x], alpha=1 / 6, beta=0.5)])
+
+
+@translates("aten.glu.default")
+def glu(ctx: OpContext) -> str:
+    """a * sigmoid(b) for the halves a, b of x along dim (torch.nn.GLU, Dauphin et al. 2017)."""
+    x = ctx.tensor("self")
+    dim = ctx["dim"]
+    axis = dim + x.rank if dim < 0 else dim
+    half = x.shape[axis] // 2
+    a, b = ctx.emit("Split", [x, ctx.ints([half, half])], 2, axis=axis)
+    return ctx.emit("Mul", [a, ctx.emit("Sigmoid", [b])])
 
 
 @translates("aten.gelu.default")

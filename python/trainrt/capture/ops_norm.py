@@ -1,8 +1,8 @@
-"""Normalizations: layer norm (ONNX LayerNormalization), RMS norm (spelled out) and batch norm
-(ONNX BatchNormalization, opset 15 semantics).
+"""Normalizations: layer norm (ONNX LayerNormalization), RMS norm and group norm (spelled out),
+batch norm (ONNX BatchNormalization, opset 15 semantics) and weight norm (of a weight, spelled out).
 
-LayerNormalization and BatchNormalization have fused gradients in the engine. RMS norm is written
-with ops it differentiates (ReduceMean, Mul, Sqrt, Reciprocal). BatchNorm follows torch.nn.BatchNorm1d's
+LayerNormalization and BatchNormalization have fused gradients in the engine. RMS norm, group norm
+and weight norm are written with ops it differentiates (ReduceMean, ReduceL2, Mul, Sqrt, Reciprocal). BatchNorm follows torch.nn.BatchNorm1d's
 documentation: in training, normalize with the batch's mean and biased variance and update the running
 stats with the unbiased variance, running = (1 - momentum) * running + momentum * batch_stat; in eval,
 normalize with the running stats. momentum=None (a cumulative average) fails in torch.export itself
@@ -11,10 +11,13 @@ normalize with the running stats. momentum=None (a cumulative average) fails in 
 
 from __future__ import annotations
 
+import math
+
 import sympy
 import torch
 
 from trainrt.capture.context import OpContext, TensorValue
+from trainrt.capture.ops_shape import reshape_to
 from trainrt.capture.registry import translates
 from trainrt.capture.symbolic import is_static, sym_expr
 
@@ -53,6 +56,54 @@ def rms_norm(ctx: OpContext) -> str:
     rms = ctx.emit("Sqrt", [ctx.emit("Add", [mean_sq, ctx.const(float(eps), x.dtype)])])
     y = ctx.emit("Mul", [x, ctx.emit("Reciprocal", [rms])])
     return y if ctx["weight"] is None else ctx.emit("Mul", [y, ctx["weight"]])
+
+
+def _group_norm(ctx: OpContext, x: TensorValue, groups: int, weight, bias, eps: float) -> str:
+    """torch.nn.GroupNorm (Wu & He 2018): x (N, C, *spatial) seen as (N, G, C / G * prod(spatial)),
+    each group normalized with its mean and biased variance, then back to x's shape and scaled and
+    shifted per channel by weight and bias (C,), broadcast as (C, 1, ..., 1)."""
+    channels = _channels(ctx, x)
+    grouped = reshape_to(ctx, x, [x.shape[0], groups, channels // groups * math.prod(x.shape[2:])])
+    axes = ctx.ints([2])
+    centered = ctx.emit("Sub", [grouped, ctx.emit("ReduceMean", [grouped, axes], keepdims=1)])
+    var = ctx.emit("ReduceMean", [ctx.emit("Mul", [centered, centered]), axes], keepdims=1)  # (N, G, 1)
+    inv_std = ctx.emit("Reciprocal", [ctx.emit("Sqrt", [ctx.emit("Add", [var, ctx.const(eps, x.dtype)])])])
+    y = reshape_to(ctx, ctx.emit("Mul", [centered, inv_std]), x.shape)
+
+    def per_channel(p: TensorValue) -> str:  # (C,) -> (C, 1, ..., 1)
+        return ctx.emit("Unsqueeze", [p, ctx.ints(range(1, x.rank - 1))]) if x.rank > 2 else p.name
+
+    if weight is not None:
+        y = ctx.emit("Mul", [y, per_channel(weight)])
+    if bias is not None:
+        y = ctx.emit("Add", [y, per_channel(bias)])
+    return y
+
+
+@translates("aten.group_norm.default")
+def group_norm(ctx: OpContext) -> str:
+    return _group_norm(ctx, ctx.tensor("input"), int(ctx["num_groups"]), ctx["weight"], ctx["bias"],
+                       float(ctx["eps"]))
+
+
+@translates("aten.native_group_norm.default")
+def native_group_norm(ctx: OpContext) -> list[str | None]:
+    """(y, mean, rstd) of group norm's decomposed form; the saved statistics have no translation."""
+    if ctx.used_outputs() & {1, 2}:
+        raise ctx.unsupported("saved mean / rstd outputs have no TrainRT translation")
+    return [_group_norm(ctx, ctx.tensor("input"), int(ctx["group"]), ctx["weight"], ctx["bias"],
+                        float(ctx["eps"])), None, None]
+
+
+@translates("aten._weight_norm.default")
+def weight_norm(ctx: OpContext) -> str:
+    """torch._weight_norm(v, g, dim) = v * g / ||v|| (Salimans & Kingma 2016), the norm over every
+    dim but `dim` (kept as 1s, the shape of g), or over all of v for dim -1."""
+    v, g = ctx.tensor("v"), ctx.tensor("g")
+    dim = ctx["dim"]
+    axes = list(range(v.rank)) if dim == -1 else [a for a in range(v.rank) if a != (dim + v.rank if dim < 0 else dim)]
+    norm = ctx.emit("ReduceL2", [v, ctx.ints(axes)], keepdims=1)
+    return ctx.emit("Mul", [v, ctx.emit("Div", [g, norm])])
 
 
 def _channels(ctx: OpContext, x: TensorValue) -> int:

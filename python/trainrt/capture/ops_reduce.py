@@ -1,12 +1,17 @@
-"""Reductions: sum, mean, amax/amin and the values of max/min over dims.
+"""Reductions: sum, mean, amax/amin, max/min over dims with their indices, argmax/argmin.
 
 ONNX Reduce* (opset 18+) take the axes as an input; no axes input reduces every axis, which is
-torch's meaning of `dim=None` and of an empty dim list.
+torch's meaning of `dim=None` and of an empty dim list. The engine has no ArgMax/ArgMin: an index
+of the extreme is composed (_first_index_of_extreme).
 """
 
 from __future__ import annotations
 
-from trainrt.capture.context import OpContext
+import math
+
+import torch
+
+from trainrt.capture.context import OpContext, TensorValue
 from trainrt.capture.registry import translates
 
 
@@ -59,11 +64,76 @@ def min_all(ctx: OpContext) -> str:
     return _reduce(ctx, "ReduceMin", None, False)
 
 
+def _first_index_of_extreme(ctx: OpContext, x: TensorValue | str, shape, axis: int, op: str, keepdim: bool,
+                            extreme: str | None = None) -> str:
+    """The int64 index along `axis` of the first element equal to the extreme (`op` ReduceMax or
+    ReduceMin, or the given keepdims `extreme`), as torch's argmax / argmin pick the first:
+    Where(x == extreme, position, size) reduced by ReduceMin, positions a Range along the axis.
+    x: (..., n, ...), shape its shape; the result (..., 1, ...) or without the axis. Integer
+    paths only: no gradient flows through the index."""
+    axes = ctx.ints([axis])
+    if extreme is None:
+        extreme = ctx.emit(op, [x, axes], keepdims=1)
+    size = ctx.operand(shape[axis], torch.int64)
+    positions = ctx.emit("Range", [ctx.const(0, torch.int64), size, ctx.const(1, torch.int64)])  # (n,)
+    trailing = len(shape) - 1 - axis
+    if trailing:
+        positions = ctx.emit("Unsqueeze", [positions, ctx.ints(range(1, trailing + 1))])  # (n, 1, ..., 1)
+    hits = ctx.emit("Where", [ctx.emit("Equal", [x, extreme]), positions, size])
+    return ctx.emit("ReduceMin", [hits, axes], keepdims=int(bool(keepdim)))
+
+
 def _values_of(ctx: OpContext, op: str) -> list[str | None]:
-    """(values, indices) of max.dim / min.dim; the indices need ArgMax/ArgMin, not in the engine."""
-    if 1 in ctx.used_outputs():
-        raise ctx.unsupported("indices have no TrainRT translation (the engine has no ArgMax/ArgMin)")
-    return [_reduce(ctx, op, ctx["dim"], ctx["keepdim"]), None]
+    """(values, indices) of max.dim / min.dim: the indices only when read."""
+    x = ctx.tensor("self")
+    axis = ctx["dim"] + x.rank if ctx["dim"] < 0 else ctx["dim"]
+    keepdim = bool(ctx["keepdim"])
+    if 1 not in ctx.used_outputs():
+        return [_reduce(ctx, op, ctx["dim"], keepdim), None]
+    extreme = ctx.emit(op, [x, ctx.ints([axis])], keepdims=1)
+    indices = _first_index_of_extreme(ctx, x, x.shape, axis, op, keepdim, extreme)
+    values = extreme if keepdim else ctx.emit("Squeeze", [extreme, ctx.ints([axis])])
+    return [values, indices]
+
+
+def _arg(ctx: OpContext, op: str) -> str:
+    """argmax / argmin over dim, or over the flattened tensor when dim is None (keepdim then
+    gives x's rank of 1s)."""
+    x = ctx.tensor("self")
+    dim, keepdim = ctx["dim"], bool(ctx["keepdim"])
+    if dim is None:
+        flat = [math.prod(x.shape)]
+        y = ctx.emit("Reshape", [x, ctx.ints([-1])])
+        index = _first_index_of_extreme(ctx, y, flat, 0, op, keepdim=False)
+        return ctx.emit("Reshape", [index, ctx.ints([1] * x.rank if keepdim else [])])
+    axis = dim + x.rank if dim < 0 else dim
+    return _first_index_of_extreme(ctx, x, x.shape, axis, op, keepdim)
+
+
+@translates("aten.linalg_vector_norm.default")
+def vector_norm(ctx: OpContext) -> str:
+    """torch.linalg.vector_norm over dim (all dims when None): ord 2 is ReduceL2, 1 ReduceL1,
+    inf ReduceMax of |x| (each differentiable in the engine); other orders have no translation."""
+    order = ctx["ord"]
+    op = {2: "ReduceL2", 1: "ReduceL1", float("inf"): "ReduceMax"}.get(order)
+    if op is None or ctx["dtype"] is not None:
+        raise ctx.unsupported(f"with ord={order} or a dtype has no TrainRT translation (ord 1, 2 and inf)")
+    x = ctx.tensor("self")
+    if op == "ReduceMax":
+        x = ctx.emit("Abs", [x])
+    dims = ctx["dim"]
+    dims = [dims] if isinstance(dims, int) else dims
+    return ctx.emit(op, [x, ctx.ints(dims) if dims else None], keepdims=int(bool(ctx["keepdim"])))
+
+
+@translates("aten.argmax.default")
+def argmax(ctx: OpContext) -> str:
+    return _arg(ctx, "ReduceMax")
+
+
+@translates("aten.argmin.default")
+def argmin(ctx: OpContext) -> str:
+    return _arg(ctx, "ReduceMin")
 
 
 @translates("aten.max.dim")

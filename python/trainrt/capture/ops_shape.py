@@ -25,7 +25,7 @@ def dim_axis(dim: int, rank: int) -> int:
     return dim + max(rank, 1) if dim < 0 else dim
 
 
-def reshape_to(ctx: OpContext, x: TensorValue, shape) -> str:
+def reshape_to(ctx: OpContext, x: TensorValue | str, shape) -> str:
     """Reshape x to a (possibly symbolic) shape: one symbolic dim becomes -1 so the shape is a
     constant; a 0-sized dim needs allowzero so 0 is not read as 'copy the input dim'."""
     dims = list(shape)
@@ -72,6 +72,13 @@ def transpose(ctx: OpContext) -> str:
     a, b = dim_axis(ctx["dim0"], x.rank), dim_axis(ctx["dim1"], x.rank)
     perm[a], perm[b] = perm[b], perm[a]
     return ctx.emit("Transpose", [x], perm=perm)
+
+
+@translates("aten.numpy_T.default")
+def numpy_t(ctx: OpContext) -> str:
+    """x.T: the dims reversed."""
+    x = ctx.tensor("self")
+    return x.name if x.rank < 2 else ctx.emit("Transpose", [x], perm=list(reversed(range(x.rank))))
 
 
 @translates("aten.permute.default")
@@ -325,3 +332,34 @@ def select_scatter(ctx: OpContext) -> str:
     end = INT64_MAX if is_static(index) and int(index) == -1 else index + 1
     src = ctx.emit("Unsqueeze", [ctx.cast(ctx.tensor("src"), base.dtype), ctx.ints([axis])])
     return _scatter_range(ctx, base, src, axis, index, end)
+
+
+@translates("aten.repeat.default")
+def repeat(ctx: OpContext) -> str:
+    """x.repeat(*repeats): ONNX Tile (its gradient sums the copies back). With more repeats than x
+    has dims, x first gains leading dims of 1, as torch does ((3,) .repeat(2, 2) is (2, 6))."""
+    x = ctx.tensor("self")
+    repeats = list(ctx["repeats"])
+    extra = len(repeats) - x.rank
+    y = ctx.emit("Unsqueeze", [x, ctx.ints(range(extra))]) if extra > 0 else x.name
+    if all(is_static(r) and int(r) == 1 for r in repeats):
+        return y
+    return ctx.emit("Tile", [y, ctx.ints(repeats)])
+
+
+@translates("aten.repeat_interleave.self_int")
+def repeat_interleave(ctx: OpContext) -> str:
+    """x.repeat_interleave(r, dim): each element r times in a row along dim, as x (..., d, ...)
+    unsqueezed after dim to (..., d, 1, ...), expanded to (..., d, r, ...) and reshaped to
+    (..., d * r, ...); dim None flattens x first. The gradient is Expand's (sums over the copies)."""
+    x = ctx.tensor("self")
+    r, dim = ctx["repeats"], ctx["dim"]
+    shape = list(x.shape)
+    y = x.name
+    if dim is None:
+        y, shape, axis = reshape_to(ctx, x, [math.prod(shape)]), [math.prod(shape)], 0
+    else:
+        axis = dim_axis(dim, x.rank)
+    y = ctx.emit("Unsqueeze", [y, ctx.ints([axis + 1])])
+    y = ctx.emit("Expand", [y, ctx.ints([*shape[:axis + 1], r, *shape[axis + 1:]])])
+    return reshape_to(ctx, y, ctx.out.shape)

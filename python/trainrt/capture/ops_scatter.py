@@ -1,0 +1,105 @@
+"""Writes at indices: index_put, the functional form of `x[mask] = v` and `x[i, j] = v` (and `+=`).
+
+The engine has no ScatterND; the writes are composed from ops it differentiates, so x and v both
+train (the gradient of x is dY where nothing was written, of v the sum of dY over its positions):
+- one bool mask over x's leading dims: Where(mask, v, x), or Where(mask, x + v, x) to accumulate,
+  v broadcast over the masked positions (v may not have one row per masked element: that shape
+  depends on the mask's count);
+- integer index tensors on x's first k dims, broadcast to K positions: each position's flat offset
+  f = i0 * d1 * .. * dk-1 + ... + ik-1 (negative indices counted back), compared with the P =
+  d0 * .. * dk-1 offsets of x's indexed dims into a one-hot (K, P), then
+      hit (P,)     = any over K of the one-hot            where something is written,
+      written (P, R) = one-hot^T (P, K) @ v (K, R)          v broadcast to K rows of the rest R of x,
+      y            = Where(hit, written, x)   or   x + written to accumulate.
+  A 0-d v needs no product: Where(hit, v, x), or x + count * v. The one-hot costs K * P: right for
+  the masks and per-row writes of HF models (Wav2Vec2 marks each row's last frame in a
+  (batch, frames) mask), not for scattering rows into a large table.
+torch leaves duplicate positions undefined without accumulate; here their values add (a 0-d v
+is written once).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from trainrt.capture.context import OpContext, TensorValue
+from trainrt.capture.ops_shape import reshape_to
+from trainrt.capture.registry import translates
+from trainrt.capture.symbolic import is_static
+
+
+@translates("aten.index_put.default")
+def index_put(ctx: OpContext) -> str:
+    x, v = ctx.tensor("self"), ctx.tensor("values")
+    indices = list(ctx["indices"])
+    accumulate = bool(ctx["accumulate"])
+    while indices and indices[-1] is None:
+        indices.pop()
+    if not indices or any(i is None for i in indices):
+        raise ctx.unsupported("with indices on other than x's leading dims has no TrainRT translation")
+    values = ctx.cast(v, x.dtype)
+    if len(indices) == 1 and indices[0].dtype == torch.bool:
+        return _put_masked(ctx, x, indices[0], v, values, accumulate)
+    if any(i.dtype not in (torch.int64, torch.int32) for i in indices):
+        raise ctx.unsupported("with several bool masks has no TrainRT translation")
+    return _put_at_indices(ctx, x, indices, v, values, accumulate)
+
+
+def _put_masked(ctx: OpContext, x: TensorValue, mask: TensorValue, v: TensorValue, values: str,
+                accumulate: bool) -> str:
+    """x[mask] = v for a mask of x's first mask.rank dims; v broadcasts over x's other dims."""
+    rest = x.rank - mask.rank
+    if v.rank > rest:
+        raise ctx.unsupported("with one value per masked element has no TrainRT translation (its "
+                              "shape depends on the mask); a value broadcast over them has one")
+    where = ctx.emit("Unsqueeze", [mask, ctx.ints(range(mask.rank, x.rank))]) if rest else mask.name
+    new = ctx.emit("Add", [x, values]) if accumulate else values
+    return ctx.emit("Where", [where, new, x])
+
+
+def _put_at_indices(ctx: OpContext, x: TensorValue, indices: list[TensorValue], v: TensorValue, values: str,
+                    accumulate: bool) -> str:
+    k = len(indices)
+    index_shape = torch.broadcast_shapes(*(tuple(i.shape) for i in indices))  # K positions
+    count = math.prod(index_shape)
+    flat = None
+    for axis, idx in enumerate(indices):  # Horner's rule over the indexed dims, each made non-negative
+        size = ctx.operand(x.shape[axis], torch.int64)
+        i = ctx.cast(idx, torch.int64)
+        i = ctx.emit("Where", [ctx.emit("Less", [i, ctx.const(0, torch.int64)]), ctx.emit("Add", [i, size]), i])
+        i = reshape_to(ctx, ctx.emit("Expand", [i, ctx.ints(index_shape)]), [count])
+        flat = i if flat is None else ctx.emit("Add", [ctx.emit("Mul", [flat, size]), i])
+    positions = math.prod(x.shape[:k])  # P
+    offsets = ctx.emit("Range", [ctx.const(0, torch.int64), ctx.operand(positions, torch.int64),
+                                 ctx.const(1, torch.int64)])  # (P,)
+    onehot = ctx.emit("Equal", [ctx.emit("Unsqueeze", [flat, ctx.ints([1])]), offsets])  # (K, P)
+    rest = list(x.shape[k:])
+    x_flat = reshape_to(ctx, x, [positions, *rest])  # (P, *rest)
+    trailing = ctx.ints(range(1, len(rest) + 1))
+
+    def per_position(name: str) -> str:  # (P,) -> (P, 1, ..., 1)
+        return ctx.emit("Unsqueeze", [name, trailing]) if rest else name
+
+    if v.rank == 0 or (all(is_static(d) and int(d) == 1 for d in v.shape)):
+        value = reshape_to(ctx, values, [])
+        if accumulate:
+            times = ctx.emit("ReduceSum", [ctx.cast_to(onehot, torch.bool, x.dtype), ctx.ints([0])], keepdims=0)
+            y = ctx.emit("Add", [x_flat, ctx.emit("Mul", [per_position(times), value])])
+        else:
+            hit = ctx.emit("ReduceMax", [onehot, ctx.ints([0])], keepdims=0)  # (P,)
+            y = ctx.emit("Where", [per_position(hit), value, x_flat])
+        return reshape_to(ctx, y, x.shape)
+    if not x.dtype.is_floating_point:
+        raise ctx.unsupported(f"of a values tensor into a {x.dtype} tensor has no TrainRT translation (floats only)")
+    width = math.prod(rest)  # R
+    rows = reshape_to(ctx, ctx.emit("Expand", [values, ctx.ints([*index_shape, *rest])]), [count, width])  # (K, R)
+    scatter = ctx.emit("Transpose", [ctx.cast_to(onehot, torch.bool, x.dtype)], perm=[1, 0])  # (P, K)
+    written = reshape_to(ctx, ctx.emit("MatMul", [scatter, rows]), [positions, *rest])  # (P, *rest)
+    if accumulate:
+        y = ctx.emit("Add", [x_flat, written])
+    else:
+        hit = ctx.emit("ReduceMax", [onehot, ctx.ints([0])], keepdims=0)
+        y = ctx.emit("Where", [per_position(hit), written, x_flat])
+    return reshape_to(ctx, y, x.shape)

@@ -1,0 +1,167 @@
+"""One architecture's run: build it tiny, train STEPS steps in eager and through RTModule, compare.
+
+Both copies start from one initialization (torch seed 0, then a deep copy), see the same batches
+(batches.py) and step with SGD with momentum, the reference optimizer here: AdamW divides by the
+root of the squared gradient, so the rounding noise of a gradient that is exactly zero in exact
+arithmetic (a key bias under softmax) becomes a full lr-sized step that no two implementations
+share; SGD moves such a parameter by lr times the noise.
+
+Agreement (the tolerances of the HF tests, tests/python/test_hf_*.py):
+- each step's loss within LOSS_RTOL relative;
+- each parameter's update over the run (after - before) within UPDATE_RTOL of its largest element,
+  plus UPDATE_ATOL: a wrong gradient moves a weight by about lr times its gradient, far beyond
+  this, while rounding differs by ~1e-6 relative. Float buffers (BatchNorm's running statistics)
+  within UPDATE_RTOL of their largest element.
+
+Fallback is disabled (TRAINRT_FALLBACK_POLICY=FALLBACK_DISABLE): a model the engine cannot run
+raises, and outcome.classify says why; a run that fell back to torch would prove nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import time
+
+import torch
+
+from trainrt.coverage.architectures import Architecture
+from trainrt.coverage.batches import NUM_LABELS, make_batches
+from trainrt.coverage.outcome import Outcome, classify, first_line
+from trainrt.coverage.shrink import shrink_config
+
+STEPS = 3
+LR = 0.05
+MOMENTUM = 0.9
+LOSS_RTOL = 1e-4
+UPDATE_RTOL = 1e-3
+UPDATE_ATOL = 1e-6
+_CLASSIFIERS = ("seq-cls", "image-cls", "audio-cls")
+
+
+class NotBuilt(Exception):
+    """The sweep could not make the model, its inputs, or its eager step."""
+
+
+def build(arch: Architecture):
+    """(model in training mode, step -> batch) of `arch`, from torch's seed 0."""
+    import transformers
+
+    try:
+        config = shrink_config(arch.model_type, NUM_LABELS if arch.task in _CLASSIFIERS else None)
+        cls = getattr(transformers, arch.class_name)
+        config = _config_for(cls, config)
+        if arch.task == "causal-lm" and hasattr(config, "is_decoder"):
+            config.is_decoder = True  # encoders in the causal-LM mapping (BERT, Reformer) then mask causally
+        torch.manual_seed(0)
+        model = cls(config).train()
+        return model, make_batches(arch.task, config, model)
+    except Exception as e:  # noqa: BLE001  (any failure to build is the sweep's, reported as such)
+        raise NotBuilt(first_line(e)) from e
+
+
+def _config_for(cls, config):
+    """The config `cls` is made from: the model type's config, or the sub-config of the class's
+    config_class in it (Llama4ForCausalLM takes the text config of Llama4Config)."""
+    from transformers import PretrainedConfig
+
+    wanted = getattr(cls, "config_class", None)
+    if wanted is None or isinstance(config, wanted):
+        return config
+    for value in vars(config).values():
+        if isinstance(value, PretrainedConfig) and isinstance(value, wanted):
+            return value
+    return config
+
+
+def _step(model, optimizer, batch: dict) -> float:
+    loss = getattr(model(**batch), "loss", None)
+    if loss is None:
+        raise NotBuilt("the model returned no loss for the batch")
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
+def _sgd(model):
+    return torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+
+
+def run(arch: Architecture, steps: int = STEPS) -> Outcome:
+    """Trains `arch` both ways; the Outcome says how they compare or where the engine's run failed."""
+    import trainrt
+
+    os.environ["TRAINRT_FALLBACK_POLICY"] = "FALLBACK_DISABLE"
+    outcome = Outcome(arch.name, arch.class_name, "ok")
+    try:
+        eager, batches = build(arch)
+        ours_inner = copy.deepcopy(eager)
+        before = {n: p.detach().clone() for n, p in eager.named_parameters()}
+        opt_e = _sgd(eager)
+        times_e, losses_e = [], []
+        for i in range(steps):  # eager first: a model the sweep cannot run in torch is not the engine's
+            start = time.perf_counter()
+            losses_e.append(_step(eager, opt_e, batches(i)))
+            times_e.append(time.perf_counter() - start)
+    except NotBuilt as e:
+        return _with(outcome, "not-built", str(e))
+    except Exception as e:  # noqa: BLE001
+        return _with(outcome, "not-built", f"eager step: {first_line(e)}")
+    ours = trainrt.RTModule(ours_inner)
+    opt_o = _sgd(ours_inner)
+    times_o, losses_o = [], []
+    try:
+        for i in range(steps):
+            start = time.perf_counter()
+            losses_o.append(_step(ours, opt_o, batches(i)))
+            times_o.append(time.perf_counter() - start)
+    except Exception as e:  # noqa: BLE001
+        status, detail, ops = classify(e)
+        outcome = _with(outcome, status, detail)
+        outcome.ops = ops
+        return outcome
+    outcome.first_step_s = times_o[0]
+    if steps > 1:
+        # The fastest later step of each: the least disturbed by other work on the machine.
+        outcome.step_ratio = min(times_o[1:]) / max(min(times_e[1:]), 1e-9)
+    outcome.losses = list(zip(losses_e, losses_o))
+    problems = _disagreements(losses_e, losses_o, eager, ours_inner, before)
+    return _with(outcome, "mismatch", "; ".join(problems)) if problems else outcome
+
+
+def _with(outcome: Outcome, status: str, detail: str) -> Outcome:
+    outcome.status, outcome.detail = status, detail
+    return outcome
+
+
+def _disagreements(losses_e, losses_o, eager, ours, before) -> list[str]:
+    """The figures of each disagreement: losses first, then the worst parameter update and buffer."""
+    problems = []
+    for step, (le, lo) in enumerate(zip(losses_e, losses_o)):
+        if not abs(lo - le) <= LOSS_RTOL * abs(le):
+            problems.append(f"loss step {step + 1}: {lo:.6g} vs eager {le:.6g} (rel {abs(lo - le) / max(abs(le), 1e-12):.1e})")
+            break
+    worst = None  # (excess over the tolerance, text)
+    params_o = dict(ours.named_parameters())
+    for name, pe in eager.named_parameters():
+        de = pe.detach() - before[name]
+        do = params_o[name].detach() - before[name]
+        scale = de.abs().max().item() if de.numel() else 0.0
+        err = (de - do).abs().max().item() if de.numel() else 0.0
+        excess = err / (UPDATE_RTOL * scale + UPDATE_ATOL)
+        if not excess <= 1 and (worst is None or excess > worst[0]):
+            worst = (excess, f"update of {name}: max |diff| {err:.2g} vs max |update| {scale:.2g}")
+    buffers_o = dict(ours.named_buffers())
+    for name, be in eager.named_buffers():
+        bo = buffers_o.get(name)
+        if bo is None or not be.is_floating_point() or not be.numel():
+            continue
+        err = (be - bo).abs().max().item()
+        scale = be.abs().max().item()
+        excess = err / (UPDATE_RTOL * scale + UPDATE_ATOL)
+        if not excess <= 1 and (worst is None or excess > worst[0]):
+            worst = (excess, f"buffer {name}: max |diff| {err:.2g} vs max |value| {scale:.2g}")
+    if worst:
+        problems.append(worst[1])
+    return problems

@@ -1,0 +1,266 @@
+"""ATen ops that capture composes from engine ops, through RTModule against torch: forward values,
+and the gradients of the inputs and parameters of loss = sum(output * w), with fallback disabled.
+
+repeat (Tile), repeat_interleave (Unsqueeze + Expand + Reshape), group norm (per-group mean and
+variance spelled out), weight norm (ReduceL2), argmax / argmin and max.dim's indices (the first
+index equal to the extreme: Equal, Range, Where, ReduceMin), multiply (Mul). Each module runs at
+two batch sizes on one capture, since RTModule captures with symbolic dims.
+"""
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import trainrt
+
+
+@pytest.fixture(autouse=True)
+def no_fallback(monkeypatch):
+    """An op the engine cannot run fails the test instead of silently running in torch."""
+    monkeypatch.setenv("TRAINRT_FALLBACK_POLICY", "FALLBACK_DISABLE")
+
+
+class Lambda(nn.Module):
+    def __init__(self, fn, *params: nn.Module):
+        super().__init__()
+        self.fn = fn
+        self.layers = nn.ModuleList(params)
+
+    def forward(self, *args):
+        return self.fn(*args)
+
+
+def _run(model, inputs, seed):
+    """(output, input gradients, parameter gradients) of sum(output * w)."""
+    inputs = [x.clone().requires_grad_(x.is_floating_point()) for x in inputs]
+    out = model(*inputs)
+    w = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed))
+    (out * w).sum().backward()
+    return (out.detach(), [x.grad for x in inputs],
+            {n: p.grad for n, p in model.named_parameters()})
+
+
+def assert_like_torch(module: nn.Module, make_inputs, batches=(3, 5), rtol=1e-5, atol=1e-6):
+    torch.manual_seed(0)
+    ours = trainrt.RTModule(copy.deepcopy(module))
+    for batch in batches:
+        inputs = make_inputs(batch)
+        want, got = _run(module, inputs, batch), _run(ours, inputs, batch)
+        assert ours.fallback_reason is None
+        assert got[0].dtype == want[0].dtype and got[0].shape == want[0].shape
+        torch.testing.assert_close(got[0], want[0], rtol=rtol, atol=atol, msg="output")
+        for g, w in zip(got[1], want[1]):
+            torch.testing.assert_close(g, w, rtol=rtol, atol=atol, msg="input gradient")
+        for name in want[2]:
+            torch.testing.assert_close(got[2][name], want[2][name], rtol=rtol, atol=atol, msg=name)
+        module.zero_grad()
+        ours.zero_grad()
+    assert ours.num_captures == 1
+
+
+def randn(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: x.repeat(1, 2, 3),
+    lambda x: x.repeat(2, 1, 1, 2),  # a leading dim added
+    lambda x: x.repeat(1, 1, 1),  # no copy
+], ids=["tile", "leading-dim", "ones"])
+def test_repeat(fn):
+    assert_like_torch(Lambda(fn), lambda b: [randn(b, 3, 4)])
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: x.repeat_interleave(2, dim=1),
+    lambda x: x.repeat_interleave(3, dim=-1),
+    lambda x: x.repeat_interleave(2, dim=0),  # the symbolic batch
+    lambda x: x.repeat_interleave(2),  # flattened
+], ids=["dim1", "last", "batch", "flat"])
+def test_repeat_interleave(fn):
+    assert_like_torch(Lambda(fn), lambda b: [randn(b, 3, 4)])
+
+
+def test_repeat_interleave_of_key_value_heads_as_gpt_j_and_llama_do():
+    """(batch, kv_heads, seq, head_dim) -> (batch, heads, seq, head_dim), then attention."""
+    def attend(q, kv):
+        kv = kv.repeat_interleave(2, dim=1)
+        return torch.softmax(q @ kv.transpose(-1, -2), -1) @ kv
+
+    assert_like_torch(Lambda(attend), lambda b: [randn(b, 4, 5, 8, seed=1), randn(b, 2, 5, 8, seed=2)])
+
+
+@pytest.mark.parametrize("make, shape", [
+    (lambda: nn.GroupNorm(2, 4), (4, 5)),
+    (lambda: nn.GroupNorm(4, 4), (3, 3)),  # instance-norm like: one channel per group
+    (lambda: nn.GroupNorm(1, 6, affine=False), (2, 3)),  # layer-norm like, no weight or bias
+    (lambda: nn.GroupNorm(2, 4, eps=1e-3), (7,)),  # (N, C, L): Wav2Vec2's first feature conv layer
+], ids=["2d", "per-channel", "no-affine", "1d"])
+def test_group_norm(make, shape):
+    torch.manual_seed(0)
+    norm = make()
+    if norm.affine:
+        with torch.no_grad():
+            norm.weight.uniform_(0.5, 2)
+            norm.bias.uniform_(-1, 1)
+    channels = norm.num_channels
+    assert_like_torch(norm, lambda b: [randn(b, channels, *shape) * 3 + 1], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("make, dim, x_shape", [
+    (lambda: nn.Linear(4, 3), 0, (4,)),
+    (lambda: nn.Conv1d(3, 4, 3, padding=1), 2, (3, 6)),  # Wav2Vec2's positional conv
+    (lambda: nn.Linear(4, 3), None, (4,)),  # one norm over the whole weight
+], ids=["linear", "conv-dim2", "whole"])
+def test_weight_norm(make, dim, x_shape):
+    torch.manual_seed(0)
+    layer = nn.utils.parametrizations.weight_norm(make(), dim=dim)
+    assert_like_torch(layer, lambda b: [randn(b, *x_shape)], rtol=1e-4, atol=1e-5)
+
+
+def as_float(index_of):
+    """An index as the float output of a module that also reads x differentiably: RTModule
+    builds a training program, which needs an output with a gradient."""
+    return lambda x: index_of(x).to(x.dtype) + 0 * x.sum()
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: x.argmax(-1),
+    lambda x: x.argmin(1, keepdim=True),
+    lambda x: x.argmax(),  # over the flattened tensor
+    lambda x: x.argmax(keepdim=True),
+    lambda x: x.max(1).indices,
+    lambda x: x.min(-1, keepdim=True)[1],
+], ids=["argmax", "argmin-keepdim", "flat", "flat-keepdim", "max-indices", "min-indices"])
+def test_index_of_the_extreme(fn):
+    assert_like_torch(Lambda(as_float(fn)), lambda b: [randn(b, 5, 6)])
+
+
+def test_index_of_the_extreme_is_the_first_of_ties():
+    """Rounded values tie often; torch picks the first index of the extreme."""
+    assert_like_torch(Lambda(as_float(lambda x: torch.stack([x.argmax(1), x.argmin(1)]))),
+                      lambda b: [randn(b, 7, 3).round()])
+
+
+def test_argmax_picks_what_the_loss_reads():
+    """Decoder classifiers (GPT-2, Llama) take each row's logits at its last non-padding token,
+    found by argmax: the gradient reaches those logits only."""
+    def last_token_logits(logits, ids):
+        last = (ids != 0).int().cumsum(-1).argmax(-1)  # (batch,)
+        return logits[torch.arange(logits.shape[0]), last]
+
+    def inputs(b):
+        ids = torch.randint(1, 9, (b, 6), generator=torch.Generator().manual_seed(b))
+        ids[1:, 4:] = 0
+        return [randn(b, 6, 3), ids]
+
+    assert_like_torch(Lambda(last_token_logits), inputs)
+
+
+def test_max_with_indices_gives_both():
+    assert_like_torch(Lambda(lambda x: (lambda m: m.values * m.indices)(x.max(-1))), lambda b: [randn(b, 4, 5)])
+
+
+def test_multiply():
+    assert_like_torch(Lambda(lambda x, y: torch.multiply(x, y)), lambda b: [randn(b, 3, seed=1), randn(b, 3, seed=2)])
+
+
+@pytest.mark.parametrize("fn", [
+    torch.square,
+    lambda x: nn.functional.hardtanh(x, -0.5, 0.7),
+    nn.functional.relu6,
+    nn.functional.hardsigmoid,
+    nn.functional.hardswish,
+    lambda x: nn.functional.glu(x, -1),
+    lambda x: nn.functional.glu(x, 1),
+], ids=["square", "hardtanh", "relu6", "hardsigmoid", "hardswish", "glu-last", "glu-1"])
+def test_activations(fn):
+    assert_like_torch(Lambda(fn), lambda b: [randn(b, 4, 6) * 4])
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.linalg.vector_norm(x, dim=-1),
+    lambda x: torch.linalg.vector_norm(x, ord=1, dim=(1, 2), keepdim=True),
+    lambda x: torch.linalg.vector_norm(x, ord=float("inf"), dim=1),
+    lambda x: nn.functional.normalize(x, dim=-1),  # YOSO's and SwiftFormer's
+    lambda x: x.norm(dim=1),
+], ids=["l2", "l1-keepdim", "inf", "normalize", "norm"])
+def test_vector_norm(fn):
+    assert_like_torch(Lambda(fn), lambda b: [randn(b, 4, 6)], rtol=1e-4, atol=1e-5)
+
+
+def _masked_write(x, mask):
+    """Wav2Vec2's `hidden_states[~mask] = 0` on (batch, frames, width), the mask over (batch, frames)."""
+    y = x * 2
+    y[~mask] = 0.5
+    return y
+
+
+def _row_marks(x, lengths):
+    """Wav2Vec2's feature mask: zeros (batch, frames) with a 1 at each row's last frame, then cumsum."""
+    marks = torch.zeros(x.shape[:2], dtype=x.dtype)
+    marks[torch.arange(x.shape[0]), lengths - 1] = 1
+    return x * marks.flip([-1]).cumsum(-1).flip([-1]).unsqueeze(-1)
+
+
+def _rows_written(x, rows, idx):
+    """x[idx] = rows: one row of values per index (a tensor written, both inputs train)."""
+    y = x * 1
+    y[idx] = rows * 3
+    return y
+
+
+def _rows_added(x, rows, idx):
+    """x.index_put_((idx,), rows, accumulate=True) with a repeated index: the rows add up."""
+    return (x * 1).index_put((idx,), rows * 3, accumulate=True)
+
+
+def _elements_written(x, v):
+    """x[i, j] = v[k] for K = 3 (i, j) pairs, and a negative index."""
+    y = x * 1
+    y[torch.tensor([0, 1, -1]), torch.tensor([2, 0, 1])] = v
+    return y
+
+
+@pytest.mark.parametrize("fn, inputs", [
+    (_masked_write, lambda b: [randn(b, 5, 3), randn(b, 5, seed=1) > 0]),
+    (lambda x, m: x.masked_fill(~m, 0) + x.index_put((m,), torch.tensor(1.0), accumulate=True),
+     lambda b: [randn(b, 5), randn(b, 5, seed=1) > 0]),
+    (_row_marks, lambda b: [randn(b, 6, 2), torch.arange(b) % 5 + 2]),
+    (_rows_written, lambda b: [randn(b, 4), randn(2, 4, seed=1), torch.tensor([2, 0])]),
+    (_rows_added, lambda b: [randn(b, 4), randn(3, 4, seed=1), torch.tensor([1, 0, 1])]),
+    (_elements_written, lambda b: [randn(b, 3), randn(3, seed=1)]),
+], ids=["bool-mask", "bool-mask-accumulate", "row-marks", "rows", "rows-accumulate", "elements"])
+def test_index_put(fn, inputs):
+    assert_like_torch(Lambda(fn), inputs)
+
+
+@pytest.mark.parametrize("equation, shapes", [
+    ("bhqd,bhkd->bhqk", [(2, 5, 4), (2, 6, 4)]),  # attention scores (CvT's)
+    ("bij,bjk->bik", [(3, 4), (4, 2)]),
+    ("binh,bjnh->bnij", [(5, 2, 3), (4, 2, 3)]),  # Funnel's
+    ("bnd,nd->bn", [(3, 4), None]),  # a parameter-like operand without the batch
+    ("...ij,...jk->...ik", [(2, 3, 4), (2, 4, 5)]),
+    ("bij,bjk", [(3, 4), (4, 2)]),  # implicit output: 'bik'
+    ("bi,bj->bij", [(3,), (4,)]),  # outer product
+    ("bij->bji", [(3, 4)]),
+    ("bijk->bk", [(2, 3, 4)]),  # summed alone
+    ("bij,bjk,bkl->bil", [(2, 3), (3, 4), (4, 2)]),  # three operands
+    ("bi,bi->b", [(5,), (5,)]),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_einsum(equation, shapes):
+    def inputs(b):  # a None shape: an operand of (3, 4) without the batch
+        return [randn(*((b, *s) if s else (3, 4)), seed=i) for i, s in enumerate(shapes)]
+
+    assert_like_torch(Lambda(lambda *xs: torch.einsum(equation, *xs)), inputs, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: x.T,
+    lambda x: torch.expm1(x),
+    lambda x: torch.log1p(x.abs()),
+], ids=["numpy-T", "expm1", "log1p"])
+def test_transpose_and_exp_log_forms(fn):
+    assert_like_torch(Lambda(fn), lambda b: [randn(b, 3, 4)], rtol=1e-4, atol=1e-6)

@@ -1,0 +1,114 @@
+"""In-place writes of tensors the forward just made become functional ops before any retrace
+(capture/inplace.py): the graph keeps no mutable op, RTModule trains as eager with fallback
+disabled, and writes that another alias could see are left to torch's functionalization."""
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import trainrt
+from trainrt.capture.autograd_function import FunctionCapture
+from trainrt.capture.export import _export
+from trainrt.capture.inplace import functionalize_fresh_writes
+
+
+@pytest.fixture(autouse=True)
+def no_fallback(monkeypatch):
+    monkeypatch.setenv("TRAINRT_FALLBACK_POLICY", "FALLBACK_DISABLE")
+
+
+class ScaledEmbedding(nn.Module):
+    """CTRL's `inputs_embeds *= sqrt(d)` and Falcon's `mlp_output += attention_output`."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(10, 4)
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, ids):
+        x = self.embed(ids)
+        x *= 2.0
+        y = self.proj(x)
+        y += x
+        return y
+
+
+class ExpertsInto(nn.Module):
+    """An MoE's rows written into an empty_like by index_put_."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x):
+        out = torch.empty_like(x)
+        order = torch.tensor([2, 0, 1])
+        out[order] = self.proj(x[torch.tensor([0, 1, 2])])
+        return out
+
+
+class HalvesCopiedIn(nn.Module):
+    """DeepSeek's keys: a new_empty whose two halves are written by copy_ through slices, and a
+    column scaled in place through select."""
+
+    def forward(self, a, b):
+        k = a.new_empty(a.shape[0], 3, 6)
+        k[..., :4].copy_(a)
+        k[..., 4:].copy_(b * 2)
+        k[:, 1].mul_(3.0)
+        return k * 2
+
+
+class WriteThroughTranspose(nn.Module):
+    """A write through another kind of view of a fresh tensor is left to torch's functionalization."""
+
+    def forward(self, x):
+        y = x * 2
+        y.t().add_(1.0)
+        return y
+
+
+def _mutable_ops(module, *args):
+    """(whether the rewrite changed the graph, the in-place ops left but detach_, which changes
+    autograd metadata only and which export.py does not functionalize)."""
+    ep = _export(module, args, {}, None, FunctionCapture())
+    changed = functionalize_fresh_writes(ep.graph)
+    ops = [n.target for n in ep.graph.nodes if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+           and n.target._schema.is_mutable and n.target != torch.ops.aten.detach_.default]
+    return changed, ops
+
+
+def test_writes_of_fresh_tensors_become_functional():
+    assert _mutable_ops(ScaledEmbedding(), torch.tensor([[1, 2, 3]])) == (True, [])
+    assert _mutable_ops(ExpertsInto(), torch.randn(3, 4)) == (True, [])
+    assert _mutable_ops(HalvesCopiedIn(), torch.randn(2, 3, 4), torch.randn(2, 3, 2)) == (True, [])
+
+
+def test_a_write_through_another_view_is_left_in_place():
+    changed, ops = _mutable_ops(WriteThroughTranspose(), torch.randn(3, 4))
+    assert not changed and ops
+
+
+@pytest.mark.parametrize("make, inputs", [
+    (ScaledEmbedding, lambda: [torch.tensor([[1, 2, 3], [4, 5, 0]])]),
+    (ExpertsInto, lambda: [torch.randn(3, 4)]),
+    (HalvesCopiedIn, lambda: [torch.randn(2, 3, 4), torch.randn(2, 3, 2)]),
+    (WriteThroughTranspose, lambda: [torch.randn(3, 4)]),
+], ids=["scaled-embedding", "experts", "halves", "through-transpose"])
+def test_trains_as_eager(make, inputs):
+    torch.manual_seed(0)
+    eager = make()
+    ours = trainrt.RTModule(copy.deepcopy(eager))
+    args = inputs()
+    grads = []
+    for model in (eager, ours):
+        xs = [a.clone().requires_grad_(a.is_floating_point()) for a in args]
+        out = model(*xs)
+        (out * torch.arange(out.numel()).reshape(out.shape)).sum().backward()
+        grads.append((out.detach(), [x.grad for x in xs], [p.grad for p in model.parameters()]))
+    (out_e, xg_e, pg_e), (out_o, xg_o, pg_o) = grads
+    torch.testing.assert_close(out_o, out_e)
+    for g_o, g_e in zip(xg_o + pg_o, xg_e + pg_e):
+        torch.testing.assert_close(g_o, g_e)
