@@ -83,9 +83,9 @@ with f32 all-gathers: matmuls in bf16, parameters and gradients in f32. `reduce_
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
+
+from trainrt.module_hooks import forward_hooks_set_aside
 
 
 def _fsdp_module_class():
@@ -200,22 +200,10 @@ class FSDPScope:
             output = fall_back(reason, args, kwargs) if reason else forward(*args, **kwargs)
         return call.post_forward(args, kwargs, output)
 
-    @contextlib.contextmanager
     def hooks_set_aside(self):
         """FSDP's forward hooks on the sharded modules removed while the engine stands in for them:
         torch.export would trace them on fake tensors, and a fallback to the module would run them twice."""
-        saved = []
-        for m in self.sharded:
-            for hooks in (m._forward_pre_hooks, m._forward_hooks):
-                saved.append((hooks, dict(hooks)))
-                for key in [k for k, h in hooks.items() if _is_fsdp_hook(h)]:
-                    del hooks[key]
-        try:
-            yield
-        finally:
-            for hooks, everything in saved:  # in their order
-                hooks.clear()
-                hooks.update(everything)
+        return forward_hooks_set_aside(self.sharded, _is_fsdp_hook)
 
 
 class _Call:

@@ -29,6 +29,8 @@ import contextlib
 
 import torch
 
+from trainrt.module_hooks import forward_hooks_set_aside
+
 
 def partitioned_parameters(module: torch.nn.Module) -> list[torch.nn.Parameter]:
     """The parameters of `module` that ZeRO-3 partitioned ([] without DeepSpeed ZeRO-3)."""
@@ -50,20 +52,7 @@ def _is_deepspeed_hook(hook) -> bool:
     return (getattr(fn, "__module__", None) or "").startswith("deepspeed")
 
 
-@contextlib.contextmanager
 def without_deepspeed_hooks(module: torch.nn.Module):
     """Sets DeepSpeed's forward hooks on `module` and its submodules aside while torch.export traces
     it (the parameters are gathered already); the user's own hooks stay and are captured."""
-    saved = []
-    for m in module.modules():
-        for hooks in (m._forward_pre_hooks, m._forward_hooks):
-            if any(_is_deepspeed_hook(h) for h in hooks.values()):
-                saved.append((hooks, dict(hooks)))
-                for key in [k for k, h in hooks.items() if _is_deepspeed_hook(h)]:
-                    del hooks[key]
-    try:
-        yield
-    finally:
-        for hooks, everything in saved:  # in their order
-            hooks.clear()
-            hooks.update(everything)
+    return forward_hooks_set_aside(module.modules(), _is_deepspeed_hook)
