@@ -14,6 +14,7 @@ The modes run one after another in this process, each on its own copy of the sam
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import statistics
 import time
@@ -46,6 +47,7 @@ def _try(name: str, spec_at, batch: int, steps: int) -> tuple[int, float]:
     """(bytes of parameters + optimizer state + the step's peak tensors, median step seconds)."""
     spec = spec_at(batch)
     torch.manual_seed(0)
+    gc.collect()  # the last try's engines (cycles through autograd) go before this one is counted
     before = _C.storage_bytes()["live"]
     mode = _make_mode(name, spec.make())
     mode.step(spec.batch(0))  # capture / compile, optimizer state made
