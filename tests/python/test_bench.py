@@ -5,6 +5,7 @@ Checks that the suite runs and reports what it claims; the numbers themselves ar
 """
 
 import json
+import os
 
 import pytest
 import torch
@@ -163,3 +164,4 @@ def test_largest_batch_bench_runs_on_a_tiny_budget(monkeypatch, capsys):
     assert [r["mode"] for r in rows] == ["eager", "rtmodule-2"]
     assert all(r["fitted"] is not None and r["fitted"][0] == 2 for r in rows)
     assert "| rtmodule-2 | 2 |" in capsys.readouterr().out
+    assert "TRAINRT_MEMORY_OPT_LEVEL" not in os.environ  # the bench leaves the environment as it was

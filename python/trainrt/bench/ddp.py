@@ -36,8 +36,15 @@ def _wrap(mode: str, model: torch.nn.Module) -> torch.nn.Module:
         return model
     import trainrt
 
+    before = os.environ.get("TRAINRT_ENABLE_MEM_EFFICIENT_GRAD_MGMT")
     os.environ["TRAINRT_ENABLE_MEM_EFFICIENT_GRAD_MGMT"] = "0" if mode.endswith("at the end") else "auto"
-    return trainrt.RTModule(model)
+    try:
+        return trainrt.RTModule(model)  # reads the variable now
+    finally:
+        if before is None:
+            del os.environ["TRAINRT_ENABLE_MEM_EFFICIENT_GRAD_MGMT"]
+        else:
+            os.environ["TRAINRT_ENABLE_MEM_EFFICIENT_GRAD_MGMT"] = before
 
 
 def _half(args: tuple, rank: int, world_size: int) -> tuple:

@@ -30,10 +30,17 @@ _MODES = ("eager", "rtmodule-0", "rtmodule-1", "rtmodule-2", "compile")
 
 
 def _make_mode(name: str, model: torch.nn.Module):
-    if name.startswith("rtmodule-"):
-        os.environ["TRAINRT_MEMORY_OPT_LEVEL"] = name.rsplit("-", 1)[1]  # read when the RTModule is made
+    if not name.startswith("rtmodule-"):
+        return {"eager": bench_modes.Eager, "compile": bench_modes.Compile}[name](model)
+    before = os.environ.get("TRAINRT_MEMORY_OPT_LEVEL")
+    os.environ["TRAINRT_MEMORY_OPT_LEVEL"] = name.rsplit("-", 1)[1]  # read when the RTModule is made
+    try:
         return bench_modes.RT(model)
-    return {"eager": bench_modes.Eager, "compile": bench_modes.Compile}[name](model)
+    finally:  # the caller's environment as it was (a test runs this in its own process)
+        if before is None:
+            del os.environ["TRAINRT_MEMORY_OPT_LEVEL"]
+        else:
+            os.environ["TRAINRT_MEMORY_OPT_LEVEL"] = before
 
 
 def _state_bytes(mode) -> int:
