@@ -30,9 +30,9 @@ SAMPLE = [
     "causal-lm/mistral", "causal-lm/gpt_neox",
     "masked-lm/bert", "masked-lm/albert", "masked-lm/electra", "masked-lm/roberta", "masked-lm/distilbert",
     "masked-lm/deberta-v2", "masked-lm/modernbert",
-    "seq-cls/llama", "seq-cls/gpt2", "seq-cls/bert", "seq-cls/bart",
+    "seq-cls/llama", "seq-cls/gpt2", "seq-cls/bert",
     "image-cls/vit", "image-cls/convnext", "image-cls/resnet", "image-cls/beit", "image-cls/deit",
-    "seq2seq/bart", "seq2seq/t5", "seq2seq/marian",
+    "seq2seq/bart", "seq2seq/marian",
     "audio-cls/wav2vec2", "audio-cls/hubert", "audio-cls/whisper", "audio-cls/audio-spectrogram-transformer",
 ]
 
