@@ -181,6 +181,18 @@ def test_activations(fn):
 
 
 @pytest.mark.parametrize("fn", [
+    nn.functional.relu6,
+    lambda x: nn.functional.hardtanh(x, -1.0, 2.0),
+    nn.functional.hardsigmoid,
+    nn.functional.hardswish,
+], ids=["relu6", "hardtanh", "hardsigmoid", "hardswish"])
+def test_activations_at_their_kinks_have_torchs_gradient(fn):
+    """At the bounds themselves torch's hardtanh passes no gradient (clamp's would)."""
+    kinks = torch.tensor([-4.0, -3.0, -1.0, 0.0, 2.0, 3.0, 6.0, 7.0])
+    assert_like_torch(Lambda(fn), lambda b: [kinks.repeat(b, 1)])
+
+
+@pytest.mark.parametrize("fn", [
     lambda x: torch.linalg.vector_norm(x, dim=-1),
     lambda x: torch.linalg.vector_norm(x, ord=1, dim=(1, 2), keepdim=True),
     lambda x: torch.linalg.vector_norm(x, ord=float("inf"), dim=1),

@@ -160,13 +160,18 @@ def square(ctx: OpContext) -> str:
 
 
 def _clip(ctx: OpContext, low: float, high: float) -> str:
+    """x clipped to [low, high] with torch's hardtanh gradient, 0 at the bounds themselves
+    (hardtanh_backward passes dY where low < x < high only; Clip's gradient, like clamp's,
+    includes them): Where(x <= low, low, Where(x >= high, high, x))."""
     x = ctx.tensor("self")
-    return ctx.emit("Clip", [x, ctx.const(low, x.dtype), ctx.const(high, x.dtype)])
+    lo, hi = ctx.const(low, x.dtype), ctx.const(high, x.dtype)
+    upper = ctx.emit("Where", [ctx.emit("GreaterOrEqual", [x, hi]), hi, x])
+    return ctx.emit("Where", [ctx.emit("LessOrEqual", [x, lo]), lo, upper])
 
 
 @translates("aten.hardtanh.default")
 def hardtanh(ctx: OpContext) -> str:
-    """Clip to [min_val, max_val] (torch.nn.Hardtanh; MobileNet's ReLU6 is hardtanh(x, 0, 6))."""
+    """torch.nn.Hardtanh (MobileNet's ReLU6 is hardtanh(x, 0, 6))."""
     return _clip(ctx, float(ctx["min_val"]), float(ctx["max_val"]))
 
 
