@@ -276,3 +276,16 @@ def test_einsum(equation, shapes):
 ], ids=["numpy-T", "expm1", "log1p"])
 def test_transpose_and_exp_log_forms(fn):
     assert_like_torch(Lambda(fn), lambda b: [randn(b, 3, 4)], rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.logsumexp(x, dim=-1),
+    lambda x: torch.logsumexp(x, dim=(1, 2), keepdim=True),
+    nn.functional.logsigmoid,
+    lambda x: torch.remainder(x * 3, 1.5) + torch.remainder(x * 3, -2.0),
+    lambda x: torch.concat([x, x * 2], dim=1),
+    lambda x: torch.broadcast_to(x[:, :1], x.shape) * x,
+    lambda x: x @ torch.eye(4) + torch.eye(3, 4),  # XLNet's
+], ids=["logsumexp", "logsumexp-keepdim", "logsigmoid", "remainder", "concat", "broadcast_to", "eye"])
+def test_reductions_and_factories(fn):
+    assert_like_torch(Lambda(fn), lambda b: [randn(b, 3, 4) * 3], rtol=1e-4, atol=1e-5)

@@ -87,6 +87,14 @@ def floor_divide(ctx: OpContext) -> str:
     return _floor_div(ctx, ctx["self"], ctx["other"])
 
 
+@translates("aten.remainder.Scalar", "aten.remainder.Tensor")
+def remainder(ctx: OpContext) -> str:
+    """Python's a % b (the sign of b): a - (a // b) * b, with _floor_div's floor."""
+    t = ctx.out_dtype
+    a, b = ctx.operand(ctx["self"], t), ctx.operand(ctx["other"], t)
+    return ctx.emit("Sub", [a, ctx.emit("Mul", [_floor_div(ctx, ctx["self"], ctx["other"]), b])])
+
+
 @translates("aten.pow.Tensor_Scalar", "aten.pow.Tensor_Tensor", "aten.pow.Scalar")
 def pow_(ctx: OpContext) -> str:
     t = ctx.out_dtype
@@ -151,6 +159,15 @@ def silu(ctx: OpContext) -> str:
     """x * sigmoid(x) (torch.nn.SiLU)."""
     x = ctx.tensor("self")
     return ctx.emit("Mul", [x, ctx.emit("Sigmoid", [x])])
+
+
+@translates("aten.log_sigmoid.default", "aten.log_sigmoid_forward.default")
+def log_sigmoid(ctx: OpContext) -> str | list:
+    """log(sigmoid(x)) = -softplus(-x), stable for large |x| (torch.nn.LogSigmoid); the forward
+    form's second output (a buffer for torch's backward) is not produced."""
+    x = ctx.tensor("self")
+    y = ctx.emit("Neg", [ctx.emit("Softplus", [ctx.emit("Neg", [x])])])
+    return [y, None] if "forward" in str(ctx.node.target) else y
 
 
 @translates("aten.square.default")

@@ -87,7 +87,7 @@ def permute(ctx: OpContext) -> str:
     return ctx.emit("Transpose", [x], perm=[dim_axis(d, x.rank) for d in ctx["dims"]])
 
 
-@translates("aten.expand.default", "aten.expand_as.default")
+@translates("aten.expand.default", "aten.expand_as.default", "aten.broadcast_to.default")
 def expand(ctx: OpContext) -> str:
     """ONNX Expand broadcasts both ways, so torch's -1 ('keep this dim') is a 1. expand_as takes
     the other tensor's sizes."""
@@ -140,7 +140,7 @@ def unbind(ctx: OpContext) -> list[str]:
     return [ctx.emit("Squeeze", [p, ctx.ints([axis])]) for p in parts]
 
 
-@translates("aten.cat.default")
+@translates("aten.cat.default", "aten.concat.default")
 def cat(ctx: OpContext) -> str:
     """Concat in the promoted dtype; torch's legacy skip of 1-D empty tensors is kept."""
     t = ctx.out_dtype
