@@ -289,3 +289,14 @@ def test_transpose_and_exp_log_forms(fn):
 ], ids=["logsumexp", "logsumexp-keepdim", "logsigmoid", "remainder", "concat", "broadcast_to", "eye"])
 def test_reductions_and_factories(fn):
     assert_like_torch(Lambda(fn), lambda b: [randn(b, 3, 4) * 3], rtol=1e-4, atol=1e-5)
+
+
+def _strided_write(x, src):
+    y = x * 1
+    y[:, 1::3] = src * 2  # slice_scatter with step 3: positions 1, 4, 7
+    return y
+
+
+def test_strided_slice_write_and_concatenate():
+    assert_like_torch(Lambda(_strided_write), lambda b: [randn(b, 8, 2), randn(b, 3, 2, seed=1)])
+    assert_like_torch(Lambda(lambda x: torch.concatenate([x, x.flip(1)], 1)), lambda b: [randn(b, 3)])
