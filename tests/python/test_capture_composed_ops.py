@@ -181,6 +181,18 @@ def test_activations(fn):
 
 
 @pytest.mark.parametrize("fn", [
+    nn.functional.relu6,
+    lambda x: nn.functional.hardtanh(x, -1.0, 2.0),
+    nn.functional.hardsigmoid,
+    nn.functional.hardswish,
+], ids=["relu6", "hardtanh", "hardsigmoid", "hardswish"])
+def test_activations_at_their_kinks_have_torchs_gradient(fn):
+    """At the bounds themselves torch's hardtanh passes no gradient (clamp's would)."""
+    kinks = torch.tensor([-4.0, -3.0, -1.0, 0.0, 2.0, 3.0, 6.0, 7.0])
+    assert_like_torch(Lambda(fn), lambda b: [kinks.repeat(b, 1)])
+
+
+@pytest.mark.parametrize("fn", [
     lambda x: torch.linalg.vector_norm(x, dim=-1),
     lambda x: torch.linalg.vector_norm(x, ord=1, dim=(1, 2), keepdim=True),
     lambda x: torch.linalg.vector_norm(x, ord=float("inf"), dim=1),
@@ -264,3 +276,27 @@ def test_einsum(equation, shapes):
 ], ids=["numpy-T", "expm1", "log1p"])
 def test_transpose_and_exp_log_forms(fn):
     assert_like_torch(Lambda(fn), lambda b: [randn(b, 3, 4)], rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.logsumexp(x, dim=-1),
+    lambda x: torch.logsumexp(x, dim=(1, 2), keepdim=True),
+    nn.functional.logsigmoid,
+    lambda x: torch.remainder(x * 3, 1.5) + torch.remainder(x * 3, -2.0),
+    lambda x: torch.concat([x, x * 2], dim=1),
+    lambda x: torch.broadcast_to(x[:, :1], x.shape) * x,
+    lambda x: x @ torch.eye(4) + torch.eye(3, 4),  # XLNet's
+], ids=["logsumexp", "logsumexp-keepdim", "logsigmoid", "remainder", "concat", "broadcast_to", "eye"])
+def test_reductions_and_factories(fn):
+    assert_like_torch(Lambda(fn), lambda b: [randn(b, 3, 4) * 3], rtol=1e-4, atol=1e-5)
+
+
+def _strided_write(x, src):
+    y = x * 1
+    y[:, 1::3] = src * 2  # slice_scatter with step 3: positions 1, 4, 7
+    return y
+
+
+def test_strided_slice_write_and_concatenate():
+    assert_like_torch(Lambda(_strided_write), lambda b: [randn(b, 8, 2), randn(b, 3, 2, seed=1)])
+    assert_like_torch(Lambda(lambda x: torch.concatenate([x, x.flip(1)], 1)), lambda b: [randn(b, 3)])

@@ -112,3 +112,38 @@ def test_trains_as_eager(make, inputs):
     torch.testing.assert_close(out_o, out_e)
     for g_o, g_e in zip(xg_o + pg_o, xg_e + pg_e):
         torch.testing.assert_close(g_o, g_e)
+
+
+class ShiftRight(nn.Module):
+    """BART's shift_tokens_right: writes through a slice of a slice and a select of a slice of a
+    new_zeros, then masked_fill_ of it; and router weights (max's values) normalized in place."""
+
+    def forward(self, ids, x):
+        shifted = ids.new_zeros(ids.shape)
+        shifted[:, 1:] = ids[:, :-1].clone()
+        shifted[:, 0] = 2
+        shifted.masked_fill_(shifted == -100, 1)
+        weights = torch.softmax(x, -1).max(-1, keepdim=True).values  # an output of a multi-output op
+        weights /= weights.sum(-1, keepdim=True) + 1
+        return x * shifted.unsqueeze(-1) * weights
+
+
+class ShiftRightInPlace(nn.Module):
+    """PLBart's shift: the clone is read through views of itself before it is written through others."""
+
+    def forward(self, ids, x):
+        shifted = ids.clone()
+        shifted.masked_fill_(shifted == -100, 1)
+        last = shifted.gather(1, (shifted.ne(1).sum(1) - 1).unsqueeze(-1)).squeeze(-1)
+        shifted[:, 1:] = shifted[:, :-1].clone()
+        shifted[:, 0] = last
+        return x * shifted.unsqueeze(-1)
+
+
+@pytest.mark.parametrize("make", [ShiftRight, ShiftRightInPlace])
+def test_writes_through_chains_of_slices_become_functional(make):
+    ids = torch.tensor([[5, 6, -100, 7], [8, -100, 9, 3]])
+    assert _mutable_ops(make(), ids, torch.randn(2, 4, 3)) == (True, [])
+    torch.manual_seed(0)
+    x = torch.randn(2, 4, 3)
+    torch.testing.assert_close(trainrt.RTModule(make())(ids, x), make()(ids, x))

@@ -153,6 +153,28 @@ def test_outputs_keep_the_model_output_structure():
     assert got.loss.requires_grad and got.logits.requires_grad
 
 
+def test_encoder_decoder_cache_comes_back_as_in_eager():
+    """mT5 returns an EncoderDecoderCache (its decoder's self- and cross-attention DynamicCaches):
+    capture flattens it as a pytree node and the engine's outputs rebuild it (built as the
+    coverage sweep builds it: tiny, from its own config)."""
+    from transformers.cache_utils import EncoderDecoderCache
+
+    from trainrt.coverage.architectures import Architecture
+    from trainrt.coverage.run import build
+
+    model, batches = build(Architecture("seq2seq", "mt5", "MT5ForConditionalGeneration"))
+    ours = trainrt.RTModule(copy.deepcopy(model))
+    data = batches(0)
+    want, got = model(**data), ours(**data)
+    assert type(got.past_key_values) is EncoderDecoderCache is type(want.past_key_values)
+    for part in ("self_attention_cache", "cross_attention_cache"):
+        for layer_e, layer_o in zip(getattr(want.past_key_values, part).layers,
+                                    getattr(got.past_key_values, part).layers):
+            torch.testing.assert_close(layer_o.keys, layer_e.keys, rtol=1e-4, atol=1e-5)
+            torch.testing.assert_close(layer_o.values, layer_e.values, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(got.loss, want.loss, rtol=1e-4, atol=0)
+
+
 def test_padding_row_of_bert_embeddings_gets_no_gradient():
     """BERT's word embeddings have padding_idx=0: that row's gradient is zero in torch and in the
     engine (BertForSequenceClassification: no LM head tied to the embeddings feeds it)."""

@@ -19,8 +19,11 @@ nothing else) turns them into values the graph signature lists as buffer mutatio
 Hugging Face causal LMs return a `DynamicCache` of past keys and values (use_cache defaults on, in
 training too). torch.export can only return pytree-flattenable outputs; transformers ships the
 flattening of DynamicCache (`register_dynamic_cache_export_support`), which capture registers when
-transformers is loaded. The cache then leaves the engine as its key/value tensors and comes back as
-a DynamicCache in the ModelOutput, as in eager mode, so the user need not pass use_cache=False.
+transformers is loaded, and capture adds EncoderDecoderCache (the pair of a decoder's self- and
+cross-attention caches). The cache then leaves the engine as its key/value tensors and comes back
+as the same cache in the ModelOutput, as in eager mode, so the user need not pass use_cache=False.
+DynamicCaches of other layer kinds (linear-attention and hybrid models' state layers) have no
+flattening in transformers and fail at export.
 """
 
 from __future__ import annotations
@@ -75,15 +78,33 @@ def export_program(module: torch.nn.Module, args: tuple, kwargs: dict, symbolic:
 
 
 def register_hf_cache_pytree() -> None:
-    """Makes transformers' DynamicCache a pytree node (idempotent; a no-op without transformers).
-    The export cache calls it too, before it reads an output spec that holds a DynamicCache."""
+    """Makes transformers' DynamicCache and EncoderDecoderCache pytree nodes (idempotent; a no-op
+    without transformers). The export cache calls it too, before it reads an output spec that holds
+    a cache."""
     if "transformers" not in sys.modules:
         return
     try:
+        from transformers.cache_utils import EncoderDecoderCache
         from transformers.integrations.executorch import register_dynamic_cache_export_support
-    except ImportError:  # a transformers without it: a model returning a cache fails at export
+    except ImportError:  # a transformers without them: a model returning a cache fails at export
         return
     register_dynamic_cache_export_support()
+    if EncoderDecoderCache not in pytree.SUPPORTED_NODES:
+        _register_encoder_decoder_cache(EncoderDecoderCache)
+
+
+def _register_encoder_decoder_cache(cls) -> None:
+    """An EncoderDecoderCache (Whisper, M2M100, mT5 decoders return one) is its two DynamicCaches,
+    self-attention then cross-attention; rebuilt from them, it recomputes its per-layer flags."""
+    def children(cache):
+        return [cache.self_attention_cache, cache.cross_attention_cache]
+
+    pytree.register_pytree_node(
+        cls, lambda cache: (children(cache), None), lambda caches, _: cls(*caches),
+        serialized_type_name=f"{cls.__module__}.{cls.__name__}",
+        flatten_with_keys_fn=lambda cache: ([(pytree.GetAttrKey(name), c) for name, c in
+                                             zip(("self_attention_cache", "cross_attention_cache"), children(cache))],
+                                            None))
 
 
 def _refuse_cumulative_batch_norm(module: torch.nn.Module) -> None:

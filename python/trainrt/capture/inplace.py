@@ -13,7 +13,8 @@ and exact:
     y = x.op_(args)                  ->  y2 = op(x, args); later uses of x (and of y) read y2
     y = b.slice(d, s, e).op_(args)   ->  y2 = op(b.slice(d, s, e), args);
                                          b2 = slice_scatter(b, y2, d, s, e); later uses of b read b2
-                                         (select and select_scatter alike)
+                                         (select and select_scatter alike, and chains of them:
+                                         `shifted[:, 1:] = ids[:, :-1]` is a slice of a slice)
 
 provided nothing else sees the written storage: x (or the base b) is the output of an op that
 makes a new tensor (not a view, not a graph input), and no other view of it or write to it comes
@@ -24,6 +25,8 @@ before the op. Any other in-place op is left to run_decompositions.
 """
 
 from __future__ import annotations
+
+import operator
 
 import torch
 import torch.fx
@@ -43,7 +46,10 @@ def _aliases(node: torch.fx.Node) -> bool:
 
 
 def _fresh(node) -> bool:
-    """node makes a new tensor: an ATen call whose output aliases no input."""
+    """node makes a new tensor: an ATen call whose output aliases no input, or an output of such
+    a call with several (topk's values)."""
+    if isinstance(node, torch.fx.Node) and node.target is operator.getitem:
+        node = node.args[0]
     return isinstance(node, torch.fx.Node) and node.op == "call_function" and not _aliases(node)
 
 
@@ -68,9 +74,19 @@ class _Rewriter:
         self.order = {n: i for i, n in enumerate(graph.nodes)}
 
     def untouched_before(self, x: torch.fx.Node, node: torch.fx.Node, allowed: tuple = ()) -> bool:
-        """No view of x nor write to x comes before node, but `allowed` ones."""
+        """No view of x nor write to x comes before node, but `allowed` ones and views that are
+        only read, and only before node (PLBart's `t[:, 1:] = t[:, :-1].clone()`)."""
         return not any(self.order[u] < self.order[node] and _aliases(u) and u not in allowed
-                       for u in x.users if u is not node)
+                       and not self.read_before(u, node) for u in x.users if u is not node)
+
+    def read_before(self, view: torch.fx.Node, node: torch.fx.Node) -> bool:
+        """view is a view (no write) whose users all come before node and make new tensors or are
+        such views themselves (a slice of a slice)."""
+        target = view.target
+        if not isinstance(target, torch._ops.OpOverload) or target._schema.is_mutable:
+            return False
+        return all(self.order[u] < self.order[node] and u.op == "call_function"
+                   and (not _aliases(u) or self.read_before(u, node)) for u in view.users)
 
     def insert(self, node: torch.fx.Node, target, args, kwargs=None) -> torch.fx.Node:
         """A call placed just before node, taking its place in the order."""
@@ -85,22 +101,28 @@ class _Rewriter:
         for user in [u for u in old.users if u is not node and self.order[u] > self.order[node]]:
             user.replace_input_with(old, new)
 
+    def view_chain(self, x, node: torch.fx.Node) -> list[torch.fx.Node] | None:
+        """[x, its base, ..., a fresh tensor] when x is the fresh tensor or reached from it by slices
+        and selects only, each seen before node by nothing but the next view down; else None."""
+        chain = [x]
+        while isinstance(chain[-1], torch.fx.Node) and chain[-1].target in _SCATTERS:
+            chain.append(chain[-1].args[0])
+        if not _fresh(chain[-1]):
+            return None
+        seen_by = [()] + [(view,) for view in chain[:-1]]  # each may be seen by the view taken of it
+        return chain if all(self.untouched_before(v, node, allowed) for v, allowed in zip(chain, seen_by)) else None
+
     def rewrite(self, node: torch.fx.Node) -> bool:
         functional = _functional(node.target)
-        if functional is None or not node.args:
+        chain = self.view_chain(node.args[0], node) if functional is not None and node.args else None
+        if chain is None:
             return False
-        x = node.args[0]
-        if _fresh(x) and self.untouched_before(x, node):
-            value = self.insert(node, functional, node.args, node.kwargs)
-            self.redirect_later(x, value, node)
-        elif (isinstance(x, torch.fx.Node) and x.target in _SCATTERS and _fresh(base := x.args[0])
-              and self.untouched_before(x, node) and self.untouched_before(base, node, allowed=(x,))):
-            value = self.insert(node, functional, node.args, node.kwargs)
-            written = self.insert(node, _SCATTERS[x.target], (base, value, *x.args[1:]), x.kwargs)
-            self.redirect_later(base, written, node)
-            self.redirect_later(x, value, node)
-        else:
-            return False
+        value = self.insert(node, functional, node.args, node.kwargs)  # x's new contents
+        new = {chain[0]: value}
+        for view, base in zip(chain, chain[1:]):  # written back up through each view
+            new[base] = self.insert(node, _SCATTERS[view.target], (base, new[view], *view.args[1:]), view.kwargs)
+        for old in chain:
+            self.redirect_later(old, new[old], node)
         node.replace_all_uses_with(value)
         self.graph.erase_node(node)
         return True

@@ -66,6 +66,21 @@ def arange(ctx: OpContext) -> str:
     return ctx.emit("Range", [ctx.operand(v, t) for v in (start, end, step)])
 
 
+@translates("aten.eye.default", "aten.eye.m")
+def eye(ctx: OpContext) -> str:
+    """torch.eye(n, m): an initializer for static sizes, else Equal of a column and a row Range."""
+    n = ctx["n"]
+    m = ctx.args.get("m", n)
+    t = ctx.out_dtype
+    if is_static(n) and is_static(m):
+        return ctx.b.add_initializer(torch.eye(int(n), int(m), dtype=t), f"{ctx.node.name}/eye")
+    zero, one = ctx.const(0, torch.int64), ctx.const(1, torch.int64)
+    rows = ctx.emit("Range", [zero, ctx.operand(n, torch.int64), one])
+    cols = ctx.emit("Range", [zero, ctx.operand(m, torch.int64), one])
+    hit = ctx.emit("Equal", [ctx.emit("Unsqueeze", [rows, ctx.ints([1])]), cols])
+    return ctx.cast_to(hit, torch.bool, t)
+
+
 def _number(v):
     return v if isinstance(v, (int, float)) else int(v)
 

@@ -87,6 +87,14 @@ def floor_divide(ctx: OpContext) -> str:
     return _floor_div(ctx, ctx["self"], ctx["other"])
 
 
+@translates("aten.remainder.Scalar", "aten.remainder.Tensor")
+def remainder(ctx: OpContext) -> str:
+    """Python's a % b (the sign of b): a - (a // b) * b, with _floor_div's floor."""
+    t = ctx.out_dtype
+    a, b = ctx.operand(ctx["self"], t), ctx.operand(ctx["other"], t)
+    return ctx.emit("Sub", [a, ctx.emit("Mul", [_floor_div(ctx, ctx["self"], ctx["other"]), b])])
+
+
 @translates("aten.pow.Tensor_Scalar", "aten.pow.Tensor_Tensor", "aten.pow.Scalar")
 def pow_(ctx: OpContext) -> str:
     t = ctx.out_dtype
@@ -153,6 +161,15 @@ def silu(ctx: OpContext) -> str:
     return ctx.emit("Mul", [x, ctx.emit("Sigmoid", [x])])
 
 
+@translates("aten.log_sigmoid.default", "aten.log_sigmoid_forward.default")
+def log_sigmoid(ctx: OpContext) -> str | list:
+    """log(sigmoid(x)) = -softplus(-x), stable for large |x| (torch.nn.LogSigmoid); the forward
+    form's second output (a buffer for torch's backward) is not produced."""
+    x = ctx.tensor("self")
+    y = ctx.emit("Neg", [ctx.emit("Softplus", [ctx.emit("Neg", [x])])])
+    return [y, None] if "forward" in str(ctx.node.target) else y
+
+
 @translates("aten.square.default")
 def square(ctx: OpContext) -> str:
     x = ctx.operand(ctx["self"], ctx.out_dtype)
@@ -160,13 +177,18 @@ def square(ctx: OpContext) -> str:
 
 
 def _clip(ctx: OpContext, low: float, high: float) -> str:
+    """x clipped to [low, high] with torch's hardtanh gradient, 0 at the bounds themselves
+    (hardtanh_backward passes dY where low < x < high only; Clip's gradient, like clamp's,
+    includes them): Where(x <= low, low, Where(x >= high, high, x))."""
     x = ctx.tensor("self")
-    return ctx.emit("Clip", [x, ctx.const(low, x.dtype), ctx.const(high, x.dtype)])
+    lo, hi = ctx.const(low, x.dtype), ctx.const(high, x.dtype)
+    upper = ctx.emit("Where", [ctx.emit("GreaterOrEqual", [x, hi]), hi, x])
+    return ctx.emit("Where", [ctx.emit("LessOrEqual", [x, lo]), lo, upper])
 
 
 @translates("aten.hardtanh.default")
 def hardtanh(ctx: OpContext) -> str:
-    """Clip to [min_val, max_val] (torch.nn.Hardtanh; MobileNet's ReLU6 is hardtanh(x, 0, 6))."""
+    """torch.nn.Hardtanh (MobileNet's ReLU6 is hardtanh(x, 0, 6))."""
     return _clip(ctx, float(ctx["min_val"]), float(ctx["max_val"]))
 
 

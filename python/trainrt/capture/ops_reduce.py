@@ -18,7 +18,8 @@ from trainrt.capture.registry import translates
 def _reduce(ctx: OpContext, op: str, dims, keepdim: bool) -> str:
     """op over dims (all when None or empty) of self, converted to the output dtype first
     (torch sums bool and integer tensors in int64 and honors a dtype= argument)."""
-    x = ctx.operand(ctx["self"], ctx.out_dtype if op in ("ReduceSum", "ReduceMean") else ctx["self"].dtype)
+    x = ctx.operand(ctx["self"], ctx.out_dtype if op in ("ReduceSum", "ReduceMean", "ReduceLogSumExp")
+                    else ctx["self"].dtype)
     dims = [dims] if isinstance(dims, int) else dims
     axes = ctx.ints(dims) if dims else None
     return ctx.emit(op, [x, axes], keepdims=int(bool(keepdim)))
@@ -42,6 +43,12 @@ def mean_dims(ctx: OpContext) -> str:
 @translates("aten.mean.default")
 def mean_all(ctx: OpContext) -> str:
     return _reduce(ctx, "ReduceMean", None, False)
+
+
+@translates("aten.logsumexp.default")
+def logsumexp(ctx: OpContext) -> str:
+    """log(sum(exp(x))) over dim: ONNX ReduceLogSumExp (integer inputs in the float output dtype)."""
+    return _reduce(ctx, "ReduceLogSumExp", ctx["dim"], ctx["keepdim"])
 
 
 @translates("aten.amax.default")

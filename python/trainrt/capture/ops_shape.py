@@ -87,7 +87,7 @@ def permute(ctx: OpContext) -> str:
     return ctx.emit("Transpose", [x], perm=[dim_axis(d, x.rank) for d in ctx["dims"]])
 
 
-@translates("aten.expand.default", "aten.expand_as.default")
+@translates("aten.expand.default", "aten.expand_as.default", "aten.broadcast_to.default")
 def expand(ctx: OpContext) -> str:
     """ONNX Expand broadcasts both ways, so torch's -1 ('keep this dim') is a 1. expand_as takes
     the other tensor's sizes."""
@@ -140,7 +140,7 @@ def unbind(ctx: OpContext) -> list[str]:
     return [ctx.emit("Squeeze", [p, ctx.ints([axis])]) for p in parts]
 
 
-@translates("aten.cat.default")
+@translates("aten.cat.default", "aten.concat.default", "aten.concatenate.default")
 def cat(ctx: OpContext) -> str:
     """Concat in the promoted dtype; torch's legacy skip of 1-D empty tensors is kept."""
     t = ctx.out_dtype
@@ -310,16 +310,42 @@ def _scatter_range(ctx: OpContext, base: TensorValue, src: str, axis: int, start
     return parts[0] if len(parts) == 1 else ctx.emit("Concat", parts, axis=axis)
 
 
+def _scatter_strided(ctx: OpContext, base: TensorValue, src: str, axis: int, start: int, step: int) -> str:
+    """base with base[start::step] along axis replaced by src (static start >= 0, step > 1): each
+    position p of the axis takes src[(p - start) / step] where p >= start and step divides
+    p - start and that index is within src, else base[p]: Where over a Gather of src, whose
+    gradient sums into src, as Where's does into base."""
+    size = ctx.operand(base.shape[axis], torch.int64)
+    count = ctx.operand(ctx.tensor("src").shape[axis], torch.int64)
+    zero = ctx.const(0, torch.int64)
+    offset = ctx.emit("Sub", [ctx.emit("Range", [zero, size, ctx.const(1, torch.int64)]), ctx.const(start, torch.int64)])
+    index = ctx.emit("Div", [offset, ctx.const(step, torch.int64)])  # (size,), exact where it is a hit
+    hit = ctx.emit("And", [ctx.emit("GreaterOrEqual", [offset, zero]),
+                           ctx.emit("Equal", [ctx.emit("Sub", [offset, ctx.emit("Mul", [index, ctx.const(step, torch.int64)])]),
+                                              zero])])
+    hit = ctx.emit("And", [hit, ctx.emit("Less", [index, count])])
+    gathered = ctx.emit("Gather", [src, ctx.emit("Where", [hit, index, zero])], axis=axis)
+    trailing = base.rank - 1 - axis
+    if trailing:
+        hit = ctx.emit("Unsqueeze", [hit, ctx.ints(range(1, trailing + 1))])
+    return ctx.emit("Where", [hit, gathered, base])
+
+
 @translates("aten.slice_scatter.default")
 def slice_scatter(ctx: OpContext) -> str:
-    """The functional form of `x[..., start:end] = src` (T5's shift of labels to decoder inputs)."""
+    """The functional form of `x[..., start:end] = src` (T5's shift of labels to decoder inputs),
+    and of `x[..., start::step] = src` (Qwen3.5's interleaved heads)."""
     base = ctx.tensor("self")
-    if ctx["step"] != 1:
-        raise ctx.unsupported(f"with step={ctx['step']} has no TrainRT translation (step 1 only)")
+    step = ctx["step"]
     start = 0 if ctx["start"] is None else ctx["start"]
     end = INT64_MAX if ctx["end"] is None else ctx["end"]
     src = ctx.cast(ctx.tensor("src"), base.dtype)
-    return _scatter_range(ctx, base, src, dim_axis(ctx["dim"], base.rank), start, end)
+    axis = dim_axis(ctx["dim"], base.rank)
+    if step == 1:
+        return _scatter_range(ctx, base, src, axis, start, end)
+    if not (is_static(start) and int(start) >= 0 and is_static(step) and int(step) > 1):
+        raise ctx.unsupported(f"with start={start}, step={step} has no TrainRT translation (static start >= 0)")
+    return _scatter_strided(ctx, base, src, axis, int(start), int(step))
 
 
 @translates("aten.select_scatter.default")
