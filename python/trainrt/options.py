@@ -193,6 +193,7 @@ class RuntimeOptions:
     fallback_retry: bool = False
     print_input_density: bool = False  # log each step's share of non-padding tokens and labels
     compute_optimizer: bool = True  # the engine's graph rewrites (fusions, saved-set choice)
+    sparse_optimizer: bool = True  # losses with ignored labels run on the counted rows only
     # "bf16": each op in the dtype torch.autocast("cpu", dtype=torch.bfloat16) gives it (matmuls in
     # bf16 with f32 sums, what follows them on their bf16 results, losses in f32; autocast turns it
     # on per call too); None: f32.
@@ -348,6 +349,15 @@ OPTIONS: tuple[Option, ...] = (
            _parse_flag, _FLAG,
            "`0` turns the engine's graph rewrites off: the fusion passes and the saved-value choices "
            "(checkpointed blocks are still recomputed)."),
+    Option("ENABLE_SPARSE_OPTIMIZER", "ENABLE_SPARSE_OPTIMIZER", RuntimeOptions, "sparse_optimizer", _parse_flag,
+           _FLAG,
+           "Label sparsity: a cross-entropy or NLL loss with `ignore_index` and a mean or sum reduction runs on "
+           "the rows whose label counts (gathered once per step; the row count is a run-time dim, planned per "
+           "multiple of 64 rows). The LM head and the row-wise ops before it move onto those rows where "
+           "nothing else reads their full result; where something does (the logits, a model output, still "
+           "come back whole), the loss, softmax and the products' gradients run on the valid rows. Losses and "
+           "gradients are eager's. Needs the compute optimizer; the start-up table says how many losses it "
+           "rewrote."),
     Option("ENABLE_CUSTOM_AUTOGRAD", "ENABLE_CUSTOM_AUTOGRAD", RuntimeOptions, "custom_autograd", _parse_flag,
            _FLAG,
            "On: each user `torch.autograd.Function` runs as one `PythonOp` node with its own forward and "
@@ -408,8 +418,9 @@ _NOT_READ = (
     (("MEMORY_OPT_CONFIG",),
      "not yet: per-subgraph recompute choices; `TRAINRT_MEMORY_OPT_LEVEL` picks whole levels, and a "
      "cost-based planner with a memory budget is planned"),
-    (("ENABLE_SPARSE_OPTIMIZER", "ENABLE_EMBEDDING_SPARSE_OPTIMIZER"),
-     "no input-sparsity rewrites yet; `TRAINRT_PRINT_INPUT_DENSITY` reports the density"),
+    (("ENABLE_EMBEDDING_SPARSE_OPTIMIZER",),
+     "not yet: padding tokens still run through the row-wise ops; `TRAINRT_PRINT_INPUT_DENSITY` reports "
+     "their share (label sparsity is `TRAINRT_ENABLE_SPARSE_OPTIMIZER`)"),
     (("USE_EFFICIENT_ATTENTION",),
      "not needed: `scaled_dot_product_attention` becomes the engine's fused attention where it applies"),
     (("DEEPCOPY_BEFORE_MODEL_EXPORT",), "not needed: capture exports the module itself, without a copy"),

@@ -60,7 +60,7 @@ class _Engine:
 
     def __init__(self, captured, module: torch.nn.Module, input_requires_grad: list[bool], profile: bool = False,
                  optimize: bool = True, mem_efficient_grad_mgmt: bool | None = None, zero3_params=None,
-                 num_threads: int | None = None, memory_opt_level: int = 0):
+                 num_threads: int | None = None, memory_opt_level: int = 0, label_sparsity: bool = True):
         self.captured = captured
         self.num_threads = num_threads  # the engine's threads; None: torch's (threads.py)
         self.zero3_params = zero3_params or []  # gathered around the backward too (zero3.py)
@@ -79,7 +79,8 @@ class _Engine:
         graph_inputs = [n for n, _ in captured.param_inputs] + [n for n, _ in captured.buffer_inputs] + captured.user_inputs
         index = {name: i for i, name in enumerate(graph_inputs)}
         self.programs = _C.ModulePrograms(captured.model.SerializeToString(), self.grad_outputs, self.wrt, profile,
-                                          optimize, captured.recompute_regions, captured.layers, memory_opt_level)
+                                          optimize, captured.recompute_regions, captured.layers, memory_opt_level,
+                                          label_sparsity)
         unreached = set(self.programs.unreached)
         self.wrt_index = [index[name] if name not in unreached else None for name in self.wrt]
         self.num_mutations = len(captured.buffer_mutations)
@@ -155,6 +156,9 @@ class _RTFunction(torch.autograd.Function):
         ctx.wrt_tensors = [None if i is None else tensors[i] for i in engine.wrt_index]
         ctx.handoff = handoff
         ctx.num_inputs = len(tensors) + (handoff is not None)
+        # No zeros for outputs the loss does not use (logits beside the loss): the engine's backward
+        # then skips the work only their gradients feed, as eager does (passes/zero_input_elimination.h).
+        ctx.set_materialize_grads(False)
         results = tuple(_from_engine(o) for o in outputs)
         ctx.save_for_backward(*[tensors[i] for i in engine.inputs_read], *[results[i] for i in state.outputs_read])
         user = results[engine.num_mutations:]
@@ -235,6 +239,14 @@ def _new_instance(cls):
 
 class _BuildFailed(Exception):
     """Capture or engine build failed: args are (reason, the FallbackPolicy name that covers it)."""
+
+
+def _describe_label_sparsity(engine: _Engine, runtime) -> str:
+    if not runtime.sparse_optimizer or not runtime.compute_optimizer:
+        return "off"
+    n = engine.programs.sparse_losses
+    return f"on: {n} loss{'es' if n != 1 else ''} with ignored labels run on the valid rows" if n else \
+        "on: no loss with ignore_index and a mean or sum reduction in the graph"
 
 
 def _describe_memory(engine: _Engine, level: int) -> str:
@@ -533,7 +545,8 @@ class RTModule(torch.nn.Module):
         try:
             engine = _Engine(captured, self._module, input_requires_grad, self._runtime.profile,
                              self._runtime.compute_optimizer, self._runtime.mem_efficient_grad_mgmt, self._zero3,
-                             self._runtime.num_threads, self._runtime.memory_opt_level)
+                             self._runtime.num_threads, self._runtime.memory_opt_level,
+                             label_sparsity=self._runtime.sparse_optimizer)
         except _C.Error as err:
             kind = "FALLBACK_UNSUPPORTED_ONNX_MODEL" if isinstance(err, _C.UnsupportedOp) else "FALLBACK_BAD_INITIALIZATION"
             raise _BuildFailed(f"{type(err).__name__}: {err}", kind) from err
@@ -557,6 +570,7 @@ class RTModule(torch.nn.Module):
                 ("memory planning, in-place reuse, views, constant folding", "on"),
                 ("compute optimizer (fusions, saved-set choice)", "on" if self._runtime.compute_optimizer else "off"),
                 ("memory optimizer", _describe_memory(engine, self._runtime.memory_opt_level)),
+                ("label sparsity", _describe_label_sparsity(engine, self._runtime)),
                 ("fallback policy", self._runtime.fallback_policy.name or str(self._runtime.fallback_policy)),
                 ("save ONNX", self._debug.save_path if self._debug.save_onnx else "off"),
                 ("capture (torch.export + translation)",

@@ -8,6 +8,9 @@
 #include "trainrt/ops/op_schema.h"
 
 namespace trainrt {
+
+// The name of each accumulation Sum's output: the value's name and this (is_gradient_sum).
+constexpr std::string_view kGradientSumSuffix = "_grad_sum";
 namespace {
 
 bool carries_gradient(const Value* v) { return v && is_floating(v->dtype); }
@@ -117,7 +120,7 @@ class Builder {
     if (it == contributions_.end() || it->second.empty()) return nullptr;
     std::vector<Value*>& parts = it->second;
     if (parts.size() > 1) {
-      Node* sum = graph_.add_node("Sum", parts, {graph_.unique_name(v->name + "_grad_sum")});
+      Node* sum = graph_.add_node("Sum", parts, {graph_.unique_name(v->name + std::string(kGradientSumSuffix))});
       sum->output(0)->dtype = v->dtype;
       sum->output(0)->shape = v->shape;
       parts = {sum->output(0)};
@@ -201,6 +204,11 @@ class Builder {
 
 GradientResult build_gradients(Graph& graph, const GradientRequest& request) {
   return Builder(graph, request).build();
+}
+
+bool is_gradient_sum(const Node& n) {
+  return n.op_type() == "Sum" && n.domain() == kOnnxDomain && n.output(0) &&
+         n.output(0)->name.find(kGradientSumSuffix) != std::string::npos;
 }
 
 }  // namespace trainrt

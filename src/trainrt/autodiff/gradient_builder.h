@@ -36,4 +36,8 @@ struct GradientResult {
 
 GradientResult build_gradients(Graph& graph, const GradientRequest& request);
 
+// Whether `n` is a Sum the builder made to add up the gradient contributions of one value: its
+// operands all have that value's dtype and shape, whatever shape inference could tell of them.
+bool is_gradient_sum(const Node& n);
+
 }  // namespace trainrt

@@ -11,6 +11,7 @@ void register_tensor_schemas(OpRegistry& r) {
   register_source_schemas(r);
   register_gather_elements_schema(r);
   register_cumsum_schema(r);
+  register_valid_rows_schema(r);
 }
 
 ArgState read_ints_arg(const InferenceContext& ctx, int input, const std::string& attr,

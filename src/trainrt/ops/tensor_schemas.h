@@ -30,6 +30,7 @@ void register_select_schemas(OpRegistry& r);
 void register_source_schemas(OpRegistry& r);
 void register_gather_elements_schema(OpRegistry& r);  // GatherElements
 void register_cumsum_schema(OpRegistry& r);           // CumSum
+void register_valid_rows_schema(OpRegistry& r);       // ValidRows (valid_rows.h)
 
 enum class ArgState { kAbsent, kUnknown, kKnown };
 

@@ -5,7 +5,9 @@
 #include "trainrt/autodiff/gradient_builder.h"
 #include "trainrt/core/error.h"
 #include "trainrt/ops/op_schema.h"
+#include "trainrt/passes/label_sparsity.h"
 #include "trainrt/passes/matmul_bias_fusion.h"
+#include "trainrt/passes/zero_input_elimination.h"
 #include "trainrt/plan/checkpoint_recompute.h"
 #include "trainrt/plan/saved_values.h"
 
@@ -35,8 +37,9 @@ const PassPipeline& forward_passes() {
 
 ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::string> grad_outputs,
                                std::vector<std::string> wrt, bool profile, bool optimize,
-                               const MemoryRequest& memory)
-    : graph_(std::move(graph)), grad_outputs_(std::move(grad_outputs)), wrt_(std::move(wrt)) {
+                               const MemoryRequest& memory, bool label_sparsity)
+    : graph_(std::move(graph)), grad_outputs_(std::move(grad_outputs)), wrt_(std::move(wrt)),
+      label_sparsity_(optimize && label_sparsity) {
   std::vector<const Node*> nodes;
   for (const Node* n : graph_->topological_order()) nodes.push_back(n);
   joint_ = extract_subgraph(*graph_, nodes, const_values(graph_->inputs()), const_values(graph_->outputs()),
@@ -44,6 +47,11 @@ ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::st
   num_outputs_ = graph_->outputs().size();
   infer_graph_shapes(*joint_);  // the passes match on dims
   if (optimize) forward_passes().run(*joint_);
+  if (label_sparsity_) {
+    for (const Node* n : joint_->nodes()) sparse_losses_ -= n->op_type() == "ValidRows";
+    LabelSparsity().apply(*joint_);
+    for (const Node* n : joint_->nodes()) sparse_losses_ += n->op_type() == "ValidRows";
+  }
   GradientResult result = build_gradients(*joint_, {.outputs_with_grad = grad_outputs_, .wrt = wrt_});
   output_grad_inputs_ = result.output_grad_inputs;
   unreached_ = result.unreached;
@@ -55,6 +63,7 @@ ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::st
     nodes_recomputed_ = recompute_checkpoint_regions(*joint_, result, recompute.regions, recompute.kept);
   }
   programs_ = partition_joint_graph(*joint_, result);
+  if (label_sparsity_) RowScatterPushdown().apply(*programs_.backward);
   // Backward outputs come in grad_of order (sorted by name); map each wrt entry to its position.
   std::vector<std::string> order;
   for (const auto& [name, grad] : result.grad_of) order.push_back(name);
@@ -141,13 +150,35 @@ class WrtConsumer : public OutputConsumer {
 
 // The backward session whose consumed outputs are the gradients `consumers` take, each held until
 // the backward's last read of its wrt entry (when it reads it: W in dX = dY W^T).
-Session& ModulePrograms::backward_session(const GradientConsumers& consumers) {
-  if (consumers.empty()) return *backward_;
+ModulePrograms::BackwardVariant& ModulePrograms::variant(const std::vector<bool>& absent) {
+  auto it = variants_.find(absent);
+  if (it != variants_.end()) return it->second;
+  std::set<std::string> zero;
+  for (size_t i = 0; i < absent.size(); ++i)
+    if (absent[i]) zero.insert(output_grad_inputs_[i]);
+  const Graph& plain = *programs_.backward;
+  std::vector<const Node*> nodes;
+  for (const Node* n : plain.topological_order()) nodes.push_back(n);
+  BackwardVariant v;
+  v.graph = extract_subgraph(plain, nodes, const_values(plain.inputs()), const_values(plain.outputs()), plain.name);
+  ZeroInputElimination(std::move(zero)).apply(*v.graph);
+  if (label_sparsity_) RowScatterPushdown().apply(*v.graph);  // the scatter's readers, now without the zero Sum
+  for (const std::string& name : output_grad_inputs_) {
+    const Value* input = v.graph->find_value(name);
+    v.reads_output_grad.push_back(input && !input->uses.empty());
+  }
+  v.session = std::make_unique<Session>(v.graph, backward_options_);
+  return variants_.emplace(absent, std::move(v)).first->second;
+}
+
+Session& ModulePrograms::backward_session(const GradientConsumers& consumers, const std::vector<bool>& absent) {
+  const bool plain = std::none_of(absent.begin(), absent.end(), [](bool a) { return a; });
+  if (consumers.empty()) return plain ? *backward_ : *variant(absent).session;
   std::vector<std::pair<size_t, bool>> sorted;  // (wrt index, kept)
   for (size_t w : consumers.stepped) sorted.emplace_back(w, false);
   for (size_t w : consumers.handed_over) sorted.emplace_back(w, true);
   std::sort(sorted.begin(), sorted.end());
-  if (consuming_backward_ && sorted == consumed_) return *consuming_backward_;
+  if (consuming_backward_ && sorted == consumed_ && absent == consumed_absent_) return *consuming_backward_;
   for (size_t i = 0; i < sorted.size(); ++i) {
     if (sorted[i].first >= wrt_.size())
       throw ShapeError(fmt("backward: consumed gradient index ", sorted[i].first, " is out of range (", wrt_.size(),
@@ -165,8 +196,9 @@ Session& ModulePrograms::backward_session(const GradientConsumers& consumers) {
   }
   if (last_backward_ == consuming_backward_.get()) last_backward_ = backward_.get();
   consuming_backward_.reset();  // its kept output storage goes before the new session takes its own
-  consuming_backward_ = std::make_unique<Session>(programs_.backward, options);
+  consuming_backward_ = std::make_unique<Session>(plain ? programs_.backward : variant(absent).graph, options);
   consumed_ = std::move(sorted);
+  consumed_absent_ = absent;
   return *consuming_backward_;
 }
 
@@ -175,15 +207,20 @@ std::vector<Tensor> ModulePrograms::backward(ForwardState& state, const std::vec
   if (!consumers.empty() && !consumers.consumer)
     throw InvalidModel(fmt("backward: ", consumers.stepped.size() + consumers.handed_over.size(),
                            " gradients are to be consumed, but no consumer was given"));
-  Session& session = backward_session(consumers);
   if (state.used) throw InvalidModel("backward through the same forward call twice (retain_graph) is not supported");
   if (output_grads.size() != grad_outputs_.size())
     throw ShapeError(fmt("backward got ", output_grads.size(), " output gradients, expected ", grad_outputs_.size()));
+  std::vector<bool> absent;
+  for (const Tensor& g : output_grads) absent.push_back(!g.defined());
+  Session& session = backward_session(consumers, absent);
+  const bool plain = std::none_of(absent.begin(), absent.end(), [](bool a) { return a; });
   for (size_t i = 0; i < output_grads.size(); ++i) {
     Tensor g = output_grads[i];
     if (!g.defined()) {  // autograd passes no gradient for an output the loss does not use
       const Tensor& out = state.values.at(grad_outputs_[i]);
-      g = Tensor::zeros(out.dtype(), out.dims());
+      // Zeros where the variant still reads them; bytes never touched (no page faulted in) where not.
+      g = plain || variant(absent).reads_output_grad[i] ? Tensor::zeros(out.dtype(), out.dims())
+                                                         : Tensor::empty(out.dtype(), out.dims());
     }
     state.values[output_grad_inputs_[i]] = g;
   }

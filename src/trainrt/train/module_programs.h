@@ -69,11 +69,15 @@ class ModulePrograms {
   // `memory`: what the backward recomputes instead of saving, honoured either way: checkpointed
   // regions (plan/checkpoint_recompute.h) and the memory level over repeated layers
   // (plan/layer_recompute.h).
+  // `label_sparsity`: losses with ignored labels run on the valid rows (passes/label_sparsity.h),
+  // with `optimize` only (ORTModule's ENABLE_SPARSE_OPTIMIZER).
   ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::string> grad_outputs, std::vector<std::string> wrt,
-                 bool profile = false, bool optimize = true, const MemoryRequest& memory = {});
+                 bool profile = false, bool optimize = true, const MemoryRequest& memory = {},
+                 bool label_sparsity = true);
 
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs, ForwardState& state, uint64_t seed);
-  // `output_grads` has one tensor per grad_outputs entry (undefined = zeros). Returns one tensor
+  // `output_grads` has one tensor per grad_outputs entry (undefined = zeros: the work only it
+  // feeds is not done, as in eager; BackwardVariant). Returns one tensor
   // per wrt entry; those `consumers` take come back empty (GradientConsumers). Throws InvalidModel
   // when the state was already used (backward called twice) and ShapeError naming the index when
   // one taken is out of range or repeated. `retain` (autograd's retain_graph) keeps the state for
@@ -101,8 +105,11 @@ class ModulePrograms {
   Profiler& forward_profiler() { return forward_->profiler(); }
   Profiler& backward_profiler() { return last_backward_->profiler(); }
   const Graph& forward_graph() const { return *programs_.forward; }
-  const Graph& backward_graph() const { return *programs_.backward; }
+  // The backward that ran last: the plain one, or the variant for the gradients that were absent.
+  const Graph& backward_graph() const { return last_backward_->graph(); }
   const Graph& joint_graph() const { return *joint_; }
+  // The losses label sparsity rewrote (0 when off or none matched).
+  int sparse_losses() const { return sparse_losses_; }
 
  private:
   std::shared_ptr<Graph> graph_;
@@ -113,10 +120,22 @@ class ModulePrograms {
   std::vector<size_t> grad_position_;            // per wrt entry: its index among backward outputs
   std::vector<size_t> wrt_of_output_;            // per backward output: its wrt entry
   void hand_over_saved_values(const ForwardState& state, std::vector<Tensor>& inputs) const;
-  Session& backward_session(const GradientConsumers& consumers);
+  // `absent`: per grad_outputs entry, whether autograd gave no gradient (the backward variant).
+  Session& backward_session(const GradientConsumers& consumers, const std::vector<bool>& absent);
+
+  // The backward for calls where the gradients of some outputs are absent (zeros): the plain
+  // backward simplified by passes/zero_input_elimination.h, one per set, built at first use.
+  struct BackwardVariant {
+    std::shared_ptr<Graph> graph;
+    std::unique_ptr<Session> session;
+    std::vector<bool> reads_output_grad;  // per grad_outputs entry: still an input read
+  };
+  BackwardVariant& variant(const std::vector<bool>& absent);
+  std::map<std::vector<bool>, BackwardVariant> variants_;
 
   std::vector<std::string> unreached_;
-  int layers_recomputed_ = 0, nodes_recomputed_ = 0;
+  int layers_recomputed_ = 0, nodes_recomputed_ = 0, sparse_losses_ = 0;
+  bool label_sparsity_ = false;
   size_t saved_bytes_ = 0;
   std::set<std::string> donated_;  // backward inputs that are saved values: written over in place
   std::vector<size_t> inputs_read_;       // forward inputs that are backward inputs
@@ -127,6 +146,7 @@ class ModulePrograms {
   // The backward that hands the gradients of `consumed_` (wrt index -> kept, sorted) to a consumer:
   // one session per set, rebuilt when the set changes (an optimizer added or changed: rare).
   std::vector<std::pair<size_t, bool>> consumed_;
+  std::vector<bool> consumed_absent_;  // the variant consuming_backward_ runs
   std::unique_ptr<Session> consuming_backward_;
   Session* last_backward_ = nullptr;
 };

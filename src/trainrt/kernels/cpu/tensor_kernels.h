@@ -15,6 +15,7 @@ void register_transpose_kernels(KernelTable& t);  // Transpose, Expand, Tile
 void register_dropout_kernels(KernelTable& t);    // Dropout
 void register_gather_elements_kernels(KernelTable& t);  // GatherElements
 void register_cumsum_kernels(KernelTable& t);           // CumSum
+void register_valid_rows_kernels(KernelTable& t);       // ValidRows
 // tensor_kernels.cc itself: Reshape, Flatten, Squeeze, Unsqueeze, Shape, Size, Constant,
 // ConstantOfShape, Range, Trilu.
 
