@@ -271,3 +271,19 @@ def test_absent_logits_gradient_skips_its_backward_work():
     (out.loss + out.logits.sum() * 0.0).backward()  # the logits' gradient given: the plain backward
     with_logits = _ops(_programs(rt)[0].backward_graph_onnx())
     assert without.count("Sum") < with_logits.count("Sum")
+
+
+def test_bf16_head_gathers_after_its_cast_to_f32():
+    """Under bf16 the logits are bf16 and cast to f32 for the loss: the rows are gathered after the
+    cast (the gather's gradient takes f32), and the loss is eager autocast's."""
+    torch.manual_seed(0)
+    model = transformers.BertForMaskedLM(transformers.BertConfig(**_SMALL, hidden_dropout_prob=0.0,
+                                                                   attention_probs_dropout_prob=0.0))
+    batch = _masked_batches(96, steps=1)[0]
+    rt = trainrt.RTModule(copy.deepcopy(model), mixed_precision="bf16")
+    loss = rt(**batch).loss
+    loss.backward()
+    assert rt.fallback_reason is None and _programs(rt)[0].sparse_losses == 1
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = model(**batch).loss
+    assert abs(float(loss) - float(expected)) <= 2e-2 * abs(float(expected))

@@ -122,19 +122,23 @@ bool sparsify(Graph& g, Node& loss) {
     return false;  // already sparse
   for (int o = 1; o < loss.num_outputs(); ++o)
     if (loss.output(o) && !loss.output(o)->uses.empty()) return false;
+  // The gather's gradient (GatherGrad) takes f32 and f64: a bf16 head (autocast) keeps its rows
+  // whole, and the rows are gathered after its Cast to f32.
+  const auto gatherable = [](const Value* v) { return v->dtype == DType::kF32 || v->dtype == DType::kF64; };
+  if (!gatherable(scores)) return false;
   // Up from the scores while each value is read by the step below it alone.
   std::vector<Step> steps;
   Value* top = scores;
   while (top->producer && top->uses.size() == 1 && !is_graph_output(g, top)) {
     Node* p = top->producer;
     if (top->producer_output != 0) break;
-    if (is_row_view(*p)) {
+    if (is_row_view(*p) && gatherable(p->input(0))) {
       steps.push_back({p, -1});
       top = p->input(0);
       continue;
     }
     const int i = row_input(*p);
-    if (i < 0) break;
+    if (i < 0 || !gatherable(p->input(i))) break;
     steps.push_back({p, i});
     top = p->input(i);
   }
