@@ -152,6 +152,12 @@ void infer_gelu(InferenceContext& ctx) {
   infer_unary<Types::kFloat>(ctx);
 }
 
+// IsNaN, IsInf: a bool per element of a float tensor.
+void infer_float_class(InferenceContext& ctx) {
+  expect_types(ctx, 0, Types::kFloat);
+  ctx.set_output(0, DType::kBool, ctx.input_shape(0));
+}
+
 void add_unary(OpRegistry& r, const char* name, InferFn infer) {
   r.add({.domain = "", .name = name, .min_inputs = 1, .max_inputs = 1, .infer = infer, .inplace = {{0, 0}}});
 }
@@ -175,6 +181,8 @@ void register_elementwise_schemas(OpRegistry& r) {
   add_unary(r, "Sign", infer_unary<Types::kNumeric>);
   add_unary(r, "Relu", infer_unary<Types::kSigned>);
   add_unary(r, "Not", infer_unary<Types::kBool>);
+  for (const char* name : {"IsNaN", "IsInf"})  // bool outputs: no in-place alias
+    r.add({.domain = "", .name = name, .min_inputs = 1, .max_inputs = 1, .infer = infer_float_class});
   for (const char* name : {"Exp", "Log", "Sqrt", "Reciprocal", "Floor", "Ceil", "Sigmoid", "Tanh", "Erf",
                            "Sin", "Cos", "Softplus", "LeakyRelu", "HardSigmoid", "Elu", "Selu"})
     add_unary(r, name, infer_unary<Types::kFloat>);

@@ -277,6 +277,36 @@ KernelFn make_clip(const Node& node) {
   });
 }
 
+// IsNaN; IsInf with detect_negative / detect_positive (ONNX, both 1 by default). The exporters
+// emit them as guards (a softmax of a fully masked row), so one plain pass is enough.
+KernelFn make_float_class(const Node& node) {
+  const bool nan = node.op_type() == "IsNaN";
+  const bool negative = node.attr_int("detect_negative", 1) != 0, positive = node.attr_int("detect_positive", 1) != 0;
+  return [nan, negative, positive](KernelContext& ctx) {
+    const Tensor& x = ctx.in(0);
+    auto* out = static_cast<uint8_t*>(ctx.out(0).raw());
+    const auto classify = [&](float v) -> uint8_t {
+      if (nan) return std::isnan(v);
+      return std::isinf(v) && ((v > 0 && positive) || (v < 0 && negative));
+    };
+    const int64_t n = x.numel();
+    switch (x.dtype()) {
+      case DType::kF32: for (int64_t i = 0; i < n; ++i) out[i] = classify(x.data<float>()[i]); break;
+      case DType::kF64:
+        for (int64_t i = 0; i < n; ++i) {
+          const double v = x.data<double>()[i];  // kept double: a finite double may overflow a float
+          out[i] = nan ? std::isnan(v) : std::isinf(v) && ((v > 0 && positive) || (v < 0 && negative));
+        }
+        break;
+      case DType::kBF16:
+        for (int64_t i = 0; i < n; ++i) out[i] = classify(bf16_to_f32(x.data<BFloat16>()[i].bits));
+        break;
+      default:
+        for (int64_t i = 0; i < n; ++i) out[i] = classify(f16_to_f32(x.data<Half>()[i].bits));
+    }
+  };
+}
+
 KernelFn make_identity(const Node&) {
   return [](KernelContext& ctx) {
     copy_bytes(ctx.out(0).raw(), ctx.in(0).raw(), ctx.in(0).nbytes(), ctx.threads());
@@ -308,6 +338,8 @@ void register_unary_kernels(KernelTable& t) {
   add_kernels(t, "Elu", EluOp::kTypes, make_unary<EluOp>);
   add_kernels(t, "Selu", SeluOp::kTypes, make_unary<SeluOp>);
   add_kernels(t, "Not", kBoolTypes, make_not);
+  add_kernels(t, "IsNaN", kFloatTypes, make_float_class);
+  add_kernels(t, "IsInf", kFloatTypes, make_float_class);
   add_kernels(t, "Clip", kNumericTypes, make_clip);
   add_kernels(t, "Identity", kAllTypes, make_identity);
 }

@@ -127,6 +127,28 @@ TEST(UnaryKernels, SpecialValuesFollowIeee) {
   EXPECT_TRUE(std::signbit(z.data<float>()[0]) && std::signbit(z.data<float>()[1]));
 }
 
+TEST(UnaryKernels, IsNaNAndIsInfClassifyEveryFloatDtype) {
+  const std::vector<double> x = {kNan, kInf, -kInf, 0.0, -1.5, 3e38};
+  for (DType dtype : {DType::kF32, DType::kF64, DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const Tensor in = from_doubles(dtype, {6}, x);
+    const auto bools = [](const Tensor& t) {
+      std::vector<int> v;
+      for (int64_t i = 0; i < t.numel(); ++i) v.push_back(static_cast<int>(t.to_double(i)));
+      return v;
+    };
+    EXPECT_EQ(run_node("IsNaN", {in})[0].dtype(), DType::kBool);
+    EXPECT_EQ(bools(run_node("IsNaN", {in})[0]), (std::vector<int>{1, 0, 0, 0, 0, 0}));
+    // 3e38 rounds to inf in f16 only.
+    const int big = dtype == DType::kF16;
+    EXPECT_EQ(bools(run_node("IsInf", {in})[0]), (std::vector<int>{0, 1, 1, 0, 0, big}));
+    EXPECT_EQ(bools(run_node("IsInf", {in}, {{"detect_negative", Attribute::of_int(0)}})[0]),
+              (std::vector<int>{0, 1, 0, 0, 0, big}));
+    EXPECT_EQ(bools(run_node("IsInf", {in}, {{"detect_positive", Attribute::of_int(0)}})[0]),
+              (std::vector<int>{0, 0, 1, 0, 0, 0}));
+  }
+}
+
 TEST(UnaryKernels, IntegerVariants) {
   for (DType dtype : testing::kIntDTypes) {
     SCOPED_TRACE(dtype_name(dtype));
