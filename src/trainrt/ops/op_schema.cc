@@ -1,5 +1,7 @@
 #include "trainrt/ops/op_schema.h"
 
+#include <map>
+
 #include "trainrt/ops/register_schemas.h"
 
 namespace trainrt {
@@ -112,7 +114,24 @@ void infer_and_store(Node& node) {
 }
 
 void infer_graph_shapes(Graph& graph) {
-  for (Node* node : graph.topological_order()) infer_and_store(*node);
+  // Values inference itself gives (Constant nodes, Shape of static dims) are passed on to the
+  // nodes that read them, so that a Slice of a shape by constant bounds, as the exporters write,
+  // keeps its length: a Reshape to that shape then keeps its rank, which gradient rules read.
+  std::map<const Value*, Tensor> known;
+  for (Node* node : graph.topological_order()) {
+    std::vector<InferenceContext::Input> inputs = stored_inputs(*node);
+    for (int i = 0; i < node->num_inputs(); ++i)
+      if (auto it = known.find(node->input(i)); it != known.end() && !inputs[static_cast<size_t>(i)].value)
+        inputs[static_cast<size_t>(i)].value = &it->second;
+    InferenceContext ctx(*node, std::move(inputs));
+    infer_node(OpRegistry::global().require(*node), ctx);
+    for (int i = 0; i < node->num_outputs(); ++i)
+      if (Value* out = node->output(i)) {
+        out->dtype = ctx.output(i).dtype;
+        out->shape = ctx.output(i).shape;
+        if (ctx.output(i).value.defined()) known[out] = ctx.output(i).value;
+      }
+  }
 }
 
 }  // namespace trainrt

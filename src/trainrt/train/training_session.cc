@@ -1,5 +1,7 @@
 #include "trainrt/train/training_session.h"
 
+#include "trainrt/ops/op_schema.h"
+
 #include <algorithm>
 #include <cstring>
 #include <unordered_set>
@@ -62,6 +64,7 @@ TrainingSession::TrainingSession(std::shared_ptr<Graph> graph, TrainingConfig co
   joint_ = extract_subgraph(*graph_, all_nodes(*graph_), const_values(graph_->inputs()), outputs, graph_->name + "_train");
   num_forward_outputs_ = outputs.size();
   loss_index_ = static_cast<int>(std::find(outputs.begin(), outputs.end(), loss) - outputs.begin());
+  infer_graph_shapes(*joint_);  // gradient rules read ranks and dims an exported file may not declare
   build_gradients(*joint_, {.loss = config_.loss, .wrt = param_names_});
 
   SessionOptions options;
