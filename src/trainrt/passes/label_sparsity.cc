@@ -14,10 +14,6 @@ namespace {
 // gets that value as an input (a saved value), by this name.
 constexpr std::string_view kValidRowsSuffix = "/valid_rows";
 
-bool is_graph_output(const Graph& g, const Value* v) {
-  return std::find(g.outputs().begin(), g.outputs().end(), v) != g.outputs().end();
-}
-
 bool ranked(const Value* v, int min_rank) { return v && v->shape.rank_known && v->shape.rank() >= min_rank; }
 
 bool is_onnx(const Node& n, std::string_view op) { return n.domain() == kOnnxDomain && n.op_type() == op; }

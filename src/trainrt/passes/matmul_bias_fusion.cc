@@ -5,10 +5,6 @@
 namespace trainrt {
 namespace {
 
-bool is_graph_output(const Graph& g, const Value* v) {
-  return std::find(g.outputs().begin(), g.outputs().end(), v) != g.outputs().end();
-}
-
 // The bias operand of `add` when it is a (N) vector matching the last dim of `y`, else null.
 Value* bias_of(const Node& add, const Value* y) {
   if (add.num_inputs() != 2) return nullptr;

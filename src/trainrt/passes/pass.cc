@@ -1,5 +1,7 @@
 #include "trainrt/passes/pass.h"
 
+#include <algorithm>
+
 #include "trainrt/ir/verifier.h"
 
 namespace trainrt {
@@ -10,6 +12,10 @@ bool Pass::apply(Graph& graph) const {
   if (modified) verify(graph);
 #endif
   return modified;
+}
+
+bool is_graph_output(const Graph& graph, const Value* v) {
+  return std::find(graph.outputs().begin(), graph.outputs().end(), v) != graph.outputs().end();
 }
 
 bool PassPipeline::run(Graph& graph) const {

@@ -29,6 +29,9 @@ class Pass {
   virtual bool apply_impl(Graph& graph) const = 0;
 };
 
+// Whether `v` is one of the graph's outputs (a pass keeps those values, whoever else reads them).
+bool is_graph_output(const Graph& graph, const Value* v);
+
 class PassPipeline {
  public:
   void add(std::unique_ptr<Pass> pass) { passes_.push_back(std::move(pass)); }

@@ -47,10 +47,6 @@ bool same_type(const Value* a, const Value* b) {
   return a->dtype == b->dtype && a->shape.rank_known && b->shape.rank_known && a->shape == b->shape;
 }
 
-bool is_graph_output(const Graph& g, const Value* v) {
-  return std::find(g.outputs().begin(), g.outputs().end(), v) != g.outputs().end();
-}
-
 // Makes `node`'s result `v` instead: readers read v, or an Identity keeps a graph output's value.
 void replace_with(Graph& graph, Node* node, Value* v) {
   Value* out = node->output(0);
