@@ -3,7 +3,9 @@ Hugging Face models it is for:
 
 - bert-mlm: BertForMaskedLM, 4 layers x 256, vocab 8192, batch 8 x 128, 15% of the tokens labelled;
 - gpt2-pad: GPT2LMHeadModel, 4 layers x 256, vocab 8192, batch 8 x 128, the last 40% of each sequence
-  padding (attention mask 0, labels -100).
+  padding (attention mask 0, labels -100);
+- gpt2-dense (on request): the same without padding, every label counted but the last of each
+  sequence: what the rewrite costs where there is nothing to skip.
 
 Both return their logits beside the loss, so the engine still computes the full head for them; the
 loss, its softmax and the head's gradients run on the valid rows (passes/label_sparsity.h). Each
@@ -56,7 +58,7 @@ def _batch(model_name: str, step: int) -> dict:
     labels = ids.clone()
     if model_name == "bert-mlm":
         labels[torch.rand(ids.shape, generator=g) >= 0.15] = -100
-    else:
+    elif model_name == "gpt2-pad":
         pad = int(_SEQ * 0.4)
         mask[:, -pad:] = 0
         labels[:, -pad:] = -100
@@ -66,7 +68,7 @@ def _batch(model_name: str, step: int) -> dict:
 def _rows(model_name: str, batch: dict) -> tuple[int, int]:
     """(N, R): the loss's rows, and the valid ones as the engine plans them (ops/valid_rows.h)."""
     labels = batch["labels"]
-    if model_name == "gpt2-pad":  # the causal LM loss shifts: position t predicts t + 1
+    if model_name.startswith("gpt2"):  # the causal LM loss shifts: position t predicts t + 1
         labels = torch.nn.functional.pad(labels, (0, 1), value=-100)[:, 1:]
     n = labels.numel()
     valid = int((labels != -100).sum())
@@ -93,7 +95,7 @@ def run(models=("bert-mlm", "gpt2-pad"), rounds: int = 3, steps: int = 10) -> di
     results = {}
     for name in models:
         torch.manual_seed(0)
-        base = {"bert-mlm": _bert, "gpt2-pad": _gpt2}[name]()
+        base = {"bert-mlm": _bert, "gpt2-pad": _gpt2, "gpt2-dense": _gpt2}[name]()
         runs = {}
         for mode in _MODES:
             model = _make(mode, copy.deepcopy(base))

@@ -1,4 +1,4 @@
-"""python -m trainrt.coverage [--task T1,T2] [--only NAMES] [--json FILE] [--markdown FILE] [--timeout S] [--log FILE]
+"""python -m trainrt.coverage [--task T1,T2] [--only NAMES] [--json FILE] [--markdown FILE] [--timeout S] [--log FILE] [--onnx]
 
 Trains every architecture the installed transformers registers for the tasks, tiny, 3 steps in eager
 and through RTModule with fallback disabled, and prints a row per architecture as it finishes, then
@@ -25,6 +25,9 @@ def main(argv=None) -> list:
     parser.add_argument("--log", help="append the workers' output (warnings, tracebacks of crashes) here")
     parser.add_argument("--json")
     parser.add_argument("--markdown", help="write the backlog: every architecture that does not pass, with its reason")
+    parser.add_argument("--onnx", action="store_true",
+                        help="the export sweep instead (onnx_export.py): torch.onnx.export each architecture, run and "
+                             "train the file in TrainRT against eager and onnxruntime")
     args = parser.parse_args(argv)
 
     tasks = [t.strip() for t in args.task.split(",") if t.strip()]
@@ -40,6 +43,8 @@ def main(argv=None) -> list:
     import transformers
 
     print(f"{len(archs)} architectures, transformers {transformers.__version__}, torch {torch.__version__}", flush=True)
+    if args.onnx:
+        return _export_sweep(archs)
     print(header(), flush=True)
     start = time.perf_counter()
     outcomes = []
@@ -59,5 +64,22 @@ def main(argv=None) -> list:
     return outcomes
 
 
+def _export_sweep(archs) -> list:
+    import warnings
+
+    from trainrt.coverage.onnx_export import run_one, summary
+
+    outcomes = []
+    for arch in archs:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            outcome = run_one(arch)
+        outcomes.append(outcome)
+        print(f"{outcome.name:<40} {outcome.status:<15} {outcome.detail}", flush=True)
+    print("\n".join(summary(outcomes)))
+    return outcomes
+
+
 if __name__ == "__main__":
     main()
+

@@ -104,6 +104,13 @@ void gather_grad(GradContext& ctx) {
   ctx.set_input_grad(0, with_shape_of(dx, x));
 }
 
+void gather_nd_grad(GradContext& ctx) {
+  Value* x = ctx.input(0);
+  Value* dx = ctx.emit("GatherNDGrad", {dims_of(ctx, x), ctx.input(1), ctx.output_grad(0)},
+                       {{"batch_dims", Attribute::of_int(ctx.node().attr_int("batch_dims", 0))}}, kTrainrtDomain);
+  ctx.set_input_grad(0, with_shape_of(dx, x));
+}
+
 void gather_elements_grad(GradContext& ctx) {
   Value* x = ctx.input(0);
   Value* dx = ctx.emit("GatherElementsGrad", {dims_of(ctx, x), ctx.input(1), ctx.output_grad(0)},
@@ -128,6 +135,7 @@ void register_select_gradients(GradientRegistry& r) {
   r.add("", "Slice", slice_grad);
   r.add("", "Gather", gather_grad);
   r.add("", "GatherElements", gather_elements_grad);
+  r.add("", "GatherND", gather_nd_grad);
   r.add(kTrainrtDomain, "Embedding", embedding_grad);
 }
 

@@ -119,6 +119,17 @@ TEST(TensorGradients, GatherMatchesFiniteDifferences) {
   worst.check({.op = "Gather"}, {random_f64({4, 3}, 23), make_tensor<int32_t>({3}, {3, 3, -1})});
 }
 
+TEST(TensorGradients, GatherNDMatchesFiniteDifferences) {
+  WorstErrors worst;
+  // (3, 4, 2) by (row, col) pairs: slices of 2, one pair repeated, one negative.
+  worst.check({.op = "GatherND"},
+              {random_f64({3, 4, 2}, 30), make_tensor<int64_t>({4, 2}, {0, 1, 2, 3, 0, 1, -1, -4})});
+  // Whole rows (k = 1), and batch_dims = 1: x[b, idx[b]] as the exporters write pooled logits.
+  worst.check({.op = "GatherND"}, {random_f64({3, 4}, 31), make_tensor<int64_t>({2, 1}, {2, 0})});
+  worst.check({.op = "GatherND", .attrs = {{"batch_dims", int_attr(1)}}},
+              {random_f64({2, 5, 3}, 32), make_tensor<int64_t>({2, 1}, {4, 1})});
+}
+
 TEST(TensorGradients, GatherElementsMatchesFiniteDifferences) {
   WorstErrors worst;
   worst.check({.op = "GatherElements"},

@@ -31,6 +31,7 @@ void register_source_schemas(OpRegistry& r);
 void register_gather_elements_schema(OpRegistry& r);  // GatherElements
 void register_cumsum_schema(OpRegistry& r);           // CumSum
 void register_valid_rows_schema(OpRegistry& r);       // ValidRows (valid_rows.h)
+void register_gather_nd_schemas(OpRegistry& r);       // GatherND, GatherNDGrad
 
 enum class ArgState { kAbsent, kUnknown, kKnown };
 

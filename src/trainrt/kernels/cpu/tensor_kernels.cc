@@ -164,6 +164,7 @@ void register_tensor_kernels(KernelTable& t) {
   register_gather_elements_kernels(t);
   register_cumsum_kernels(t);
   register_valid_rows_kernels(t);
+  register_gather_nd_kernels(t);
 }
 
 }  // namespace trainrt

@@ -16,6 +16,7 @@ void register_dropout_kernels(KernelTable& t);    // Dropout
 void register_gather_elements_kernels(KernelTable& t);  // GatherElements
 void register_cumsum_kernels(KernelTable& t);           // CumSum
 void register_valid_rows_kernels(KernelTable& t);       // ValidRows
+void register_gather_nd_kernels(KernelTable& t);        // GatherND, GatherNDGrad
 // tensor_kernels.cc itself: Reshape, Flatten, Squeeze, Unsqueeze, Shape, Size, Constant,
 // ConstantOfShape, Range, Trilu.
 
