@@ -1,8 +1,8 @@
 """Reductions: sum, mean, amax/amin, max/min over dims with their indices, argmax/argmin.
 
 ONNX Reduce* (opset 18+) take the axes as an input; no axes input reduces every axis, which is
-torch's meaning of `dim=None` and of an empty dim list. The engine has no ArgMax/ArgMin: an index
-of the extreme is composed (_first_index_of_extreme).
+torch's meaning of `dim=None` and of an empty dim list. argmax / argmin and the indices of max.dim /
+min.dim are the engine's ArgMax / ArgMin.
 """
 
 from __future__ import annotations
@@ -73,21 +73,11 @@ def min_all(ctx: OpContext) -> str:
 
 def _first_index_of_extreme(ctx: OpContext, x: TensorValue | str, shape, axis: int, op: str, keepdim: bool,
                             extreme: str | None = None) -> str:
-    """The int64 index along `axis` of the first element equal to the extreme (`op` ReduceMax or
-    ReduceMin, or the given keepdims `extreme`), as torch's argmax / argmin pick the first:
-    Where(x == extreme, position, size) reduced by ReduceMin, positions a Range along the axis.
-    x: (..., n, ...), shape its shape; the result (..., 1, ...) or without the axis. Integer
-    paths only: no gradient flows through the index."""
-    axes = ctx.ints([axis])
-    if extreme is None:
-        extreme = ctx.emit(op, [x, axes], keepdims=1)
-    size = ctx.operand(shape[axis], torch.int64)
-    positions = ctx.emit("Range", [ctx.const(0, torch.int64), size, ctx.const(1, torch.int64)])  # (n,)
-    trailing = len(shape) - 1 - axis
-    if trailing:
-        positions = ctx.emit("Unsqueeze", [positions, ctx.ints(range(1, trailing + 1))])  # (n, 1, ..., 1)
-    hits = ctx.emit("Where", [ctx.emit("Equal", [x, extreme]), positions, size])
-    return ctx.emit("ReduceMin", [hits, axes], keepdims=int(bool(keepdim)))
+    """The int64 index along `axis` of the first largest (`op` ReduceMax) or smallest element, as
+    torch's argmax / argmin (a NaN's index where there is one): the engine's ArgMax / ArgMin.
+    x: (..., n, ...); the result (..., 1, ...) or without the axis. No gradient flows through it."""
+    return ctx.emit("ArgMax" if op == "ReduceMax" else "ArgMin", [x], axis=axis, keepdims=int(bool(keepdim)),
+                    select_last_index=0)
 
 
 def _values_of(ctx: OpContext, op: str) -> list[str | None]:

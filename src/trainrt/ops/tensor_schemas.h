@@ -32,6 +32,7 @@ void register_gather_elements_schema(OpRegistry& r);  // GatherElements
 void register_cumsum_schema(OpRegistry& r);           // CumSum
 void register_valid_rows_schema(OpRegistry& r);       // ValidRows (valid_rows.h)
 void register_gather_nd_schemas(OpRegistry& r);       // GatherND, GatherNDGrad
+void register_arg_reduce_schemas(OpRegistry& r);      // ArgMax, ArgMin
 
 enum class ArgState { kAbsent, kUnknown, kKnown };
 

@@ -165,6 +165,7 @@ void register_tensor_kernels(KernelTable& t) {
   register_cumsum_kernels(t);
   register_valid_rows_kernels(t);
   register_gather_nd_kernels(t);
+  register_arg_reduce_kernels(t);
 }
 
 }  // namespace trainrt
