@@ -281,3 +281,60 @@ def test_optimum_names_pick_the_fused_optimizer(tmp_path):
     optimizer_cls, kwargs = ORTTrainer.get_optimizer_cls_and_kwargs(args)
     assert optimizer_cls is FusedAdam and kwargs["lr"] == 1e-3 and not kwargs["step_in_backward"]
     assert RTTrainingArguments(output_dir=str(tmp_path)).optim == "adamw_trainrt_fused"  # the default
+
+
+def logged(trainer, key: str) -> list[float]:
+    return [h[key] for h in trainer.state.log_history if "loss" in h]
+
+
+@pytest.mark.parametrize("optim, ref_optim, lr", [("sgd", "sgd", 0.5), ("adamw_trainrt_fused", "adamw_torch", 1e-3)])
+@pytest.mark.parametrize("max_grad_norm", [0.05, 0.0])
+def test_max_grad_norm_clips_with_the_fused_norm_as_the_trainer_does(optim, ref_optim, lr, max_grad_norm, tmp_path):
+    """Logged grad_norm and losses of RTTrainer, whose accelerate cannot clip, within 1e-4 of a plain
+    Trainer's. max_grad_norm 0.05 is below every step's norm, so each step is clipped; with SGD at lr 0.5
+    an unclipped step changes the next loss by ~3e-3 (with Adam, clipping by a factor near 1 changes the
+    losses by less than 1e-5: its row checks the norms). 0.0: no clipping, the norm is still logged."""
+    plain = Trainer(model=make_model("gpt2"), train_dataset=make_data("gpt2", 16, 1),
+                    args=arguments(TrainingArguments, tmp_path / "plain", optim=ref_optim, learning_rate=lr,
+                                   max_grad_norm=max_grad_norm))
+    plain.train()
+    ours = RTTrainer(model=make_model("gpt2"), train_dataset=make_data("gpt2", 16, 1),
+                     args=arguments(RTTrainingArguments, tmp_path / "ours", optim=optim, learning_rate=lr,
+                                    max_grad_norm=max_grad_norm))
+
+    def accelerates_clipping(*args, **kwargs):
+        raise AssertionError("RTTrainer clipped through accelerate, not the engine's fused norm")
+
+    ours.accelerator.clip_grad_norm_ = accelerates_clipping
+    ours.train()
+    assert_ran_in_engine(rtmodule_of(ours), captures=1)
+    assert_close(logged(ours, "grad_norm"), logged(plain, "grad_norm"))
+    assert_close(logged(ours, "loss"), logged(plain, "loss"))
+    if max_grad_norm:
+        assert min(logged(plain, "grad_norm")) > 20 * max_grad_norm
+
+
+def test_fused_clip_grad_norm_is_torchs_clip_grad_norm():
+    """Norm and clipped gradients as torch.nn.utils.clip_grad_norm_ gives them; gradients it does not
+    serve (bf16, a non-contiguous view) are left alone and torch's clipping is asked for (None)."""
+    from trainrt.hf.clipping import clip_grad_norm_
+
+    torch.manual_seed(0)
+    for max_norm, scale in ((1.0, 1.0), (1.0, 1e-3), (float("inf"), 1.0)):
+        ours = [torch.nn.Parameter(torch.randn(n)) for n in (7, 300, 1)]
+        theirs = [torch.nn.Parameter(p.detach().clone()) for p in ours]
+        for a, b in zip(ours, theirs):
+            a.grad = torch.randn(a.shape) * scale
+            b.grad = a.grad.clone()
+        ours.append(torch.nn.Parameter(torch.zeros(2)))  # no gradient: left out, as torch leaves it out
+        norm = clip_grad_norm_(ours, max_norm)
+        expected = torch.nn.utils.clip_grad_norm_(theirs, max_norm)
+        assert norm == pytest.approx(expected.item(), rel=1e-6)
+        for a, b in zip(ours, theirs):
+            torch.testing.assert_close(a.grad, b.grad, rtol=1e-6, atol=0)
+    assert clip_grad_norm_([], 1.0) == 0.0
+    for grad in (torch.ones(4, dtype=torch.bfloat16), torch.ones(4, 2).t()):
+        p = torch.nn.Parameter(torch.ones(grad.shape, dtype=grad.dtype))
+        p.grad = grad
+        assert clip_grad_norm_([p], 0.1) is None
+        assert bool((p.grad == 1).all())

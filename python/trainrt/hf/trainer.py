@@ -6,9 +6,12 @@ What it changes from transformers.Trainer, and nothing else:
   autocast says the same); an RTModule given by the caller is kept as it is. RTModule keeps the
   train and eval captures, so evaluate() and predict() run the eval-mode engine;
 - args.optim may name TrainRT's fused AdamW (arguments.py);
+- max_grad_norm clipping, and the gradient norm it logs, come from the engine's fused passes
+  (clipping.py) when the gradients are plain f32 CPU tensors and accelerate runs no DeepSpeed, FSDP or
+  XLA; otherwise from accelerate, as in the Trainer;
 - export_onnx() writes the trained model's eval graph (export.py).
-Saving, resuming (model, optimizer, scheduler and RNG state), gradient accumulation and clipping are
-the Trainer's own: RTModule presents the wrapped model (its save_pretrained files, state_dict names).
+Saving, resuming (model, optimizer, scheduler and RNG state) and gradient accumulation are the
+Trainer's own: RTModule presents the wrapped model (its save_pretrained files, state_dict names).
 """
 
 from __future__ import annotations
@@ -16,8 +19,10 @@ from __future__ import annotations
 import os
 
 import torch
+from accelerate.utils import DistributedType
 from transformers import Trainer
 
+from trainrt.hf import clipping
 from trainrt.hf.arguments import FUSED_IN_BACKWARD, TRAINRT_OPTIMIZERS, RTTrainingArguments, \
     check_step_in_backward, optimizer_name
 from trainrt.rtmodule import RTModule
@@ -62,6 +67,24 @@ class RTTrainer(Trainer):
         kwargs = dict(lr=args.learning_rate, betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_epsilon,
                       step_in_backward=name == FUSED_IN_BACKWARD)
         return FusedAdam, kwargs
+
+    def _fused_grad_norm(self, model: torch.nn.Module, max_norm: float) -> float | None:
+        """clipping.clip_grad_norm_ where accelerate would run torch's clipping on plain gradients; None
+        where accelerate does more (DeepSpeed, FSDP, XLA; fp16's GradScaler unscales first) or the
+        gradients are not served."""
+        if self.accelerator.distributed_type in (DistributedType.DEEPSPEED, DistributedType.FSDP, DistributedType.XLA) \
+                or self.accelerator.scaler is not None:
+            return None
+        return clipping.clip_grad_norm_(model.parameters(), max_norm)
+
+    def _clip_grad_norm(self, model):
+        norm = self._fused_grad_norm(model, self.args.max_grad_norm)
+        return super()._clip_grad_norm(model) if norm is None else norm
+
+    def _get_grad_norm(self, model, grad_norm=None):
+        if grad_norm is None:  # max_grad_norm=0: the norm alone, for the log
+            grad_norm = self._fused_grad_norm(model, float("inf"))
+        return super()._get_grad_norm(model, grad_norm)
 
     def export_onnx(self, path: str | os.PathLike, inputs: dict[str, torch.Tensor] | None = None) -> str:
         """Writes the trained model's eval graph with its weights to `path` (export.py says what runs it).
