@@ -12,6 +12,7 @@ FALLBACK_DISABLE: a model that fell back to PyTorch fails instead of passing uns
 import copy
 import inspect
 import pickle
+import warnings
 
 import pytest
 import torch
@@ -338,3 +339,55 @@ def test_fused_clip_grad_norm_is_torchs_clip_grad_norm():
         p.grad = grad
         assert clip_grad_norm_([p], 0.1) is None
         assert bool((p.grad == 1).all())
+
+
+def test_optimum_save_onnx_writes_the_training_capture_with_its_loss(tmp_path, monkeypatch):
+    """save_onnx + onnx_prefix: the wrapped model saves its graphs into output_dir when it is captured
+    (the loss, computed from the labels, is inside the captured graph); onnx_log_level sets its log."""
+    import onnx
+
+    monkeypatch.delenv("TRAINRT_SAVE_ONNX_PATH", raising=False)
+    monkeypatch.delenv("ORTMODULE_SAVE_ONNX_PATH", raising=False)
+    monkeypatch.delenv("TRAINRT_LOG_LEVEL", raising=False)
+    monkeypatch.delenv("ORTMODULE_LOG_LEVEL", raising=False)
+    args = arguments(ORTTrainingArguments, tmp_path, max_steps=1, save_onnx=True, onnx_prefix="gpt",
+                     onnx_log_level="INFO")
+    trainer = ORTTrainer(model=make_model("gpt2"), args=args, train_dataset=make_data("gpt2", 8, 1))
+    trainer.train()
+    model = rtmodule_of(trainer)
+    assert_ran_in_engine(model, captures=1)
+    assert model._debug.log_level == trainrt.LogLevel.INFO
+    out = tmp_path / "out"
+    for suffix in ("forward", "training", "optimized_forward", "optimized_backward"):
+        onnx.checker.check_model(onnx.load(str(out / f"gpt_{suffix}.onnx")))
+    captured = onnx.load(str(out / "gpt_forward.onnx")).graph
+    assert any("labels" in i.name for i in captured.input)
+    loss = captured.output[0].type.tensor_type
+    assert len(loss.shape.dim) == 0 and loss.elem_type == onnx.TensorProto.FLOAT  # the scalar loss first
+
+
+@pytest.mark.parametrize("setting, message", [(dict(save_onnx=True), "onnx_prefix must be given"),
+                                              (dict(onnx_log_level="LOUD"), "onnx_log_level='LOUD'")])
+def test_optimum_arguments_refuse_what_optimum_refuses(setting, message, tmp_path):
+    with pytest.raises(ValueError, match=message):
+        arguments(ORTTrainingArguments, tmp_path, **setting)
+
+
+def test_optimum_use_module_with_loss_trains_as_without_and_warns_where_the_loss_is_outside(tmp_path):
+    """The loss is in the engine's graph either way: the same losses. With label smoothing the Trainer
+    computes the loss itself, outside the engine: use_module_with_loss=True says so."""
+    runs = {}
+    for flag in (False, True):
+        args = arguments(ORTTrainingArguments, tmp_path / str(flag), use_module_with_loss=flag)
+        trainer = ORTTrainer(model=make_model("bert"), args=args, train_dataset=make_data("bert", 16, 1))
+        trainer.train()
+        assert_ran_in_engine(rtmodule_of(trainer), captures=1)
+        runs[flag] = logged(trainer, "loss")
+    assert runs[True] == runs[False]
+    smoothed = arguments(ORTTrainingArguments, tmp_path / "smooth", use_module_with_loss=True, label_smoothing_factor=0.1)
+    with pytest.warns(UserWarning, match="stays outside the engine"):
+        ORTTrainer(model=make_model("bert"), args=smoothed, train_dataset=make_data("bert", 16, 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        ORTTrainer(model=make_model("bert"), args=arguments(ORTTrainingArguments, tmp_path / "plain",
+                                                            use_module_with_loss=True), train_dataset=make_data("bert", 16, 1))

@@ -46,11 +46,16 @@ class RTTrainer(Trainer):
         args = RTTrainingArguments(output_dir="trainer_output") if args is None else args
         super().__init__(self._wrap_once(model, args), args, *more, **kwargs)
 
-    @staticmethod
-    def _wrap_once(model: torch.nn.Module | None, args) -> torch.nn.Module | None:
+    @classmethod
+    def _wrap_once(cls, model: torch.nn.Module | None, args) -> torch.nn.Module | None:
         if model is None or isinstance(model, RTModule):
             return model
-        return RTModule(model, mixed_precision="bf16" if args.bf16 else None)
+        return RTModule(model, cls._debug_options(args), mixed_precision="bf16" if args.bf16 else None)
+
+    @staticmethod
+    def _debug_options(args):
+        """The wrapped model's trainrt.DebugOptions; None: RTModule's default (ORTTrainer sets its own)."""
+        return None
 
     def call_model_init(self, trial=None):
         return self._wrap_once(super().call_model_init(trial), self.args)
