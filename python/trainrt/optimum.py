@@ -122,7 +122,8 @@ class ORTTrainer(RTTrainer):
             return DebugOptions(log_level=level)
         return DebugOptions(save_onnx=True, onnx_prefix=args.onnx_prefix, save_path=args.output_dir, log_level=level)
 
-    def export_onnx(self, path: str | os.PathLike | None = None, inputs: dict[str, torch.Tensor] | None = None) -> str:
+    def export_onnx(self, path: str | os.PathLike | None = None, inputs: dict[str, torch.Tensor] | None = None,
+                    standard_ops: bool = True) -> str:
         if path is None and self.onnx_model_path is None:
             raise ValueError("export_onnx: give a path, or onnx_model_path= to ORTTrainer")
-        return super().export_onnx(self.onnx_model_path if path is None else path, inputs)
+        return super().export_onnx(self.onnx_model_path if path is None else path, inputs, standard_ops)

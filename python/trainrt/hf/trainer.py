@@ -9,7 +9,7 @@ What it changes from transformers.Trainer, and nothing else:
 - max_grad_norm clipping, and the gradient norm it logs, come from the engine's fused passes
   (clipping.py) when the gradients are plain f32 CPU tensors and accelerate runs no DeepSpeed, FSDP or
   XLA; otherwise from accelerate, as in the Trainer;
-- export_onnx() writes the trained model's eval graph (export.py).
+- export_onnx() writes the trained model's eval graph in standard ONNX ops (export.py).
 Saving, resuming (model, optimizer, scheduler and RNG state) and gradient accumulation are the
 Trainer's own: RTModule presents the wrapped model (its save_pretrained files, state_dict names).
 """
@@ -39,7 +39,7 @@ class RTTrainer(Trainer):
         >>> trainer = RTTrainer(model=model, args=RTTrainingArguments(output_dir="out", num_train_epochs=1),
         ...                     train_dataset=train, eval_dataset=dev)
         >>> trainer.train(); print(trainer.evaluate()["eval_loss"])
-        >>> trainer.export_onnx("out/model.onnx")         # trainrt.Session("out/model.onnx") runs it
+        >>> trainer.export_onnx("out/model.onnx")         # onnxruntime and trainrt.Session run it
     """
 
     def __init__(self, model: torch.nn.Module | None = None, args=None, *more, **kwargs):
@@ -91,10 +91,12 @@ class RTTrainer(Trainer):
             grad_norm = self._fused_grad_norm(model, float("inf"))
         return super()._get_grad_norm(model, grad_norm)
 
-    def export_onnx(self, path: str | os.PathLike, inputs: dict[str, torch.Tensor] | None = None) -> str:
-        """Writes the trained model's eval graph with its weights to `path` (export.py says what runs it).
-        `inputs`: an example batch of model inputs; by default the first eval (else train) batch,
-        labels left out so the graph computes the outputs alone. Returns the path."""
+    def export_onnx(self, path: str | os.PathLike, inputs: dict[str, torch.Tensor] | None = None,
+                    standard_ops: bool = True) -> str:
+        """Writes the trained model's eval graph with its weights to `path`, in standard ONNX ops that
+        onnxruntime runs (standard_ops=False keeps TrainRT's fused ops: export.py). `inputs`: an example
+        batch of model inputs; by default the first eval (else train) batch, labels left out so the
+        graph computes the outputs alone. Returns the path."""
         import onnx
 
         from trainrt.hf.export import inference_onnx
@@ -106,5 +108,5 @@ class RTTrainer(Trainer):
         module = self.accelerator.unwrap_model(self.model)
         module = module._module if isinstance(module, RTModule) else module
         path = os.fspath(path)
-        onnx.save(inference_onnx(module, inputs), path)
+        onnx.save(inference_onnx(module, inputs, standard_ops), path)
         return path
