@@ -186,6 +186,12 @@ def test_trainer_bench_times_trainer_eager_against_rttrainer_in_the_engine():
     assert r["RTTrainer"]["speedup"] == pytest.approx(r["RTTrainer"]["steps_per_s"] / r["Trainer + eager"]["steps_per_s"])
     text = trainer.markdown(f)
     assert "| RTTrainer |" in text and "steps/s / Trainer + eager" in text and "did not run in the engine" not in text
+    clip = f["clip"]  # clipping alone: torch's against the engine's, on the same gradients
+    # torch sums each tensor in f32 (3M values here: ~2e-5 off), the engine in double
+    assert clip["first_norms"]["engine"] == pytest.approx(clip["first_norms"]["torch"], rel=1e-4)
+    assert clip["bytes"] == 4 * sum(p.numel() for p in trainer.make_model(layers=1, seq=32).parameters())
+    assert all(0 < clip[k]["best_ms"] <= clip[k]["median_ms"] for k in ("torch", "engine"))
+    assert "| RTTrainer's: the engine's norm + rescale |" in text
 
 
 def test_suite_runs_the_trainer_entry_and_reports_it(tmp_path, monkeypatch, capsys):

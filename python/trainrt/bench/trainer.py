@@ -14,7 +14,10 @@ Trainer's whole loop iteration, data loading and collation included. Every round
 `warmup` untimed and `steps` timed steps (trainer.train() again on the same trainer: the RTModule keeps
 its captures, so only the first round pays for them, and inside the warm-up), the order of the variants
 rotating from round to round so that load from other work on the machine hits all alike. The table shows
-the median over all timed steps of all rounds; steps/s is 1 / median.
+the median over all timed steps of all rounds; steps/s is 1 / median. A second table times the clipping
+alone on the model's gradients (f32, one per parameter): accelerate's path (torch.nn.utils.clip_grad_norm_)
+against RTTrainer's (trainrt.hf.clipping: the engine's norm pass, then its rescale), alternating, every
+call clipping (max_norm below the norm).
 
     python -m trainrt.bench.trainer                         # 3 rounds x (2 warm-up + 10 timed) steps
     python -m trainrt.bench.trainer --rounds 1 --steps 3    # a quick look
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import math
 import statistics
 import tempfile
 import time
@@ -97,6 +101,37 @@ def _trainers(model: torch.nn.Module, dataset: list[dict], steps_per_round: int,
     return trainers
 
 
+def clip_times(model: torch.nn.Module, calls: int = 30) -> dict:
+    """Median and best ms of clip_grad_norm_ (torch's, the engine's) over `calls` alternating calls each,
+    on random gradients of model's parameters; and both norms of those gradients before any clipping."""
+    from trainrt.hf import clipping
+
+    g = torch.Generator().manual_seed(0)
+    params = [p for p in model.parameters() if p.requires_grad]
+    for p in params:
+        p.grad = torch.randn(p.shape, generator=g)
+    norms = {"torch": float(torch.nn.utils.clip_grad_norm_(params, math.inf)),
+             "engine": clipping.clip_grad_norm_(params, math.inf)}  # the same gradients, not clipped
+    # Every timed call clips: the first to 0.5, each later one by 0.5 / (0.5 + 1e-6), so nothing
+    # shrinks towards denormals.
+    times = {"torch": [], "engine": []}
+    for i in range(calls):
+        for name in (("torch", "engine") if i % 2 == 0 else ("engine", "torch")):
+            start = time.perf_counter()
+            if name == "torch":
+                torch.nn.utils.clip_grad_norm_(params, 0.5)
+            else:
+                clipping.clip_grad_norm_(params, 0.5)
+            times[name].append(time.perf_counter() - start)
+    for p in params:
+        p.grad = None
+    out = {name: {"median_ms": statistics.median(ts) * 1e3, "best_ms": min(ts) * 1e3} for name, ts in times.items()}
+    out["calls"], out["bytes"] = calls, 4 * sum(p.numel() for p in params)
+    out["speedup"] = out["torch"]["median_ms"] / out["engine"]["median_ms"]
+    out["first_norms"] = norms
+    return out
+
+
 def run(rounds: int = 3, warmup: int = 2, steps: int = 10, layers: int = LAYERS, seq: int = SEQ) -> dict:
     """Per variant: median, best and p90 step (ms), steps/s, the first round's first logged loss, and
     whether the model ran in the engine; plus steps/s ratios to "Trainer + eager"."""
@@ -127,13 +162,14 @@ def run(rounds: int = 3, warmup: int = 2, steps: int = 10, layers: int = LAYERS,
                          "p90_ms": statistics.quantiles(ts, n=10)[-1] * 1e3 if len(ts) > 1 else median * 1e3,
                          "steps_per_s": 1.0 / median, "timed_steps": len(ts), "first_loss": first_loss[name],
                          "first_round_s": first_round_s[name]}
+    clip = clip_times(model)
     base = results["Trainer + eager"]["steps_per_s"]
     for v in results.values():
         v["speedup"] = v["steps_per_s"] / base
     return {"model": f"BertForSequenceClassification {layers} x {DIM}, {HEADS} heads, vocab {VOCAB}, "
                      f"sequence {seq}, batch {BATCH}, half padded",
             "rounds": rounds, "warmup": warmup, "steps": steps, "torch_threads": torch.get_num_threads(),
-            "in_engine": in_engine, "results": results}
+            "in_engine": in_engine, "results": results, "clip": clip}
 
 
 def markdown(figures: dict) -> str:
@@ -145,6 +181,12 @@ def markdown(figures: dict) -> str:
         lines.append(f"| {name} | {v['median_ms']:.1f} | {v['best_ms']:.1f} | {v['p90_ms']:.1f} | "
                      f"{v['steps_per_s']:.2f} | {v['speedup']:.2f}x | {v['first_round_s']:.1f} | {v['first_loss']:.4f} |")
     lines.append("first round s: the first trainer.train() of the variant, capture included for the engine's")
+    c = figures["clip"]
+    lines += ["", f"clip_grad_norm_ on the model's gradients ({c['bytes'] / 1e6:.1f} MB f32), median of {c['calls']} calls, "
+              "every call clipping", "", "| clipping | median ms | best ms |", "|---|---:|---:|",
+              f"| accelerate's: torch.nn.utils.clip_grad_norm_ | {c['torch']['median_ms']:.2f} | {c['torch']['best_ms']:.2f} |",
+              f"| RTTrainer's: the engine's norm + rescale | {c['engine']['median_ms']:.2f} | {c['engine']['best_ms']:.2f} |",
+              f"engine / torch speed-up: {c['speedup']:.2f}x"]
     fell_back = [name for name, ok in figures["in_engine"].items() if not ok]
     if fell_back:
         lines.append(f"\n{', '.join(fell_back)} did not run in the engine: those figures are not the engine's.")
