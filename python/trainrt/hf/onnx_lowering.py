@@ -54,9 +54,22 @@ class _Rewriter:
 
     def infer(self) -> None:
         """The element types and shapes ONNX shape inference gives (TrainRT's ops and what depends on
-        them stay unknown until they are rewritten)."""
-        inferred = onnx.shape_inference.infer_shapes(self.model)
-        g = inferred.graph
+        them stay unknown until they are rewritten). Large initializers (weights) are given to it as
+        typed graph inputs: it needs their shapes, not their bytes."""
+        light = onnx.ModelProto()
+        light.ir_version = self.model.ir_version
+        light.opset_import.extend(self.model.opset_import)
+        g = light.graph
+        g.node.extend(self.graph.node)
+        g.input.extend(self.graph.input)
+        g.output.extend(self.graph.output)
+        inputs = {i.name for i in self.graph.input}
+        for init in self.graph.initializer:
+            if np.prod(init.dims, dtype=np.int64) <= 64:  # small constants: shapes of Reshape, axes, ...
+                g.initializer.append(init)
+            elif init.name not in inputs:
+                g.input.append(helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)))
+        g = onnx.shape_inference.infer_shapes(light).graph
         self._types = {v.name: v.type for v in list(g.value_info) + list(g.input) + list(g.output)}
 
     def fresh(self, hint: str) -> str:
@@ -79,6 +92,12 @@ class _Rewriter:
         if t is None or not t.tensor_type.HasField("shape"):
             return None
         return len(t.tensor_type.shape.dim)
+
+    def static_dim(self, name: str, axis: int) -> int | None:
+        """Dim `axis` of `name` when shape inference knows it as a number."""
+        t = self._types.get(name)
+        dims = t.tensor_type.shape.dim if t is not None and t.tensor_type.HasField("shape") else []
+        return dims[axis].dim_value if axis < len(dims) and dims[axis].HasField("dim_value") else None
 
     def elem_type(self, name: str) -> int | None:
         if name in self._types:
@@ -159,12 +178,8 @@ def _repeat_heads(rw: _Rewriter, nodes: list, x: str, heads: str, hint: str) -> 
 
 
 def _heads_may_differ(rw: _Rewriter, q: str, k: str) -> bool:
-    dims = []
-    for x in (q, k):
-        t = rw._types.get(x)
-        shape = t.tensor_type.shape.dim if t is not None and t.tensor_type.HasField("shape") else []
-        dims.append(shape[1].dim_value if len(shape) == 4 and shape[1].HasField("dim_value") else None)
-    return dims[0] is None or dims[1] is None or dims[0] != dims[1]
+    heads, kv_heads = rw.static_dim(q, 1), rw.static_dim(k, 1)
+    return heads is None or kv_heads is None or heads != kv_heads
 
 
 def _attention(rw: _Rewriter, node: onnx.NodeProto) -> list:
