@@ -27,7 +27,7 @@ def engine_only(monkeypatch):
 def test_suite_runs_eager_and_rtmodule_and_writes_json_and_markdown(tmp_path, capsys):
     out_json, out_md = tmp_path / "bench.json", tmp_path / "bench.md"
     main(["--models", ",".join(SMOKE_MODELS), "--modes", "eager,rtmodule",
-          "--steps", "2", "--warmup", "0", "--no-micro", "--json", str(out_json), "--markdown", str(out_md),
+          "--steps", "2", "--warmup", "0", "--no-micro", "--no-trainer", "--json", str(out_json), "--markdown", str(out_md),
           "--plot", str(tmp_path / "bench.png")])
     assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     results = json.loads(out_json.read_text())
@@ -90,7 +90,7 @@ def test_a_failing_mode_is_reported_and_the_others_run(tmp_path, monkeypatch):
     monkeypatch.setattr(modes.Compile, "wrap", lambda self, model: Broken(model))
     out_json = tmp_path / "bench.json"
     main(["--models", "mlp", "--modes", "eager,compile", "--steps", "1", "--warmup", "0", "--no-micro",
-          "--json", str(out_json)])
+          "--no-trainer", "--json", str(out_json)])
     result = json.loads(out_json.read_text())["models"][0]["modes"]
     assert "no C++ compiler" in result["compile"]["error"]
     assert result["eager"]["step_median_s"] > 0
@@ -165,3 +165,49 @@ def test_largest_batch_bench_runs_on_a_tiny_budget(monkeypatch, capsys):
     assert all(r["fitted"] is not None and r["fitted"][0] == 2 for r in rows)
     assert "| rtmodule-2 | 2 |" in capsys.readouterr().out
     assert "TRAINRT_MEMORY_OPT_LEVEL" not in os.environ  # the bench leaves the environment as it was
+
+
+def test_trainer_bench_times_trainer_eager_against_rttrainer_in_the_engine():
+    """python -m trainrt.bench.trainer on a 1-layer, 32-token bert-mini: every variant timed, the same
+    first loss (same weights and batch), the engine variants in the engine, ratios to Trainer + eager."""
+    pytest.importorskip("accelerate")
+    from trainrt.bench import trainer
+
+    f = trainer.run(rounds=2, warmup=1, steps=2, layers=1, seq=32)
+    r = f["results"]
+    assert list(r) == list(trainer.VARIANTS)
+    assert f["in_engine"] == {"Trainer(RTModule)": True, "RTTrainer": True}
+    for name, v in r.items():
+        assert v["timed_steps"] == 2 * 2, name  # rounds x steps, warm-up left out
+        assert 0 < v["best_ms"] <= v["median_ms"] <= v["p90_ms"], name
+        assert v["steps_per_s"] == pytest.approx(1e3 / v["median_ms"])
+        assert v["first_loss"] == pytest.approx(r["Trainer + eager"]["first_loss"], rel=1e-4), name
+    assert r["Trainer + eager"]["speedup"] == 1.0
+    assert r["RTTrainer"]["speedup"] == pytest.approx(r["RTTrainer"]["steps_per_s"] / r["Trainer + eager"]["steps_per_s"])
+    text = trainer.markdown(f)
+    assert "| RTTrainer |" in text and "steps/s / Trainer + eager" in text and "did not run in the engine" not in text
+    clip = f["clip"]  # clipping alone: torch's against the engine's, on the same gradients
+    # torch sums each tensor in f32 (3M values here: ~2e-5 off), the engine in double
+    assert clip["first_norms"]["engine"] == pytest.approx(clip["first_norms"]["torch"], rel=1e-4)
+    assert clip["bytes"] == 4 * sum(p.numel() for p in trainer.make_model(layers=1, seq=32).parameters())
+    assert all(0 < clip[k]["best_ms"] <= clip[k]["median_ms"] for k in ("torch", "engine"))
+    assert "| RTTrainer's: the engine's norm + rescale |" in text
+
+
+def test_suite_runs_the_trainer_entry_and_reports_it(tmp_path, monkeypatch, capsys):
+    from trainrt.bench import trainer
+
+    real_run, calls = trainer.run, []
+
+    def small_run(rounds, warmup, steps):  # the suite's call, on a 1-layer model to stay quick
+        calls.append((rounds, warmup, steps))
+        return real_run(rounds=1, warmup=1, steps=1, layers=1, seq=16)
+
+    monkeypatch.setattr(trainer, "run", small_run)
+    out_json, out_md = tmp_path / "bench.json", tmp_path / "bench.md"
+    main(["--models", "tiny", "--modes", "eager", "--steps", "1", "--warmup", "0", "--no-micro",
+          "--json", str(out_json), "--markdown", str(out_md)])
+    assert calls == [(2, 2, 8)]  # the quick suite's rounds
+    results = json.loads(out_json.read_text())
+    assert set(results["trainer"]["results"]) == set(trainer.VARIANTS)
+    assert "| Trainer + eager |" in out_md.read_text() and "| RTTrainer |" in capsys.readouterr().out

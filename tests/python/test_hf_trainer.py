@@ -12,6 +12,7 @@ FALLBACK_DISABLE: a model that fell back to PyTorch fails instead of passing uns
 import copy
 import inspect
 import pickle
+import warnings
 
 import pytest
 import torch
@@ -252,9 +253,12 @@ def test_bf16_runs_the_engines_mixed_precision(tmp_path):
     assert eval_loss == pytest.approx(ref_eval_loss, rel=2e-2)
 
 
-@pytest.mark.parametrize("kind", ["gpt2", "bert"])
-def test_export_onnx_writes_the_trained_eval_graph(kind, tmp_path):
+@pytest.mark.parametrize("kind", KINDS)
+def test_export_onnx_writes_the_trained_eval_graph_that_onnxruntime_runs(kind, tmp_path):
+    """Standard ONNX ops only (no com.trainrt), run by onnxruntime and trainrt.Session on a batch of another
+    size (BERT's padded) with the trained model's logits; standard_ops=False keeps the fused ops."""
     import onnx
+    import onnxruntime
 
     trainer = ORTTrainer(model=make_model(kind), args=arguments(ORTTrainingArguments, tmp_path, max_steps=2),
                          train_dataset=make_data(kind, 8, 1), eval_dataset=make_data(kind, 3, 2),
@@ -263,14 +267,22 @@ def test_export_onnx_writes_the_trained_eval_graph(kind, tmp_path):
     assert trainer.feature == "text-classification"
     path = trainer.export_onnx()
     exported = onnx.load(path)
-    assert [o.name for o in exported.graph.output] == ["logits"]
-    batch = transformers.default_data_collator([{k: v for k, v in r.items() if k in ("input_ids", "attention_mask")}
+    assert exported.graph.output[0].name == "logits" or kind == "gpt2"  # GPT-2 returns its cache too: a tuple
+    assert {n.domain for n in exported.graph.node} <= {"", "ai.onnx"}
+    assert {o.domain for o in exported.opset_import} <= {"", "ai.onnx"}
+    names = ("pixel_values",) if kind == "vit" else ("input_ids", "attention_mask")
+    batch = transformers.default_data_collator([{k: v for k, v in r.items() if k in names}
                                                 for r in make_data(kind, 5, 4)])  # another batch size
-    session = trainrt.Session(path)
-    (logits,) = session.run([batch[name].numpy() for name in session.input_names])
     with torch.no_grad():
         expected = rtmodule_of(trainer)._module.eval()(**batch).logits
+    ort = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    logits = ort.run(None, {i.name: batch[i.name].numpy() for i in ort.get_inputs()})[0]
     torch.testing.assert_close(torch.from_numpy(logits), expected, rtol=1e-4, atol=1e-5)
+    for file in (path, trainer.export_onnx(tmp_path / "fused.onnx", standard_ops=False)):
+        session = trainrt.Session(str(file))
+        logits = session.run([batch[name].numpy() for name in session.input_names])[0]
+        torch.testing.assert_close(torch.from_numpy(logits), expected, rtol=1e-4, atol=1e-5)
+    assert "com.trainrt" in {n.domain for n in onnx.load(str(tmp_path / "fused.onnx")).graph.node}
 
 
 def test_optimum_names_pick_the_fused_optimizer(tmp_path):
@@ -281,3 +293,112 @@ def test_optimum_names_pick_the_fused_optimizer(tmp_path):
     optimizer_cls, kwargs = ORTTrainer.get_optimizer_cls_and_kwargs(args)
     assert optimizer_cls is FusedAdam and kwargs["lr"] == 1e-3 and not kwargs["step_in_backward"]
     assert RTTrainingArguments(output_dir=str(tmp_path)).optim == "adamw_trainrt_fused"  # the default
+
+
+def logged(trainer, key: str) -> list[float]:
+    return [h[key] for h in trainer.state.log_history if "loss" in h]
+
+
+@pytest.mark.parametrize("optim, ref_optim, lr", [("sgd", "sgd", 0.5), ("adamw_trainrt_fused", "adamw_torch", 1e-3)])
+@pytest.mark.parametrize("max_grad_norm", [0.05, 0.0])
+def test_max_grad_norm_clips_with_the_fused_norm_as_the_trainer_does(optim, ref_optim, lr, max_grad_norm, tmp_path):
+    """Logged grad_norm and losses of RTTrainer, whose accelerate cannot clip, within 1e-4 of a plain
+    Trainer's. max_grad_norm 0.05 is below every step's norm, so each step is clipped; with SGD at lr 0.5
+    an unclipped step changes the next loss by ~3e-3 (with Adam, clipping by a factor near 1 changes the
+    losses by less than 1e-5: its row checks the norms). 0.0: no clipping, the norm is still logged."""
+    plain = Trainer(model=make_model("gpt2"), train_dataset=make_data("gpt2", 16, 1),
+                    args=arguments(TrainingArguments, tmp_path / "plain", optim=ref_optim, learning_rate=lr,
+                                   max_grad_norm=max_grad_norm))
+    plain.train()
+    ours = RTTrainer(model=make_model("gpt2"), train_dataset=make_data("gpt2", 16, 1),
+                     args=arguments(RTTrainingArguments, tmp_path / "ours", optim=optim, learning_rate=lr,
+                                    max_grad_norm=max_grad_norm))
+
+    def accelerates_clipping(*args, **kwargs):
+        raise AssertionError("RTTrainer clipped through accelerate, not the engine's fused norm")
+
+    ours.accelerator.clip_grad_norm_ = accelerates_clipping
+    ours.train()
+    assert_ran_in_engine(rtmodule_of(ours), captures=1)
+    assert_close(logged(ours, "grad_norm"), logged(plain, "grad_norm"))
+    assert_close(logged(ours, "loss"), logged(plain, "loss"))
+    if max_grad_norm:
+        assert min(logged(plain, "grad_norm")) > 20 * max_grad_norm
+
+
+def test_fused_clip_grad_norm_is_torchs_clip_grad_norm():
+    """Norm and clipped gradients as torch.nn.utils.clip_grad_norm_ gives them; gradients it does not
+    serve (bf16, a non-contiguous view) are left alone and torch's clipping is asked for (None)."""
+    from trainrt.hf.clipping import clip_grad_norm_
+
+    torch.manual_seed(0)
+    for max_norm, scale in ((1.0, 1.0), (1.0, 1e-3), (float("inf"), 1.0)):
+        ours = [torch.nn.Parameter(torch.randn(n)) for n in (7, 300, 1)]
+        theirs = [torch.nn.Parameter(p.detach().clone()) for p in ours]
+        for a, b in zip(ours, theirs):
+            a.grad = torch.randn(a.shape) * scale
+            b.grad = a.grad.clone()
+        ours.append(torch.nn.Parameter(torch.zeros(2)))  # no gradient: left out, as torch leaves it out
+        norm = clip_grad_norm_(ours, max_norm)
+        expected = torch.nn.utils.clip_grad_norm_(theirs, max_norm)
+        assert norm == pytest.approx(expected.item(), rel=1e-6)
+        for a, b in zip(ours, theirs):
+            torch.testing.assert_close(a.grad, b.grad, rtol=1e-6, atol=0)
+    assert clip_grad_norm_([], 1.0) == 0.0
+    for grad in (torch.ones(4, dtype=torch.bfloat16), torch.ones(4, 2).t()):
+        p = torch.nn.Parameter(torch.ones(grad.shape, dtype=grad.dtype))
+        p.grad = grad
+        assert clip_grad_norm_([p], 0.1) is None
+        assert bool((p.grad == 1).all())
+
+
+def test_optimum_save_onnx_writes_the_training_capture_with_its_loss(tmp_path, monkeypatch):
+    """save_onnx + onnx_prefix: the wrapped model saves its graphs into output_dir when it is captured
+    (the loss, computed from the labels, is inside the captured graph); onnx_log_level sets its log."""
+    import onnx
+
+    monkeypatch.delenv("TRAINRT_SAVE_ONNX_PATH", raising=False)
+    monkeypatch.delenv("ORTMODULE_SAVE_ONNX_PATH", raising=False)
+    monkeypatch.delenv("TRAINRT_LOG_LEVEL", raising=False)
+    monkeypatch.delenv("ORTMODULE_LOG_LEVEL", raising=False)
+    args = arguments(ORTTrainingArguments, tmp_path, max_steps=1, save_onnx=True, onnx_prefix="gpt",
+                     onnx_log_level="INFO")
+    trainer = ORTTrainer(model=make_model("gpt2"), args=args, train_dataset=make_data("gpt2", 8, 1))
+    trainer.train()
+    model = rtmodule_of(trainer)
+    assert_ran_in_engine(model, captures=1)
+    assert model._debug.log_level == trainrt.LogLevel.INFO
+    out = tmp_path / "out"
+    for suffix in ("forward", "training", "optimized_forward", "optimized_backward"):
+        onnx.checker.check_model(onnx.load(str(out / f"gpt_{suffix}.onnx")))
+    captured = onnx.load(str(out / "gpt_forward.onnx")).graph
+    assert any("labels" in i.name for i in captured.input)
+    loss = captured.output[0].type.tensor_type
+    assert len(loss.shape.dim) == 0 and loss.elem_type == onnx.TensorProto.FLOAT  # the scalar loss first
+
+
+@pytest.mark.parametrize("setting, message", [(dict(save_onnx=True), "onnx_prefix must be given"),
+                                              (dict(onnx_log_level="LOUD"), "onnx_log_level='LOUD'")])
+def test_optimum_arguments_refuse_what_optimum_refuses(setting, message, tmp_path):
+    with pytest.raises(ValueError, match=message):
+        arguments(ORTTrainingArguments, tmp_path, **setting)
+
+
+def test_optimum_use_module_with_loss_trains_as_without_and_warns_where_the_loss_is_outside(tmp_path):
+    """The loss is in the engine's graph either way: the same losses. With label smoothing the Trainer
+    computes the loss itself, outside the engine: use_module_with_loss=True says so."""
+    runs = {}
+    for flag in (False, True):
+        args = arguments(ORTTrainingArguments, tmp_path / str(flag), use_module_with_loss=flag)
+        trainer = ORTTrainer(model=make_model("bert"), args=args, train_dataset=make_data("bert", 16, 1))
+        trainer.train()
+        assert_ran_in_engine(rtmodule_of(trainer), captures=1)
+        runs[flag] = logged(trainer, "loss")
+    assert runs[True] == runs[False]
+    smoothed = arguments(ORTTrainingArguments, tmp_path / "smooth", use_module_with_loss=True, label_smoothing_factor=0.1)
+    with pytest.warns(UserWarning, match="stays outside the engine"):
+        ORTTrainer(model=make_model("bert"), args=smoothed, train_dataset=make_data("bert", 16, 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        ORTTrainer(model=make_model("bert"), args=arguments(ORTTrainingArguments, tmp_path / "plain",
+                                                            use_module_with_loss=True), train_dataset=make_data("bert", 16, 1))

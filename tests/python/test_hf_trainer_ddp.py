@@ -1,6 +1,8 @@
 """transformers' Trainer on 2 ranks (gloo, the way torchrun runs it: accelerate wraps the model in
 DDP) with the model in the engine, against the plain Trainer on the same 2 ranks: the same logged
-losses within 1e-4 relative, and the ranks' parameters identical at the end."""
+losses within 1e-4 relative, and the ranks' parameters identical at the end; and against RTTrainer in
+one process on the same global batch (2 x 4 rows against 8: accelerate gives rank r the r-th batch of
+each pair of the same sampler order, DDP averages the gradients, the logged loss is the ranks' mean)."""
 
 import pytest
 import torch
@@ -37,12 +39,24 @@ def _trainer_rank(rank, world_size, tmp):
     return out
 
 
-def test_trainer_under_ddp_matches_the_plain_trainer(tmp_path):
+def test_trainer_under_ddp_matches_the_plain_trainer_and_one_process(tmp_path, monkeypatch):
+    from test_hf_trainer import arguments, make_data, make_model
+    from trainrt.hf import RTTrainer, RTTrainingArguments
+
     results = run_on_ranks(_trainer_rank, str(tmp_path))
+    monkeypatch.setenv("TRAINRT_FALLBACK_POLICY", "FALLBACK_DISABLE")
+    single = RTTrainer(model=make_model("gpt2"), train_dataset=make_data("gpt2", 16, 1),
+                       args=arguments(RTTrainingArguments, tmp_path / "single", per_device_train_batch_size=8))
+    single.train()
+    single_losses = [h["loss"] for h in single.state.log_history if "loss" in h]
+    assert single.model.fallback_reason is None
     for rank in results:
         plain, ours = rank["plain"][0], rank["trainrt"][0]
         assert len(ours) == len(plain) > 0
         for a, b in zip(ours, plain):
             assert a == pytest.approx(b, rel=1e-4), (ours, plain)
+        assert len(single_losses) == len(ours)
+        for a, b in zip(ours, single_losses):
+            assert a == pytest.approx(b, rel=1e-4), (ours, single_losses)
     for a, b in zip(results[0]["trainrt"][1], results[1]["trainrt"][1]):
         assert torch.equal(a, b)

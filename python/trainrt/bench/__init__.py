@@ -9,5 +9,7 @@ RSS and the reset of its peak; the demo uses it too), report.py (table, JSON, ma
 measured here, never in timed unit tests. Standalone: straggler.py (DDP's wait on the slowest rank with
 torch's DistributedSampler and with trainrt.data's samplers: python -m trainrt.bench.straggler), fsdp.py
 (FSDP2 with RTModule in both orders: memory per rank against DDP, step time against plain FSDP2:
-python -m trainrt.bench.fsdp).
+python -m trainrt.bench.fsdp). In the suite after the models, standalone too: trainer.py
+(transformers.Trainer with the eager model against trainrt.hf.RTTrainer, steps/s on bert-mini sequence
+classification: python -m trainrt.bench.trainer).
 """

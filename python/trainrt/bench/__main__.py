@@ -1,9 +1,12 @@
 """python -m trainrt.bench [--suite quick|full] [--models a,b] [--modes a,b] [--steps N] [--warmup N]
-                        [--no-micro] [--json FILE] [--markdown FILE] [--plot FILE.png] [--profile DIR]
+                        [--no-micro] [--no-trainer] [--json FILE] [--markdown FILE] [--plot FILE.png]
+                        [--profile DIR]
 
 Micro-benchmarks run first (GEMM against torch.matmul on the models' products, the optimizer step
 against the copy bandwidth); the GEMM's best rate on a large square product is the measured peak
-that "% peak" refers to, unless --peak-gflops names one."""
+that "% peak" refers to, unless --peak-gflops names one. The models follow, then the `trainer` entry:
+transformers.Trainer's steps/s with the eager model against trainrt.hf.RTTrainer on bert-mini sequence
+classification (trainer.py)."""
 
 from __future__ import annotations
 
@@ -26,6 +29,8 @@ _NOMINAL_PEAK_GFLOPS = 430.0
 # Rounds of the micro-benchmarks per suite: (GEMM, optimizer step, step_in_backward's 124M-parameter
 # training step: (rounds, timed steps per round)).
 _MICRO_ROUNDS = {"quick": (3, 5, (2, 3)), "full": (5, 10, (3, 5))}
+# The trainer entry per suite: (rounds, warm-up steps, timed steps) per variant and round.
+_TRAINER_ROUNDS = {"quick": (2, 2, 8), "full": (3, 2, 15)}
 
 
 def _names(text: str, known: list[str], what: str) -> list[str]:
@@ -46,6 +51,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--warmup", type=int, help="untimed steps after the first (default: 3 quick, 5 full)")
     parser.add_argument("--peak-gflops", type=float, help="the machine's peak for %% of peak (default: measured)")
     parser.add_argument("--no-micro", action="store_true", help="skip the GEMM and optimizer micro-benchmarks")
+    parser.add_argument("--no-trainer", action="store_true", help="skip the transformers.Trainer entry")
     parser.add_argument("--profile", metavar="DIR", help="also write Chrome traces of RTModule steps and print the top ops")
     parser.add_argument("--plot", metavar="FILE.png", help="bar chart of the ratios to eager")
     parser.add_argument("--json")
@@ -95,8 +101,18 @@ def _run(args, models: list[str], modes: list[str], warmup: int, steps: int, ind
     for name in models:
         print(f"[bench] {name}: {', '.join(modes)}", file=sys.stderr, flush=True)
         results["models"].append(run_model(MODELS[name](), modes, warmup, steps, peak_gflops * 1e9))
+    if not args.no_trainer:
+        from trainrt.bench import trainer
+
+        rounds, trainer_warmup, trainer_steps = _TRAINER_ROUNDS[args.suite]
+        print("[bench] trainer: transformers.Trainer + eager, Trainer(RTModule), RTTrainer", file=sys.stderr, flush=True)
+        results["trainer"] = trainer.run(rounds=rounds, warmup=trainer_warmup, steps=trainer_steps)
 
     print(text_table(results))
+    if "trainer" in results:
+        from trainrt.bench import trainer
+
+        print("\n" + trainer.markdown(results["trainer"]))
     if args.profile:
         from trainrt.bench.profile import profile_model
 

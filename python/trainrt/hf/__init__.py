@@ -8,7 +8,7 @@ Example:
     >>> trainer.train()                       # the model runs as trainrt.RTModule(model), wrapped once
     >>> trainer.evaluate(); trainer.predict(test)
     >>> trainer.save_model("out/final")       # save_pretrained files: AutoModel*.from_pretrained loads them
-    >>> trainer.export_onnx("out/model.onnx") # the eval graph with the trained weights (see export.py)
+    >>> trainer.export_onnx("out/model.onnx") # the eval graph, trained weights, standard ONNX (export.py)
 
 A plain `transformers.Trainer(model=trainrt.RTModule(model))` works too (RTModule presents the
 wrapped model's forward signature, class and attributes); RTTrainer adds the fused optimizers, bf16

@@ -2,12 +2,14 @@
 
     model = inference_onnx(module, dict(input_ids=ids, attention_mask=mask))   # onnx.ModelProto
     (logits,) = trainrt.Session(model.SerializeToString()).run([ids, mask])
+    onnxruntime.InferenceSession(model.SerializeToString()).run(["logits"], dict(input_ids=ids, attention_mask=mask))
 
 The module is captured in eval mode under no_grad (the translation RTModule's eval engine runs), its
 parameters and buffers become initializers with their current values, and the outputs are named as
-the model's output fields (`logits`). The graph keeps TrainRT's fused ops (com.trainrt FusedMatMul,
-Embedding, ScaledDotProductAttention): trainrt.Session and the C++ engine run it; onnxruntime does not
-know that domain, and no pass lowers those ops to standard ONNX yet.
+the model's output fields (`logits`). TrainRT's own ops in the capture (com.trainrt FusedMatMul,
+Embedding, ScaledDotProductAttention, StopGradient) are then rewritten as standard ONNX ops
+(onnx_lowering.py), so that onnxruntime, or any ONNX runtime, runs the file; standard_ops=False keeps
+them (trainrt.Session and the C++ engine run either).
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ import torch
 from onnx import helper, numpy_helper
 
 from trainrt.capture import capture
+from trainrt.hf.onnx_lowering import lower_to_standard_onnx
 
 
-def inference_onnx(module: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> onnx.ModelProto:
-    """`module`'s eval-mode forward on keyword `inputs` (their dims symbolic where export allows)."""
+def inference_onnx(module: torch.nn.Module, inputs: dict[str, torch.Tensor], standard_ops: bool = True) -> onnx.ModelProto:
+    """`module`'s eval-mode forward on keyword `inputs` (their dims symbolic where export allows); in
+    standard ONNX ops unless standard_ops=False."""
     was_training = module.training
     module.eval()
     try:
@@ -42,7 +46,7 @@ def inference_onnx(module: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> 
                                                      tensors[fqn].detach().numpy(), name)
                              for name, fqn in frozen.items())
     _name_outputs(graph, captured)
-    return model
+    return lower_to_standard_onnx(model) if standard_ops else model
 
 
 def _name_outputs(graph: onnx.GraphProto, captured) -> None:

@@ -6,9 +6,12 @@ What it changes from transformers.Trainer, and nothing else:
   autocast says the same); an RTModule given by the caller is kept as it is. RTModule keeps the
   train and eval captures, so evaluate() and predict() run the eval-mode engine;
 - args.optim may name TrainRT's fused AdamW (arguments.py);
-- export_onnx() writes the trained model's eval graph (export.py).
-Saving, resuming (model, optimizer, scheduler and RNG state), gradient accumulation and clipping are
-the Trainer's own: RTModule presents the wrapped model (its save_pretrained files, state_dict names).
+- max_grad_norm clipping, and the gradient norm it logs, come from the engine's fused passes
+  (clipping.py) when the gradients are plain f32 CPU tensors and accelerate runs no DeepSpeed, FSDP or
+  XLA; otherwise from accelerate, as in the Trainer;
+- export_onnx() writes the trained model's eval graph in standard ONNX ops (export.py).
+Saving, resuming (model, optimizer, scheduler and RNG state) and gradient accumulation are the
+Trainer's own: RTModule presents the wrapped model (its save_pretrained files, state_dict names).
 """
 
 from __future__ import annotations
@@ -16,8 +19,10 @@ from __future__ import annotations
 import os
 
 import torch
+from accelerate.utils import DistributedType
 from transformers import Trainer
 
+from trainrt.hf import clipping
 from trainrt.hf.arguments import FUSED_IN_BACKWARD, TRAINRT_OPTIMIZERS, RTTrainingArguments, \
     check_step_in_backward, optimizer_name
 from trainrt.rtmodule import RTModule
@@ -34,18 +39,23 @@ class RTTrainer(Trainer):
         >>> trainer = RTTrainer(model=model, args=RTTrainingArguments(output_dir="out", num_train_epochs=1),
         ...                     train_dataset=train, eval_dataset=dev)
         >>> trainer.train(); print(trainer.evaluate()["eval_loss"])
-        >>> trainer.export_onnx("out/model.onnx")         # trainrt.Session("out/model.onnx") runs it
+        >>> trainer.export_onnx("out/model.onnx")         # onnxruntime and trainrt.Session run it
     """
 
     def __init__(self, model: torch.nn.Module | None = None, args=None, *more, **kwargs):
         args = RTTrainingArguments(output_dir="trainer_output") if args is None else args
         super().__init__(self._wrap_once(model, args), args, *more, **kwargs)
 
-    @staticmethod
-    def _wrap_once(model: torch.nn.Module | None, args) -> torch.nn.Module | None:
+    @classmethod
+    def _wrap_once(cls, model: torch.nn.Module | None, args) -> torch.nn.Module | None:
         if model is None or isinstance(model, RTModule):
             return model
-        return RTModule(model, mixed_precision="bf16" if args.bf16 else None)
+        return RTModule(model, cls._debug_options(args), mixed_precision="bf16" if args.bf16 else None)
+
+    @staticmethod
+    def _debug_options(args):
+        """The wrapped model's trainrt.DebugOptions; None: RTModule's default (ORTTrainer sets its own)."""
+        return None
 
     def call_model_init(self, trial=None):
         return self._wrap_once(super().call_model_init(trial), self.args)
@@ -63,10 +73,30 @@ class RTTrainer(Trainer):
                       step_in_backward=name == FUSED_IN_BACKWARD)
         return FusedAdam, kwargs
 
-    def export_onnx(self, path: str | os.PathLike, inputs: dict[str, torch.Tensor] | None = None) -> str:
-        """Writes the trained model's eval graph with its weights to `path` (export.py says what runs it).
-        `inputs`: an example batch of model inputs; by default the first eval (else train) batch,
-        labels left out so the graph computes the outputs alone. Returns the path."""
+    def _fused_grad_norm(self, model: torch.nn.Module, max_norm: float) -> float | None:
+        """clipping.clip_grad_norm_ where accelerate would run torch's clipping on plain gradients; None
+        where accelerate does more (DeepSpeed, FSDP, XLA; fp16's GradScaler unscales first) or the
+        gradients are not served."""
+        if self.accelerator.distributed_type in (DistributedType.DEEPSPEED, DistributedType.FSDP, DistributedType.XLA) \
+                or self.accelerator.scaler is not None:
+            return None
+        return clipping.clip_grad_norm_(model.parameters(), max_norm)
+
+    def _clip_grad_norm(self, model):
+        norm = self._fused_grad_norm(model, self.args.max_grad_norm)
+        return super()._clip_grad_norm(model) if norm is None else norm
+
+    def _get_grad_norm(self, model, grad_norm=None):
+        if grad_norm is None:  # max_grad_norm=0: the norm alone, for the log
+            grad_norm = self._fused_grad_norm(model, float("inf"))
+        return super()._get_grad_norm(model, grad_norm)
+
+    def export_onnx(self, path: str | os.PathLike, inputs: dict[str, torch.Tensor] | None = None,
+                    standard_ops: bool = True) -> str:
+        """Writes the trained model's eval graph with its weights to `path`, in standard ONNX ops that
+        onnxruntime runs (standard_ops=False keeps TrainRT's fused ops: export.py). `inputs`: an example
+        batch of model inputs; by default the first eval (else train) batch, labels left out so the
+        graph computes the outputs alone. Returns the path."""
         import onnx
 
         from trainrt.hf.export import inference_onnx
@@ -78,5 +108,5 @@ class RTTrainer(Trainer):
         module = self.accelerator.unwrap_model(self.model)
         module = module._module if isinstance(module, RTModule) else module
         path = os.fspath(path)
-        onnx.save(inference_onnx(module, inputs), path)
+        onnx.save(inference_onnx(module, inputs, standard_ops), path)
         return path
