@@ -27,7 +27,7 @@ def engine_only(monkeypatch):
 def test_suite_runs_eager_and_rtmodule_and_writes_json_and_markdown(tmp_path, capsys):
     out_json, out_md = tmp_path / "bench.json", tmp_path / "bench.md"
     main(["--models", ",".join(SMOKE_MODELS), "--modes", "eager,rtmodule",
-          "--steps", "2", "--warmup", "0", "--no-micro", "--no-trainer", "--json", str(out_json), "--markdown", str(out_md),
+          "--steps", "2", "--warmup", "0", "--no-micro", "--no-trainer", "--no-sparsity", "--json", str(out_json), "--markdown", str(out_md),
           "--plot", str(tmp_path / "bench.png")])
     assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     results = json.loads(out_json.read_text())
@@ -90,7 +90,7 @@ def test_a_failing_mode_is_reported_and_the_others_run(tmp_path, monkeypatch):
     monkeypatch.setattr(modes.Compile, "wrap", lambda self, model: Broken(model))
     out_json = tmp_path / "bench.json"
     main(["--models", "mlp", "--modes", "eager,compile", "--steps", "1", "--warmup", "0", "--no-micro",
-          "--no-trainer", "--json", str(out_json)])
+          "--no-trainer", "--no-sparsity", "--json", str(out_json)])
     result = json.loads(out_json.read_text())["models"][0]["modes"]
     assert "no C++ compiler" in result["compile"]["error"]
     assert result["eager"]["step_median_s"] > 0
@@ -205,9 +205,28 @@ def test_suite_runs_the_trainer_entry_and_reports_it(tmp_path, monkeypatch, caps
 
     monkeypatch.setattr(trainer, "run", small_run)
     out_json, out_md = tmp_path / "bench.json", tmp_path / "bench.md"
-    main(["--models", "tiny", "--modes", "eager", "--steps", "1", "--warmup", "0", "--no-micro",
+    main(["--models", "tiny", "--modes", "eager", "--steps", "1", "--warmup", "0", "--no-micro", "--no-sparsity",
           "--json", str(out_json), "--markdown", str(out_md)])
     assert calls == [(2, 2, 8)]  # the quick suite's rounds
     results = json.loads(out_json.read_text())
     assert set(results["trainer"]["results"]) == set(trainer.VARIANTS)
     assert "| Trainer + eager |" in out_md.read_text() and "| RTTrainer |" in capsys.readouterr().out
+
+
+def test_suite_runs_the_sparsity_entry_and_reports_it(tmp_path, monkeypatch, capsys):
+    from trainrt.bench import sparsity
+
+    real_run, calls = sparsity.run, []
+
+    def small_run(rounds, steps):  # the suite's call, on one model and one step to stay quick
+        calls.append((rounds, steps))
+        return real_run(models=("bert-mlm",), rounds=1, steps=1)
+
+    monkeypatch.setattr(sparsity, "run", small_run)
+    out_json, out_md = tmp_path / "bench.json", tmp_path / "bench.md"
+    main(["--models", "tiny", "--modes", "eager", "--steps", "1", "--warmup", "0", "--no-micro", "--no-trainer",
+          "--json", str(out_json), "--markdown", str(out_md)])
+    assert calls == [(2, 5)]  # the quick suite's rounds
+    results = json.loads(out_json.read_text())
+    assert set(results["sparsity"]["bert-mlm"]["median_ms"]) == {"eager", "sparse-off", "sparse-on"}
+    assert "| bert-mlm |" in out_md.read_text() and "| bert-mlm |" in capsys.readouterr().out

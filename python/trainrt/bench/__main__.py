@@ -1,12 +1,13 @@
 """python -m trainrt.bench [--suite quick|full] [--models a,b] [--modes a,b] [--steps N] [--warmup N]
-                        [--no-micro] [--no-trainer] [--json FILE] [--markdown FILE] [--plot FILE.png]
+                        [--no-micro] [--no-trainer] [--no-sparsity] [--json FILE] [--markdown FILE] [--plot FILE.png]
                         [--profile DIR]
 
 Micro-benchmarks run first (GEMM against torch.matmul on the models' products, the optimizer step
 against the copy bandwidth); the GEMM's best rate on a large square product is the measured peak
 that "% peak" refers to, unless --peak-gflops names one. The models follow, then the `trainer` entry:
 transformers.Trainer's steps/s with the eager model against trainrt.hf.RTTrainer on bert-mini sequence
-classification (trainer.py)."""
+classification (trainer.py), and the `sparsity` entry: label sparsity on against off, beside eager, on a
+masked LM and a padded causal LM (sparsity.py)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,8 @@ _NOMINAL_PEAK_GFLOPS = 430.0
 _MICRO_ROUNDS = {"quick": (3, 5, (2, 3)), "full": (5, 10, (3, 5))}
 # The trainer entry per suite: (rounds, warm-up steps, timed steps) per variant and round.
 _TRAINER_ROUNDS = {"quick": (2, 2, 8), "full": (3, 2, 15)}
+# The sparsity entry per suite: (rounds, timed steps) per mode and round.
+_SPARSITY_ROUNDS = {"quick": (2, 5), "full": (3, 10)}
 
 
 def _names(text: str, known: list[str], what: str) -> list[str]:
@@ -52,6 +55,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--peak-gflops", type=float, help="the machine's peak for %% of peak (default: measured)")
     parser.add_argument("--no-micro", action="store_true", help="skip the GEMM and optimizer micro-benchmarks")
     parser.add_argument("--no-trainer", action="store_true", help="skip the transformers.Trainer entry")
+    parser.add_argument("--no-sparsity", action="store_true", help="skip the label-sparsity entry")
     parser.add_argument("--profile", metavar="DIR", help="also write Chrome traces of RTModule steps and print the top ops")
     parser.add_argument("--plot", metavar="FILE.png", help="bar chart of the ratios to eager")
     parser.add_argument("--json")
@@ -107,12 +111,22 @@ def _run(args, models: list[str], modes: list[str], warmup: int, steps: int, ind
         rounds, trainer_warmup, trainer_steps = _TRAINER_ROUNDS[args.suite]
         print("[bench] trainer: transformers.Trainer + eager, Trainer(RTModule), RTTrainer", file=sys.stderr, flush=True)
         results["trainer"] = trainer.run(rounds=rounds, warmup=trainer_warmup, steps=trainer_steps)
+    if not args.no_sparsity:
+        from trainrt.bench import sparsity
+
+        rounds, sparsity_steps = _SPARSITY_ROUNDS[args.suite]
+        print("[bench] sparsity: label sparsity on / off, eager", file=sys.stderr, flush=True)
+        results["sparsity"] = sparsity.run(rounds=rounds, steps=sparsity_steps)
 
     print(text_table(results))
     if "trainer" in results:
         from trainrt.bench import trainer
 
         print("\n" + trainer.markdown(results["trainer"]))
+    if "sparsity" in results:
+        from trainrt.bench import sparsity
+
+        print("\n" + sparsity.markdown(results["sparsity"]))
     if args.profile:
         from trainrt.bench.profile import profile_model
 

@@ -111,6 +111,10 @@ def markdown_table(results: dict) -> str:
         from trainrt.bench import trainer
 
         lines += ["", trainer.markdown(results["trainer"])]
+    if results.get("sparsity"):
+        from trainrt.bench import sparsity
+
+        lines += ["", sparsity.markdown(results["sparsity"])]
     return "\n".join(lines) + "\n"
 
 
