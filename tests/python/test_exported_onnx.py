@@ -83,3 +83,15 @@ def test_training_session_follows_eager_training(exported):
         optimizer.step()
         assert abs(loss - float(want.detach())) <= 1e-4 * abs(float(want.detach())), (step, loss, float(want))
 
+
+
+def test_export_sweep_runs_and_trains_an_architecture():
+    """python -m trainrt.coverage --onnx, on one architecture: exported, run as eager and
+    onnxruntime, trained as eager."""
+    from trainrt.coverage.architectures import architectures
+    from trainrt.coverage.onnx_export import run_one, summary
+
+    (arch,) = architectures(["seq-cls"], {"bert"})
+    outcome = run_one(arch)
+    assert (outcome.status, outcome.trained) == ("ok", True), outcome
+    assert summary([outcome])[0].startswith("1 ran in TrainRT")
