@@ -355,6 +355,23 @@ class RTModule(torch.nn.Module):
         except AttributeError:
             return getattr(self._modules["_module"], name)
 
+    def gradient_checkpointing_enable(self, *args, **kwargs):
+        """The wrapped Hugging Face model's, then its captures are dropped: checkpointed blocks are
+        marked when the forward is captured (capture/checkpoint_regions.py), so the next call
+        captures again with them (the Trainer calls this once, before training)."""
+        result = self._module.gradient_checkpointing_enable(*args, **kwargs)
+        self._forget_captures()
+        return result
+
+    def gradient_checkpointing_disable(self, *args, **kwargs):
+        result = self._module.gradient_checkpointing_disable(*args, **kwargs)
+        self._forget_captures()
+        return result
+
+    def _forget_captures(self) -> None:
+        self._engines.clear()
+        self._last_call = None
+
     def state_dict(self, *args, **kwargs):
         return self._module.state_dict(*args, **kwargs)
 

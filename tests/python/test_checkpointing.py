@@ -136,3 +136,23 @@ def test_hf_gradient_checkpointing_lowers_what_the_engine_saves():
         saved[checkpointed], losses[checkpointed] = _saved_bytes(rt), loss.detach()
     torch.testing.assert_close(losses[True], losses[False])
     assert saved[True] < 0.75 * saved[False]
+
+
+def test_gradient_checkpointing_enabled_after_a_capture_captures_again(monkeypatch):
+    """HF's gradient_checkpointing_enable() called on the RTModule after a first step: the next step
+    captures again and its backward recomputes the blocks (they were not marked in the old capture)."""
+    import transformers
+
+    monkeypatch.setenv("TRAINRT_FALLBACK_POLICY", "FALLBACK_DISABLE")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=64, n_positions=16, use_cache=False)
+    rt = trainrt.RTModule(transformers.GPT2LMHeadModel(config))
+    ids = torch.randint(0, 64, (2, 8))
+    rt(input_ids=ids, labels=ids).loss.backward()
+    assert all(e.programs.nodes_recomputed == 0 for e in rt.engines)
+    rt.gradient_checkpointing_enable()
+    rt(input_ids=ids, labels=ids).loss.backward()
+    assert len(rt.engines) == 1 and rt.engines[0].programs.nodes_recomputed > 0
+    rt.gradient_checkpointing_disable()
+    rt(input_ids=ids, labels=ids).loss.backward()
+    assert rt.engines[0].programs.nodes_recomputed == 0
