@@ -319,7 +319,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("SAVE_ONNX_PATH", "SAVE_ONNX_PATH", DebugOptions, "save_path", str, "directory",
            "Saves each capture's graphs there as ONNX: `<prefix>_forward.onnx` (the capture), "
            "`_training.onnx` (forward + backward), `_optimized_forward.onnx` and `_optimized_backward.onnx` "
-           "(the programs the engine runs). Code: `DebugOptions(save_onnx=True, save_path=..., onnx_prefix=...)`.",
+           "(the programs the engine runs); an eval-mode capture's files have `_eval` after the prefix. Code: `DebugOptions(save_onnx=True, save_path=..., onnx_prefix=...)`.",
            default="unset: nothing saved", also=_save_onnx),
     Option("FALLBACK_POLICY", "FALLBACK_POLICY", RuntimeOptions, "fallback_policy", _parse_fallback,
            "`FALLBACK_*` names joined by `\\|` or `,` (the prefix may be left out)",

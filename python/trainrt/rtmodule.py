@@ -615,6 +615,8 @@ class RTModule(torch.nn.Module):
 
         os.makedirs(self._debug.save_path, exist_ok=True)
         base = os.path.join(self._debug.save_path, self._debug.onnx_prefix)
+        if not self._module.training:
+            base += "_eval"  # an evaluation's capture beside the training one, not over it
         with open(f"{base}_forward.onnx", "wb") as f:
             f.write(engine.captured.model.SerializeToString())
         with open(f"{base}_training.onnx", "wb") as f:

@@ -375,6 +375,9 @@ def test_optimum_save_onnx_writes_the_training_capture_with_its_loss(tmp_path, m
     assert any("labels" in i.name for i in captured.input)
     loss = captured.output[0].type.tensor_type
     assert len(loss.shape.dim) == 0 and loss.elem_type == onnx.TensorProto.FLOAT  # the scalar loss first
+    trainer.evaluate(make_data("gpt2", 4, 2))  # an eval capture: saved beside the training one
+    assert (out / "gpt_eval_forward.onnx").exists()
+    assert onnx.load(str(out / "gpt_forward.onnx")).graph == captured
 
 
 @pytest.mark.parametrize("setting, message", [(dict(save_onnx=True), "onnx_prefix must be given"),
