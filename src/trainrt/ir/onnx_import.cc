@@ -11,6 +11,7 @@
 
 #include "trainrt/core/error.h"
 #include "trainrt/ir/onnx_inline.h"
+#include "trainrt/ir/onnx_sequences.h"
 #include "trainrt/ir/onnx_messages.h"
 #include "trainrt/ir/onnx_tensor.h"
 #include "trainrt/ir/verifier.h"
@@ -92,6 +93,7 @@ class Importer {
     g_->doc = gp.doc_string;
     std::map<std::string, int> opsets = read_opsets();
     std::vector<onnx::NodeProto> nodes = inline_functions(model_, opsets);
+    lower_split_sequences(nodes, gp, dir_);
     for (const auto& [domain, version] : opsets) g_->set_opset(domain, version);
     add_inputs_and_initializers();
     std::vector<std::string> names = unique_node_names(nodes);
