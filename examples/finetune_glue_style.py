@@ -1,6 +1,7 @@
 """Fine-tune a small BERT classifier with transformers' Trainer, forward and backward in TrainRT.
 
     python examples/finetune_glue_style.py [--steps 60] [--bf16] [--optimum]
+    torchrun --nproc_per_node 2 examples/finetune_glue_style.py      # or: accelerate launch --cpu --num_processes 2
 
 A GLUE-style sentence-pair task made on the fly (nothing is downloaded): two token sequences of
 varying length, padded; the label says whether the second one's tokens come from the upper half of
@@ -77,10 +78,11 @@ def main():
     print(f"eval loss {metrics['eval_loss']:.4f}  accuracy {metrics['eval_accuracy']:.3f}  "
           f"(engine: {trainer.model.num_captures} captures, fallback: {trainer.model.fallback_reason})")
     saved = os.path.join(output_dir, "final")
-    trainer.save_model(saved)
-    reloaded = AutoModelForSequenceClassification.from_pretrained(saved)
-    print(f"saved to {saved}; reloaded as {type(reloaded).__name__}")
-    print(f"eval graph written to {trainer.export_onnx(os.path.join(output_dir, 'model.onnx'))}")
+    trainer.save_model(saved)  # the main process writes (torchrun / accelerate launch: the others wait)
+    if trainer.is_world_process_zero():
+        reloaded = AutoModelForSequenceClassification.from_pretrained(saved)
+        print(f"saved to {saved}; reloaded as {type(reloaded).__name__}")
+        print(f"eval graph written to {trainer.export_onnx(os.path.join(output_dir, 'model.onnx'))}")
 
 
 if __name__ == "__main__":
