@@ -111,6 +111,25 @@ void gather_nd_grad(GradContext& ctx) {
   ctx.set_input_grad(0, with_shape_of(dx, x));
 }
 
+void scatter_nd_grad(GradContext& ctx) {
+  const Node& n = ctx.node();
+  const std::string reduction = n.attr_string("reduction", "none");
+  if (reduction != "none" && reduction != "add")
+    throw UnsupportedOp(fmt(n.describe(), ": no gradient for reduction '", reduction, "' (none and add have one)"));
+  Value* dy = ctx.output_grad(0);
+  if (ctx.needs_input_grad(0)) {
+    Value* dx = dy;
+    if (reduction == "none") {  // the written slices came from updates, not data
+      Value* updates = ctx.input(2);
+      Value* zeros = ctx.emit("ConstantOfShape", {dims_of(ctx, updates)},
+                              {{"value", Attribute::of_tensor(Tensor::zeros(updates->dtype, {1}))}});
+      dx = ctx.emit("ScatterND", {dy, ctx.input(1), with_shape_of(zeros, updates)});
+    }
+    ctx.set_input_grad(0, with_shape_of(dx, ctx.input(0)));
+  }
+  if (ctx.needs_input_grad(2)) ctx.set_input_grad(2, with_shape_of(ctx.emit("GatherND", {dy, ctx.input(1)}), ctx.input(2)));
+}
+
 void gather_elements_grad(GradContext& ctx) {
   Value* x = ctx.input(0);
   Value* dx = ctx.emit("GatherElementsGrad", {dims_of(ctx, x), ctx.input(1), ctx.output_grad(0)},
@@ -136,6 +155,7 @@ void register_select_gradients(GradientRegistry& r) {
   r.add("", "Gather", gather_grad);
   r.add("", "GatherElements", gather_elements_grad);
   r.add("", "GatherND", gather_nd_grad);
+  r.add("", "ScatterND", scatter_nd_grad);
   r.add(kTrainrtDomain, "Embedding", embedding_grad);
 }
 

@@ -130,6 +130,15 @@ TEST(TensorGradients, GatherNDMatchesFiniteDifferences) {
               {random_f64({2, 5, 3}, 32), make_tensor<int64_t>({2, 1}, {4, 1})});
 }
 
+TEST(TensorGradients, ScatterNDMatchesFiniteDifferences) {
+  WorstErrors worst;
+  // Rows 2 and 0 of a (3, 4) written (data's gradient there is 0) or added.
+  const Tensor rows = make_tensor<int64_t>({2, 1}, {2, 0});
+  worst.check({.op = "ScatterND"}, {random_f64({3, 4}, 40), rows, random_f64({2, 4}, 41)});
+  worst.check({.op = "ScatterND", .attrs = {{"reduction", Attribute::of_string("add")}}},
+              {random_f64({3, 4}, 42), make_tensor<int64_t>({3, 2}, {0, 1, 2, 3, 0, 1}), random_f64({3}, 43)});
+}
+
 TEST(TensorGradients, GatherElementsMatchesFiniteDifferences) {
   WorstErrors worst;
   worst.check({.op = "GatherElements"},

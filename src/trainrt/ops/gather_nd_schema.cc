@@ -6,6 +6,10 @@
 //   negative (from the end). The exporters write it for x[rows, cols] with index tensors.
 //   dX = GatherNDGrad(shape, indices, dY): zeros of `shape`, each dY slice added where its forward
 //   slice came from (repeated tuples accumulate).
+//   out = ScatterND(data, indices, updates), attribute reduction (none, add, mul, max, min): data
+//   with each update slice written (none) or combined (the others) at its index tuple; updates have the shape GatherND
+//   of data by indices would give. Its gradient (none and add only): dData = dY (add), or dY with
+//   the written slices zeroed (ScatterND of zeros); dUpdates = GatherND(dY, indices).
 #include "trainrt/ops/tensor_schemas.h"
 
 namespace trainrt {
@@ -48,9 +52,23 @@ void infer_gather_nd_grad(InferenceContext& ctx) {
   ctx.set_output(0, ctx.input_dtype(2), std::move(dx));
 }
 
+void infer_scatter_nd(InferenceContext& ctx) {
+  ctx.expect_dtype(1, {DType::kI64});
+  const std::string reduction = ctx.node().attr_string("reduction", "none");
+  if (reduction != "none" && reduction != "add" && reduction != "mul" && reduction != "max" && reduction != "min")
+    ctx.fail(fmt("reduction '", reduction, "' is not one of none, add, mul, max, min"));
+  if (ctx.input_dtype(2) != ctx.input_dtype(0)) ctx.fail("updates must have data's dtype");
+  const Shape want = gather_nd_shape(ctx, ctx.input_shape(0), ctx.input_shape(1));
+  const Shape& updates = ctx.input_shape(2);
+  if (want.is_static() && updates.is_static() && want != updates)
+    ctx.fail(fmt("input 2 (updates) has shape ", to_string(updates), ", expected ", to_string(want)));
+  ctx.set_output(0, ctx.input_dtype(0), ctx.input_shape(0));
+}
+
 }  // namespace
 
 void register_gather_nd_schemas(OpRegistry& r) {
+  r.add({.domain = "", .name = "ScatterND", .min_inputs = 3, .max_inputs = 3, .infer = infer_scatter_nd});
   r.add({.domain = "", .name = "GatherND", .min_inputs = 2, .max_inputs = 2, .infer = infer_gather_nd});
   r.add({.domain = std::string(kTrainrtDomain), .name = "GatherNDGrad", .min_inputs = 3, .max_inputs = 3,
          .infer = infer_gather_nd_grad});

@@ -1,5 +1,5 @@
-// GatherND and GatherNDGrad (ops/gather_nd_schema.cc): one slice copy (or add) per index tuple,
-// in index order, so the gradient's sums do not depend on the thread count.
+// GatherND, GatherNDGrad and ScatterND (ops/gather_nd_schema.cc): one slice copy (or add) per index
+// tuple, in index order, so sums never depend on the thread count.
 #include <cstring>
 
 #include "trainrt/core/error.h"
@@ -77,9 +77,57 @@ KernelFn make_gather_nd_grad(const Node& node) {
   };
 }
 
+// out[at] = combine(out[at], update) for reduction add, mul, max, min.
+template <typename T>
+void scatter_nd_reduce(const Node& node, const std::string& reduction, const Tensor& indices, const Tensor& updates,
+                       Tensor& out) {
+  T* o = out.data<T>();
+  const T* u = updates.data<T>();
+  int64_t slice = 0;
+  const auto apply = [&](auto combine) {
+    for_each_tuple(node, out.dims(), indices, slice, [&](int64_t, int64_t to, int64_t from) {
+      for (int64_t e = 0; e < slice; ++e) o[to + e] = combine(o[to + e], u[from + e]);
+    });
+  };
+  if (reduction == "add") apply([](T a, T b) { return a + b; });
+  else if (reduction == "mul") apply([](T a, T b) { return a * b; });
+  else if (reduction == "max") apply([](T a, T b) { return a < b ? b : a; });
+  else apply([](T a, T b) { return b < a ? b : a; });
+}
+
+KernelFn make_scatter_nd(const Node& node) {
+  const std::string reduction = node.attr_string("reduction", "none");
+  const bool add = reduction != "none";
+  return [&node, add, reduction](KernelContext& ctx) {
+    const Tensor& data = ctx.in(0);
+    Tensor& out = ctx.out(0);
+    if (out.raw() != data.raw()) std::memcpy(out.raw(), data.raw(), data.nbytes());
+    const Tensor& updates = ctx.in(2);
+    if (add) {
+      visit_dtype(data.dtype(), [&]<typename T>() {
+        if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, int64_t> ||
+                      std::is_same_v<T, int32_t>)
+          scatter_nd_reduce<T>(node, reduction, ctx.in(1), updates, out);
+        else
+          throw UnsupportedOp(fmt(node.describe(), ": reduction ", reduction, " on dtype ", dtype_name(data.dtype())));
+      });
+      return;
+    }
+    const size_t elem = dtype_size(data.dtype());
+    auto* dst = static_cast<std::byte*>(out.raw());
+    const auto* src = static_cast<const std::byte*>(updates.raw());
+    int64_t slice = 0;
+    for_each_tuple(node, out.dims(), ctx.in(1), slice, [&](int64_t, int64_t to, int64_t from) {
+      std::memcpy(dst + static_cast<size_t>(to) * elem, src + static_cast<size_t>(from) * elem,
+                  static_cast<size_t>(slice) * elem);
+    });
+  };
+}
+
 }  // namespace
 
 void register_gather_nd_kernels(KernelTable& t) {
+  t.add("", "ScatterND", DType::kUndefined, make_scatter_nd);
   t.add("", "GatherND", DType::kUndefined, make_gather_nd);
   t.add(kTrainrtDomain, "GatherNDGrad", DType::kI64, make_gather_nd_grad);  // keyed on the i64 shape
 }
