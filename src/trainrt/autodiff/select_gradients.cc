@@ -130,6 +130,23 @@ void scatter_nd_grad(GradContext& ctx) {
   if (ctx.needs_input_grad(2)) ctx.set_input_grad(2, with_shape_of(ctx.emit("GatherND", {dy, ctx.input(1)}), ctx.input(2)));
 }
 
+// dX = PadGrad(dY, dims(X), pads, [axes]): each dY element added where it was read from.
+void pad_grad(GradContext& ctx) {
+  const Node& n = ctx.node();
+  std::vector<Value*> inputs = {ctx.output_grad(0), dims_of(ctx, ctx.input(0)), ctx.input(1)};
+  if (n.input(3)) inputs.push_back(ctx.input(3));
+  const std::string mode = n.attr_string("mode", "constant");
+  Value* dx = ctx.emit("PadGrad", inputs, {{"mode", Attribute::of_string(mode)}}, kTrainrtDomain);
+  ctx.set_input_grad(0, with_shape_of(dx, ctx.input(0)));
+  // The constant fills the padding: its gradient is dY summed there, all of dY less what reached X.
+  if (mode == "constant" && n.input(2) && ctx.needs_input_grad(2)) {
+    Value* all = ctx.emit("ReduceSum", {ctx.output_grad(0)}, {{"keepdims", Attribute::of_int(0)}});
+    Value* copied = ctx.emit("ReduceSum", {dx}, {{"keepdims", Attribute::of_int(0)}});
+    Value* c = ctx.input(2);  // a scalar, or one element of shape (1)
+    ctx.set_input_grad(2, with_shape_of(ctx.emit("Reshape", {ctx.emit("Sub", {all, copied}), dims_of(ctx, c)}), c));
+  }
+}
+
 void gather_elements_grad(GradContext& ctx) {
   Value* x = ctx.input(0);
   Value* dx = ctx.emit("GatherElementsGrad", {dims_of(ctx, x), ctx.input(1), ctx.output_grad(0)},
@@ -156,6 +173,7 @@ void register_select_gradients(GradientRegistry& r) {
   r.add("", "GatherElements", gather_elements_grad);
   r.add("", "GatherND", gather_nd_grad);
   r.add("", "ScatterND", scatter_nd_grad);
+  r.add("", "Pad", pad_grad);
   r.add(kTrainrtDomain, "Embedding", embedding_grad);
 }
 

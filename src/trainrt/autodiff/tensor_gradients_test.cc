@@ -139,6 +139,20 @@ TEST(TensorGradients, ScatterNDMatchesFiniteDifferences) {
               {random_f64({3, 4}, 42), make_tensor<int64_t>({3, 2}, {0, 1, 2, 3, 0, 1}), random_f64({3}, 43)});
 }
 
+TEST(TensorGradients, PadMatchesFiniteDifferencesInEveryMode) {
+  WorstErrors worst;
+  const Tensor x = random_f64({2, 3, 4}, 50);
+  for (const char* mode : {"constant", "reflect", "edge", "wrap"}) {
+    SCOPED_TRACE(mode);
+    worst.check({.op = "Pad", .attrs = {{"mode", Attribute::of_string(mode)}}},
+                {x, make_tensor<int64_t>({6}, {0, 2, 1, 0, 1, 2})});
+    // Axes given, one pad negative (a crop).
+    worst.check({.op = "Pad", .attrs = {{"mode", Attribute::of_string(mode)}}},
+                {x, make_tensor<int64_t>({4}, {1, -1, 2, 1}), make_tensor<double>({}, {0.5}),
+                 make_tensor<int64_t>({2}, {1, -1})});
+  }
+}
+
 TEST(TensorGradients, GatherElementsMatchesFiniteDifferences) {
   WorstErrors worst;
   worst.check({.op = "GatherElements"},

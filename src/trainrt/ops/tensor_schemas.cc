@@ -14,6 +14,7 @@ void register_tensor_schemas(OpRegistry& r) {
   register_valid_rows_schema(r);
   register_gather_nd_schemas(r);
   register_arg_reduce_schemas(r);
+  register_pad_schemas(r);
 }
 
 ArgState read_ints_arg(const InferenceContext& ctx, int input, const std::string& attr,

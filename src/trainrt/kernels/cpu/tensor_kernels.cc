@@ -166,6 +166,7 @@ void register_tensor_kernels(KernelTable& t) {
   register_valid_rows_kernels(t);
   register_gather_nd_kernels(t);
   register_arg_reduce_kernels(t);
+  register_pad_kernels(t);
 }
 
 }  // namespace trainrt
