@@ -151,3 +151,37 @@ def max_dim(ctx: OpContext) -> list[str | None]:
 @translates("aten.min.dim")
 def min_dim(ctx: OpContext) -> list[str | None]:
     return _values_of(ctx, "ReduceMin")
+
+
+@translates("aten.histc.default")
+def histc(ctx: OpContext) -> str:
+    """torch.histc(x, bins, min, max): counts of x's elements in `bins` equal bins over
+    [min, max], elements outside left out, max itself in the last bin. torch's CPU kernel puts
+    an element in the bin of the last edge of linspace(min, max, bins + 1) at or below it; so here:
+        bin[x] = #{interior edges e : x >= e}            (N,) in 0..bins-1
+        counts = sum over x in [min, max] of one_hot(bin[x])   (bins,)
+    Counts are piecewise constant in x: no gradient flows (torch has no derivative for histc).
+    MoE layers count the tokens routed to each expert with it. min == max (torch then takes the
+    data's range) has no translation."""
+    x = ctx.tensor("self")
+    bins, low, high = int(ctx["bins"]), float(ctx["min"]), float(ctx["max"])
+    if not x.dtype.is_floating_point:
+        raise ctx.unsupported(f"of a {x.dtype} tensor has no translation (torch's CPU histc takes floats)")
+    if not low < high:
+        raise ctx.unsupported(f"with min={low} and max={high} has no TrainRT translation (the data's range "
+                              "is taken when min == max); give min < max")
+    flat = ctx.emit("Reshape", [x, ctx.ints([-1, 1])])  # (N, 1)
+    edges = torch.linspace(low, high, bins + 1, dtype=x.dtype)
+    interior = ctx.b.const(edges[1:-1].tolist(), x.dtype) if bins > 1 else None  # (bins - 1,)
+    inside = ctx.emit("And", [ctx.emit("GreaterOrEqual", [flat, ctx.const(low, x.dtype)]),
+                              ctx.emit("LessOrEqual", [flat, ctx.const(high, x.dtype)])])  # (N, 1)
+    if interior is None:
+        hit = inside
+    else:
+        above = ctx.cast_to(ctx.emit("GreaterOrEqual", [flat, interior]), torch.bool, torch.int64)  # (N, bins - 1)
+        index = ctx.emit("ReduceSum", [above, ctx.ints([1])], keepdims=1)  # (N, 1)
+        bin_ids = ctx.emit("Range", [ctx.const(0, torch.int64), ctx.const(bins, torch.int64),
+                                     ctx.const(1, torch.int64)])  # (bins,)
+        hit = ctx.emit("And", [ctx.emit("Equal", [index, bin_ids]), inside])  # (N, bins)
+    counts = ctx.emit("ReduceSum", [ctx.cast_to(hit, torch.bool, x.dtype), ctx.ints([0])], keepdims=0)
+    return ctx.emit("StopGradient", [counts], domain="com.trainrt")
