@@ -102,13 +102,21 @@ def test_topk_of_ties_gives_the_largest_values_and_their_gradient():
     (4, 0, 3, None),  # expert ids as floats, one bin each: the MoE count
     (5, -1.0, 1.5, 1.0),  # elements outside [min, max] left out
     (1, -2.0, 2.0, 1.0),
-], ids=["expert-counts", "general", "one-bin"])
+    (6, 0, 0, 1.0),  # min == max: the data's range
+    (4, 0, 0, None),
+    (1, 0, 0, 1.0),  # one expert: HunYuan's tiny MoE
+], ids=["expert-counts", "general", "one-bin", "data-range", "data-range-ids", "data-range-one-bin"])
 def test_histc(bins, low, high, scale):
     def inputs(b):
         g = torch.Generator().manual_seed(b)
         x = torch.randint(0, 4, (b, 6), generator=g).float() if scale is None else torch.randn(b, 6, generator=g)
-        x[0, :2] = torch.tensor([low, high], dtype=x.dtype)  # the edges themselves
-        x[1, :bins - 1] = torch.linspace(low, high, bins + 1)[1:-1]
+        if low < high:
+            x[0, :2] = torch.tensor([low, high], dtype=x.dtype)  # the edges themselves
+            x[1, :bins - 1] = torch.linspace(low, high, bins + 1)[1:-1]
+        elif scale is not None:  # the data's range [-3, 3], and its edges
+            x = x.clamp(-2.5, 2.5)
+            x[0, :2] = torch.tensor([-3.0, 3.0])
+            x[1, :bins - 1] = torch.linspace(-3.0, 3.0, bins + 1)[1:-1]
         return [x]
 
     def count(x):
