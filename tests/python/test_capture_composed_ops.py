@@ -311,3 +311,15 @@ def test_strided_slice_write_of_nothing():
 def test_strided_slice_write_and_concatenate():
     assert_like_torch(Lambda(_strided_write), lambda b: [randn(b, 8, 2), randn(b, 3, 2, seed=1)])
     assert_like_torch(Lambda(lambda x: torch.concatenate([x, x.flip(1)], 1)), lambda b: [randn(b, 3)])
+
+
+def _normalize_without_grad(x):
+    """Phi-MoE's and CPM-Ant's `with torch.no_grad():` blocks: the scale is a constant for the
+    gradient, so dx = dY / s, not dY / s minus the path through s."""
+    with torch.no_grad():
+        scale = x.abs().amax(-1, keepdim=True) + 1
+    return x / scale
+
+
+def test_no_grad_block_inside_forward():
+    assert_like_torch(Lambda(_normalize_without_grad), lambda b: [randn(b, 5)])
