@@ -323,3 +323,13 @@ def _normalize_without_grad(x):
 
 def test_no_grad_block_inside_forward():
     assert_like_torch(Lambda(_normalize_without_grad), lambda b: [randn(b, 5)])
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: x.unfold(1, 3, 1),  # overlapping windows, the size dim appended after the rest
+    lambda x: x.unfold(-1, 2, 2),  # the last dim, disjoint windows
+    lambda x: x.unfold(1, 2, 3),  # gaps between windows
+    lambda x: x.unfold(0, 2, 1),  # along the symbolic batch
+], ids=["overlap", "last", "gaps", "batch"])
+def test_unfold(fn):
+    assert_like_torch(Lambda(fn), lambda b: [randn(b, 7, 4)])
