@@ -54,6 +54,10 @@ OVERRIDES: dict[str, dict] = {
     # the sequence length in training; attention works in chunks the sequence must be a whole number of.
     "reformer": {"axial_pos_embds_dim": (WIDTH // 2, WIDTH // 2), "axial_pos_shape": (3, 4),  # 12: batches.SEQ
                  "local_attn_chunk_length": 4, "lsh_attn_chunk_length": 4},
+    # Block-sparse attention needs sequences of many blocks; on shorter ones BigBird switches to full
+    # attention inside forward by making new query/key/value layers there, which export cannot trace.
+    "big_bird": {"attention_type": "original_full"},
+    "bigbird_pegasus": {"attention_type": "original_full"},
     # Its head's batch norm has hidden_dim channels, which must be what round_filters makes of 1280.
     "efficientnet": {"hidden_dim": 1280},
 }
