@@ -3,7 +3,9 @@
 The engine has no TopK or sort kernel; both are composed from a rank per element:
     rank[i] = #{j : x[j] before x[i]} + #{j < i : x[j] == x[i]}           (..., n)
 "before" is greater for topk's largest / sort's descending, less otherwise, and equal elements
-keep their index order (a stable sort; torch.sort on the CPU and topk are stable there too). The
+keep their index order: a stable sort, as torch.sort is on the CPU. torch's topk orders ties as
+its partial-sort kernel happens to (not by index): with tied values both pick a valid top k, but
+not always the same elements (AFMoE's zero-initialized router ties every expert). The
 ranks are a permutation of 0..n-1, so position r of the result holds the element of rank r:
     indices[r] = sum_i i * (rank[i] == r)      (..., k)   an integer path, no gradient
     values     = GatherElements(x, indices)     (..., k)   its gradient scatters dY back to x
