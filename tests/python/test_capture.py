@@ -465,9 +465,11 @@ class NoGradRegion(nn.Module):
         return x + y
 
 
-def test_no_grad_regions_are_refused_at_the_region():
-    with pytest.raises(UnsupportedATenOp, match="wrap_with_set_grad_enabled"):
-        capture(NoGradRegion(), (randn(3, 4),), {})
+def test_no_grad_regions_are_translated_in_place_behind_stop_gradient():
+    """export keeps the block as a wrap_with_set_grad_enabled HOP; its body is translated and its
+    output stops the gradient (test_capture_composed_ops compares the gradient with torch's)."""
+    captured = assert_like_torch(NoGradRegion(), lambda b: (randn(b, 4),))
+    assert any(n.op_type == "StopGradient" for n in captured.model.graph.node)
 
 
 def test_export_failures_are_capture_errors():
@@ -486,3 +488,45 @@ def test_functionalization_failures_are_capture_errors(monkeypatch):
     monkeypatch.setattr(torch.export.ExportedProgram, "run_decompositions", refuse)
     with pytest.raises(CaptureError, match="torch.export failed .* functionalizing .* lifted_tensor_0"):
         capture(nn.BatchNorm1d(4).train(), (randn(3, 4),), {})
+
+
+class StateCache:
+    """A cache class of a model's own (MiniMax's, or a DynamicCache of linear-attention layers):
+    no pytree flattening, so torch.export cannot return it."""
+
+    def __init__(self, state):
+        self.state = state
+
+
+class CachingModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x, use_cache=None):
+        h = torch.tanh(self.proj(x))
+        loss = h.square().mean()
+        return (loss,) if use_cache is False else (loss, StateCache(h.detach()))  # a ModelOutput drops None
+
+
+def test_a_cache_that_cannot_be_flattened_is_captured_without_it(monkeypatch, trainrt_log):
+    """Capture exports again with use_cache=False, says so, and trains as eager does."""
+    monkeypatch.setenv("TRAINRT_FALLBACK_POLICY", "FALLBACK_DISABLE")
+    torch.manual_seed(0)
+    eager = CachingModel()
+    ours = trainrt.RTModule(CachingModel())
+    ours.load_state_dict(eager.state_dict())
+    x = torch.randn(3, 4)
+    got = ours(x)
+    assert ours.fallback_reason is None and len(got) == 1
+    assert any("use_cache=False" in r.getMessage() and "CachingModel" in r.getMessage() for r in trainrt_log.records)
+    want = eager(x)
+    torch.testing.assert_close(got[0], want[0])
+    got[0].backward()
+    want[0].backward()
+    torch.testing.assert_close(ours.proj.weight.grad, eager.proj.weight.grad)
+
+
+def test_a_cache_the_caller_asked_for_fails_export_naming_it():
+    with pytest.raises(CaptureError, match="StateCache"):
+        capture(CachingModel(), (torch.randn(3, 4),), {"use_cache": True})

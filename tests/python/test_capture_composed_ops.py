@@ -297,6 +297,39 @@ def _strided_write(x, src):
     return y
 
 
+def _empty_strided_write(x):
+    """A write of nothing: Qwen3.5's interleaved heads of a part that a tiny config leaves empty."""
+    y = x * 1
+    y[:, 9::3] = x[:, :0] * 2
+    return y * x
+
+
+def test_strided_slice_write_of_nothing():
+    assert_like_torch(Lambda(_empty_strided_write), lambda b: [randn(b, 8, 2)])
+
+
 def test_strided_slice_write_and_concatenate():
     assert_like_torch(Lambda(_strided_write), lambda b: [randn(b, 8, 2), randn(b, 3, 2, seed=1)])
     assert_like_torch(Lambda(lambda x: torch.concatenate([x, x.flip(1)], 1)), lambda b: [randn(b, 3)])
+
+
+def _normalize_without_grad(x):
+    """Phi-MoE's and CPM-Ant's `with torch.no_grad():` blocks: the scale is a constant for the
+    gradient, so dx = dY / s, not dY / s minus the path through s."""
+    with torch.no_grad():
+        scale = x.abs().amax(-1, keepdim=True) + 1
+    return x / scale
+
+
+def test_no_grad_block_inside_forward():
+    assert_like_torch(Lambda(_normalize_without_grad), lambda b: [randn(b, 5)])
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: x.unfold(1, 3, 1),  # overlapping windows, the size dim appended after the rest
+    lambda x: x.unfold(-1, 2, 2),  # the last dim, disjoint windows
+    lambda x: x.unfold(1, 2, 3),  # gaps between windows
+    lambda x: x.unfold(0, 2, 1),  # along the symbolic batch
+], ids=["overlap", "last", "gaps", "batch"])
+def test_unfold(fn):
+    assert_like_torch(Lambda(fn), lambda b: [randn(b, 7, 4)])

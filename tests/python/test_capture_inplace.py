@@ -70,6 +70,19 @@ class WriteThroughTranspose(nn.Module):
         return y
 
 
+class RowsUpdatedInPlace(nn.Module):
+    """The chunked delta rule of linear attention (Kimi, Bailing, OLMo-hybrid): each row of a fresh
+    (n, n) matrix updated in place from the rows above it, then read back through slices, whose
+    shapes are the whole matrix's, not the written row's."""
+
+    def forward(self, x):
+        a = -(x @ x.transpose(-1, -2)).tril(-1)
+        for i in range(1, a.shape[-1]):
+            row, above = a[..., i, :i].clone(), a[..., :i, :i].clone()
+            a[..., i, :i] = row + (row.unsqueeze(-1) * above).sum(-2)
+        return a[..., :, 1:] * 2 + a.sum(-1, keepdim=True)
+
+
 def _mutable_ops(module, *args):
     """(whether the rewrite changed the graph, the in-place ops left but detach_, which changes
     autograd metadata only and which export.py does not functionalize)."""
@@ -96,7 +109,8 @@ def test_a_write_through_another_view_is_left_in_place():
     (ExpertsInto, lambda: [torch.randn(3, 4)]),
     (HalvesCopiedIn, lambda: [torch.randn(2, 3, 4), torch.randn(2, 3, 2)]),
     (WriteThroughTranspose, lambda: [torch.randn(3, 4)]),
-], ids=["scaled-embedding", "experts", "halves", "through-transpose"])
+    (RowsUpdatedInPlace, lambda: [torch.randn(2, 4, 3) * 0.5]),
+], ids=["scaled-embedding", "experts", "halves", "through-transpose", "rows-updated"])
 def test_trains_as_eager(make, inputs):
     torch.manual_seed(0)
     eager = make()

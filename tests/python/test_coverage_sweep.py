@@ -34,6 +34,10 @@ SAMPLE = [
     "image-cls/vit", "image-cls/convnext", "image-cls/resnet", "image-cls/beit", "image-cls/deit",
     "seq2seq/bart", "seq2seq/marian",
     "audio-cls/wav2vec2", "audio-cls/hubert", "audio-cls/whisper", "audio-cls/audio-spectrogram-transformer",
+    # MoE layers (topk, sort, histc, grouped matmul, scatter), a cache export cannot flatten, a
+    # no_grad block inside forward, an encoder-decoder shifting labels behind its start token.
+    "causal-lm/qwen3_moe", "causal-lm/mixtral", "causal-lm/deepseek_v3", "causal-lm/minimax",
+    "causal-lm/phi4_multimodal", "seq2seq/t5",
 ]
 
 
@@ -91,6 +95,29 @@ def test_text_batches_pad_rows_and_ignore_their_labels():
     assert (mlm[:, 0] != -100).all() and (mlm == -100).sum() > BATCH * 4
     assert make_batches("seq-cls", model.config, model)(0)["labels"].shape == (BATCH,)
     assert not torch.equal(make_batches("causal-lm", model.config, model)(1)["input_ids"], ids)  # one per step
+
+
+def test_shrink_fills_what_default_configs_leave_unset():
+    """Defaults the models cannot run with: T5's start token, DeepSeek-V2's top-k, X-MOD's language."""
+    t5 = S.shrink_config("t5")
+    assert t5.decoder_start_token_id == t5.pad_token_id == 0
+    assert S.shrink_config("deepseek_v2").num_experts_per_tok == S.EXPERTS_PER_TOKEN
+    xmod = S.shrink_config("xmod")
+    assert xmod.default_language == list(xmod.languages)[0]
+
+
+def test_encoder_decoder_classifier_rows_end_in_eos_and_audio_lms_get_causal_labels():
+    bart = _model("bart", "BartForSequenceClassification", NUM_LABELS)
+    batch = make_batches("seq-cls", bart.config, bart)(0)
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    eos = ids == bart.config.eos_token_id
+    assert (eos.sum(1) == 1).all() and (eos.int().argmax(1) == mask.sum(1) - 1).all()
+    with torch.no_grad():
+        assert bart(**batch).loss is not None
+    voxtral = _model("voxtral", "VoxtralForConditionalGeneration")  # no decoder_input_ids: it decodes the ids
+    batch = make_batches("seq2seq", voxtral.config, voxtral)(0)
+    assert batch["labels"].shape == batch["input_ids"].shape
+    assert ((batch["labels"] == -100) == (batch["attention_mask"] == 0)).all()
 
 
 def test_image_and_audio_batches_fit_their_models():

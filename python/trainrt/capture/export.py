@@ -22,13 +22,17 @@ flattening of DynamicCache (`register_dynamic_cache_export_support`), which capt
 transformers is loaded, and capture adds EncoderDecoderCache (the pair of a decoder's self- and
 cross-attention caches). The cache then leaves the engine as its key/value tensors and comes back
 as the same cache in the ModelOutput, as in eager mode, so the user need not pass use_cache=False.
-DynamicCaches of other layer kinds (linear-attention and hybrid models' state layers) have no
-flattening in transformers and fail at export.
+DynamicCaches of other layer kinds (linear-attention and hybrid models' state layers) and caches of
+a model's own (MiniMaxCache) have no flattening in transformers: for those capture says so and
+exports again with use_cache=False (when forward takes it and the caller did not pass it), so the
+engine's outputs hold no past_key_values; the training computation is the same.
 """
 
 from __future__ import annotations
 
 import inspect
+import logging
+import re
 import sys
 import warnings
 
@@ -42,6 +46,7 @@ from trainrt.capture.errors import CaptureError
 from trainrt.capture.inplace import functionalize_fresh_writes
 
 SYMBOLIC_LEVELS = ("all", "batch", "none")
+_log = logging.getLogger("trainrt")
 
 
 def export_program(module: torch.nn.Module, args: tuple, kwargs: dict, symbolic: str,
@@ -51,19 +56,16 @@ def export_program(module: torch.nn.Module, args: tuple, kwargs: dict, symbolic:
     placeholders' shapes say which dims are symbolic."""
     _refuse_cumulative_batch_norm(module)
     register_hf_cache_pytree()
-    shapes = {"all": _auto_dynamic_shapes, "batch": _batch_dynamic_shapes, "none": lambda *_: None}[symbolic](
-        module, args, kwargs)
-    ep = None
-    if shapes is not None:
-        try:
-            ep = _export(module, args, kwargs, shapes, functions)
-        except Exception:  # noqa: BLE001  (retried with static shapes, whose error is the one reported)
-            ep = None
-    if ep is None:
-        try:
-            ep = _export(module, args, kwargs, None, functions)
-        except Exception as e:  # noqa: BLE001
+    try:
+        ep = _export_at_level(module, args, kwargs, symbolic, functions)
+    except _UnflattenableCache as e:
+        if "use_cache" in kwargs or "use_cache" not in inspect.signature(module.forward).parameters:
             raise CaptureError(f"torch.export failed for {type(module).__name__}: {e}") from e
+        _log.warning("trainrt: %s returns a cache that torch.export cannot flatten (%s); captured with "
+                     "use_cache=False, so the engine's outputs hold no past_key_values (pass use_cache=False "
+                     "to the model to say so)", type(module).__name__, _first_line(e))
+        kwargs = {**kwargs, "use_cache": False}
+        ep = _export_at_level(module, args, kwargs, symbolic, functions)
     if functionalize_fresh_writes(ep.graph):  # inplace.py: what torch's retrace would do, locally
         ep.graph_module.recompile()
     if not _mutates(ep):
@@ -75,6 +77,41 @@ def export_program(module: torch.nn.Module, args: tuple, kwargs: dict, symbolic:
         except Exception as e:  # noqa: BLE001  (torch's retrace fails in its own ways, e.g. Falcon's lifted constants)
             raise CaptureError(f"torch.export failed for {type(module).__name__} while functionalizing its "
                                f"in-place ops: {e}") from e
+
+
+class _UnflattenableCache(CaptureError):
+    """The model returns a cache object that has no pytree flattening."""
+
+
+def _unflattenable_cache(e: Exception) -> bool:
+    """A DynamicCache of other layers than transformers' flattening takes (linear-attention and
+    hybrid models' state layers), or a cache class of a model's own (MiniMaxCache), in the outputs."""
+    text = str(e)
+    return ("pytree flattening function should be applied to DynamicCache" in text
+            or re.search(r"Found <class '[\w.]*Cache'> in output, which is not a known type", text) is not None)
+
+
+def _export_at_level(module, args, kwargs, symbolic: str, functions: FunctionCapture) -> ExportedProgram:
+    """torch.export with the symbolic dims of `symbolic`, retried with static shapes when that
+    fails (the static export's error is the one raised). A cache that cannot be flattened fails
+    both alike, so it is raised at once as _UnflattenableCache."""
+    shapes = {"all": _auto_dynamic_shapes, "batch": _batch_dynamic_shapes, "none": lambda *_: None}[symbolic](
+        module, args, kwargs)
+    if shapes is not None:
+        try:
+            return _export(module, args, kwargs, shapes, functions)
+        except Exception as e:  # noqa: BLE001  (retried with static shapes)
+            if _unflattenable_cache(e):
+                raise _UnflattenableCache(_first_line(e)) from e
+    try:
+        return _export(module, args, kwargs, None, functions)
+    except Exception as e:  # noqa: BLE001
+        error = _UnflattenableCache if _unflattenable_cache(e) else CaptureError
+        raise error(f"torch.export failed for {type(module).__name__}: {e}") from e
+
+
+def _first_line(e: Exception) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
 
 
 def register_hf_cache_pytree() -> None:

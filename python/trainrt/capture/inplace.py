@@ -121,6 +121,7 @@ class _Rewriter:
         new = {chain[0]: value}
         for view, base in zip(chain, chain[1:]):  # written back up through each view
             new[base] = self.insert(node, _SCATTERS[view.target], (base, new[view], *view.args[1:]), view.kwargs)
+            new[base].meta["val"] = base.meta["val"]  # the scatter has its base's shape, not the write's
         for old in chain:
             self.redirect_later(old, new[old], node)
         node.replace_all_uses_with(value)

@@ -141,3 +141,61 @@ def max_dim(ctx: OpContext) -> list[str | None]:
 @translates("aten.min.dim")
 def min_dim(ctx: OpContext) -> list[str | None]:
     return _values_of(ctx, "ReduceMin")
+
+
+@translates("aten.histc.default")
+def histc(ctx: OpContext) -> str:
+    """torch.histc(x, bins, min, max): counts of x's elements in `bins` equal bins over
+    [min, max], elements outside left out, max itself in the last bin; min == max takes the data's
+    range (widened by 1 each side when that is one value). torch's CPU kernel puts an element in
+    the bin of the last edge of linspace(min, max, bins + 1) at or below it; so here:
+        bin[x] = #{interior edges e : x >= e}            (N,) in 0..bins-1
+        counts = sum over x in [min, max] of one_hot(bin[x])   (bins,)
+    Counts are piecewise constant in x: no gradient flows (torch has no derivative for histc).
+    MoE layers count the tokens routed to each expert with it."""
+    x = ctx.tensor("self")
+    bins, low, high = int(ctx["bins"]), float(ctx["min"]), float(ctx["max"])
+    if not x.dtype.is_floating_point:
+        raise ctx.unsupported(f"of a {x.dtype} tensor has no translation (torch's CPU histc takes floats)")
+    if low > high:
+        raise ctx.unsupported(f"with min={low} > max={high} has no translation (torch refuses it)")
+    flat = ctx.emit("Reshape", [x, ctx.ints([-1, 1])])  # (N, 1)
+    if low < high:
+        lo, hi = ctx.const(low, x.dtype), ctx.const(high, x.dtype)
+        edges = torch.linspace(low, high, bins + 1, dtype=x.dtype)[1:-1].tolist()
+        interior = ctx.b.const(edges, x.dtype) if bins > 1 else None  # (bins - 1,)
+    else:
+        lo, hi = _data_range(ctx, flat, x.dtype)
+        interior = _linspace_interior(ctx, lo, hi, bins, x.dtype) if bins > 1 else None
+    inside = ctx.emit("And", [ctx.emit("GreaterOrEqual", [flat, lo]), ctx.emit("LessOrEqual", [flat, hi])])  # (N, 1)
+    if interior is None:
+        hit = inside
+    else:
+        above = ctx.cast_to(ctx.emit("GreaterOrEqual", [flat, interior]), torch.bool, torch.int64)  # (N, bins - 1)
+        index = ctx.emit("ReduceSum", [above, ctx.ints([1])], keepdims=1)  # (N, 1)
+        bin_ids = ctx.emit("Range", [ctx.const(0, torch.int64), ctx.const(bins, torch.int64),
+                                     ctx.const(1, torch.int64)])  # (bins,)
+        hit = ctx.emit("And", [ctx.emit("Equal", [index, bin_ids]), inside])  # (N, bins)
+    counts = ctx.emit("ReduceSum", [ctx.cast_to(hit, torch.bool, x.dtype), ctx.ints([0])], keepdims=0)
+    return ctx.emit("StopGradient", [counts], domain="com.trainrt")
+
+
+def _data_range(ctx: OpContext, flat: str, dtype: torch.dtype) -> tuple[str, str]:
+    """(min, max) of the data as 0-d tensors, each moved out by 1 when they are equal (torch's
+    histc with min == max)."""
+    lo = ctx.emit("ReduceMin", [flat, None], keepdims=0)
+    hi = ctx.emit("ReduceMax", [flat, None], keepdims=0)
+    same = ctx.cast_to(ctx.emit("Equal", [lo, hi]), torch.bool, dtype)
+    return ctx.emit("Sub", [lo, same]), ctx.emit("Add", [hi, same])
+
+
+def _linspace_interior(ctx: OpContext, lo: str, hi: str, bins: int, dtype: torch.dtype) -> str:
+    """linspace(lo, hi, bins + 1)[1:-1] of 0-d tensors, as torch's CPU kernel computes it: step =
+    (hi - lo) / bins, lo + i * step for the first half of the points, hi - (bins - i) * step for
+    the rest (RangeFactoriesKernel.cpp)."""
+    step = ctx.emit("Div", [ctx.emit("Sub", [hi, lo]), ctx.const(float(bins), dtype)])
+    i = list(range(1, bins))
+    from_low = ctx.emit("Add", [lo, ctx.emit("Mul", [ctx.b.const([float(k) for k in i], dtype), step])])
+    from_high = ctx.emit("Sub", [hi, ctx.emit("Mul", [ctx.b.const([float(bins - k) for k in i], dtype), step])])
+    first_half = ctx.b.const([k < (bins + 1) // 2 for k in i], torch.bool)
+    return ctx.emit("Where", [first_half, from_low, from_high])  # (bins - 1,)

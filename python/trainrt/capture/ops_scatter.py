@@ -9,7 +9,8 @@ train (the gradient of x is dY where nothing was written, of v the sum of dY ove
   f = i0 * d1 * .. * dk-1 + ... + ik-1 (negative indices counted back), compared with the P =
   d0 * .. * dk-1 offsets of x's indexed dims into a one-hot (K, P), then
       hit (P,)     = any over K of the one-hot            where something is written,
-      written (P, R) = one-hot^T (P, K) @ v (K, R)          v broadcast to K rows of the rest R of x,
+      written (P, R) = one-hot^T (P, K) @ v (K, R)          v broadcast to K rows of the rest R of x
+                                                            (integers: a sum of Where, K * P * R),
       y            = Where(hit, written, x)   or   x + written to accumulate.
   A 0-d v needs no product: Where(hit, v, x), or x + count * v. The one-hot costs K * P: right for
   the masks and per-row writes of HF models (Wav2Vec2 marks each row's last frame in a
@@ -91,15 +92,71 @@ def _put_at_indices(ctx: OpContext, x: TensorValue, indices: list[TensorValue], 
             hit = ctx.emit("ReduceMax", [onehot, ctx.ints([0])], keepdims=0)  # (P,)
             y = ctx.emit("Where", [per_position(hit), value, x_flat])
         return reshape_to(ctx, y, x.shape)
-    if not x.dtype.is_floating_point:
-        raise ctx.unsupported(f"of a values tensor into a {x.dtype} tensor has no TrainRT translation (floats only)")
     width = math.prod(rest)  # R
     rows = reshape_to(ctx, ctx.emit("Expand", [values, ctx.ints([*index_shape, *rest])]), [count, width])  # (K, R)
-    scatter = ctx.emit("Transpose", [ctx.cast_to(onehot, torch.bool, x.dtype)], perm=[1, 0])  # (P, K)
-    written = reshape_to(ctx, ctx.emit("MatMul", [scatter, rows]), [positions, *rest])  # (P, *rest)
+    if x.dtype.is_floating_point:
+        scatter = ctx.emit("Transpose", [ctx.cast_to(onehot, torch.bool, x.dtype)], perm=[1, 0])  # (P, K)
+        written = ctx.emit("MatMul", [scatter, rows])  # (P, R)
+    else:  # integers (an inverse permutation, `inv[perm] = arange`): no integer MatMul in the engine
+        picked = ctx.emit("Where", [ctx.emit("Unsqueeze", [onehot, ctx.ints([2])]),
+                                    ctx.emit("Unsqueeze", [rows, ctx.ints([1])]), ctx.const(0, x.dtype)])  # (K, P, R)
+        written = ctx.emit("ReduceSum", [picked, ctx.ints([0])], keepdims=0)  # (P, R)
+    written = reshape_to(ctx, written, [positions, *rest])  # (P, *rest)
     if accumulate:
         y = ctx.emit("Add", [x_flat, written])
     else:
         hit = ctx.emit("ReduceMax", [onehot, ctx.ints([0])], keepdims=0)
         y = ctx.emit("Where", [per_position(hit), written, x_flat])
     return reshape_to(ctx, y, x.shape)
+
+
+def _scatter_hits(ctx: OpContext, x: TensorValue, axis: int, index: TensorValue) -> str:
+    """(..., k, n, ...) bool: hit[.., j, p, ..] = index[.., j, ..] == p, the positions p of x's
+    axis (size n) that index entry j writes. index has x's shape except at the axis (k entries)."""
+    for d, (a, b) in enumerate(zip(index.shape, x.shape)):
+        if d != axis and not (a is b or str(a) == str(b)):
+            raise ctx.unsupported(f"with an index of shape {index.shape} into {x.shape} has no TrainRT translation "
+                                  "(the index must have the tensor's sizes except along dim)")
+    size = ctx.operand(x.shape[axis], torch.int64)
+    positions = ctx.emit("Range", [ctx.const(0, torch.int64), size, ctx.const(1, torch.int64)])  # (n,)
+    trailing = x.rank - 1 - axis
+    if trailing:
+        positions = ctx.emit("Unsqueeze", [positions, ctx.ints(range(1, trailing + 1))])  # (n, 1, .., 1)
+    entries = ctx.emit("Unsqueeze", [ctx.cast(index, torch.int64), ctx.ints([axis + 1])])  # (.., k, 1, ..)
+    return ctx.emit("Equal", [entries, positions])
+
+
+def _written(ctx: OpContext, hits: str, axis: int) -> str:
+    """(..., n, ...) bool: some index entry writes the position."""
+    count = ctx.emit("ReduceSum", [ctx.cast_to(hits, torch.bool, torch.int64), ctx.ints([axis])], keepdims=0)
+    return ctx.emit("Greater", [count, ctx.const(0, torch.int64)])
+
+
+@translates("aten.scatter.value")
+def scatter_value(ctx: OpContext) -> str:
+    """torch.scatter(x, dim, index, value): x with value at each position index names along dim,
+    Where(written, value, x); x's gradient is dY where nothing was written. DeepSeek-V3's router
+    marks its chosen expert groups with it. index must have x's sizes off dim (torch also takes a
+    smaller index, which writes a corner of x)."""
+    x, index = ctx.tensor("self"), ctx.tensor("index")
+    axis = x.rank and (ctx["dim"] + x.rank if ctx["dim"] < 0 else ctx["dim"])
+    hit = _written(ctx, _scatter_hits(ctx, x, axis, index), axis)
+    return ctx.emit("Where", [hit, ctx.operand(ctx["value"], x.dtype), x])
+
+
+@translates("aten.scatter.src")
+def scatter_src(ctx: OpContext) -> str:
+    """torch.scatter(x, dim, index, src): x with src[.., j, ..] at position index[.., j, ..] along
+    dim (src read over index's shape). The values written are a sum over the index entries of
+    Where(hit, src, 0), so src's gradient is dY at the position each entry wrote and x's is dY
+    where nothing was written. torch leaves duplicate positions undefined; here they add."""
+    x, index, src = ctx.tensor("self"), ctx.tensor("index"), ctx.tensor("src")
+    axis = x.rank and (ctx["dim"] + x.rank if ctx["dim"] < 0 else ctx["dim"])
+    if tuple(map(str, src.shape)) != tuple(map(str, index.shape)):
+        raise ctx.unsupported(f"with src of shape {src.shape} and index of shape {index.shape} has no TrainRT "
+                              "translation (src must have the index's shape)")
+    hits = _scatter_hits(ctx, x, axis, index)  # (.., k, n, ..)
+    values = ctx.emit("Unsqueeze", [ctx.cast(src, x.dtype), ctx.ints([axis + 1])])  # (.., k, 1, ..)
+    written = ctx.emit("ReduceSum", [ctx.emit("Where", [hits, values, ctx.const(0, x.dtype)]), ctx.ints([axis])],
+                       keepdims=0)
+    return ctx.emit("Where", [_written(ctx, hits, axis), written, x])

@@ -341,6 +341,8 @@ def slice_scatter(ctx: OpContext) -> str:
     end = INT64_MAX if ctx["end"] is None else ctx["end"]
     src = ctx.cast(ctx.tensor("src"), base.dtype)
     axis = dim_axis(ctx["dim"], base.rank)
+    if any(is_static(d) and int(d) == 0 for d in ctx.tensor("src").shape):
+        return base.name  # writes nothing (Qwen3.5's interleave of a tiny config's empty part)
     if step == 1:
         return _scatter_range(ctx, base, src, axis, start, end)
     if not (is_static(start) and int(start) >= 0 and is_static(step) and int(step) > 1):
@@ -389,3 +391,28 @@ def repeat_interleave(ctx: OpContext) -> str:
     y = ctx.emit("Unsqueeze", [y, ctx.ints([axis + 1])])
     y = ctx.emit("Expand", [y, ctx.ints([*shape[:axis + 1], r, *shape[axis + 1:]])])
     return reshape_to(ctx, y, ctx.out.shape)
+
+
+@translates("aten.unfold.default")
+def unfold(ctx: OpContext) -> str:
+    """Tensor.unfold(dim, size, step): the W = (L - size) // step + 1 windows of `size` along dim,
+    the window's elements as a new last dim. A Gather of x along dim at
+        index[w, i] = w * step + i                    (W, size)
+    gives (..., W, size, ...); the size axis then moves last. Gather's gradient adds each window's
+    dY back into x, overlapping windows summing, as torch's unfold backward does."""
+    x = ctx.tensor("self")
+    axis = dim_axis(ctx["dimension"], x.rank)
+    size, step = int(ctx["size"]), int(ctx["step"])
+    if x.rank == 0:
+        raise ctx.unsupported("of a 0-d tensor has no TrainRT translation")
+    windows = ctx.out.shape[axis]
+    zero, one = ctx.const(0, torch.int64), ctx.const(1, torch.int64)
+    starts = ctx.emit("Mul", [ctx.emit("Range", [zero, ctx.operand(windows, torch.int64), one]),
+                              ctx.const(step, torch.int64)])  # (W,)
+    offsets = ctx.emit("Range", [zero, ctx.const(size, torch.int64), one])  # (size,)
+    index = ctx.emit("Add", [ctx.emit("Unsqueeze", [starts, ctx.ints([1])]), offsets])  # (W, size)
+    gathered = ctx.emit("Gather", [x, index], axis=axis)  # (..., W, size, ...)
+    if axis == x.rank - 1:
+        return gathered
+    perm = [d for d in range(x.rank + 1) if d != axis + 1] + [axis + 1]
+    return ctx.emit("Transpose", [gathered], perm=perm)

@@ -160,6 +160,8 @@ class _Translator:
         target = node.target
         if target is operator.getitem:
             self.env[node] = self._getitem(node)
+        elif target is torch.ops.higher_order.wrap_with_set_grad_enabled:
+            self.env[node] = self._set_grad_region(node)
         elif target in _ASSERTS:
             return
         elif target in _SIZE_OPS or (not isinstance(target, torch._ops.OpOverload)
@@ -167,6 +169,28 @@ class _Translator:
             self.env[node] = node.meta["val"]  # symbolic.py computes it when an op needs it
         else:
             self.env[node] = self._aten(node)
+
+    def _set_grad_region(self, node: torch.fx.Node) -> list:
+        """A `torch.no_grad()` (or `enable_grad()`) block inside forward, which export's training IR
+        keeps as wrap_with_set_grad_enabled(enable, body, *operands) over a subgraph module: the
+        body's nodes are translated in place, and with grad disabled its float outputs pass
+        through StopGradient, so no gradient flows back through the block, as in eager."""
+        enable, body, *operands = node.args
+        module = getattr(node.graph.owning_module, body.target)
+        outputs = None
+        for inner in module.graph.nodes:
+            if inner.op == "placeholder":
+                self.env[inner] = self._resolve(operands.pop(0))
+            elif inner.op == "call_function":
+                self._call_or_record(inner)
+            elif inner.op == "output":
+                outputs = inner.args[0]
+        values = self._resolve(outputs if isinstance(outputs, (list, tuple)) else [outputs])
+        if enable:
+            return list(values)
+        self.b.scope = node.name
+        return [TensorValue(self.b.add_node("StopGradient", [v.name], domain="com.trainrt")[0], v.dtype, v.shape)
+                if isinstance(v, TensorValue) and v.dtype.is_floating_point else v for v in values]
 
     def _getitem(self, node: torch.fx.Node):
         seq, index = node.args

@@ -8,8 +8,10 @@ The input kind is the model's first forward argument: token ids (`input_ids`), i
 - text: BATCH rows of SEQ ids drawn below the special ids (shrink.py puts those at the top of the
   vocab); row r ends in 2 * r padding tokens (attention_mask 0, the config's pad id) where the
   model takes an attention_mask;
+- encoder-decoder classifiers: each row's last token is the eos id (they classify from its state);
 - labels: causal LM: the ids, -100 at padding; masked LM: a third of the tokens and each row's first,
-  -100 elsewhere; seq2seq: decoder labels of SEQ - 4 tokens, the last row's last two -100;
+  -100 elsewhere; seq2seq: decoder labels of SEQ - 4 tokens, the last row's last two -100 (models
+  without decoder_input_ids, audio-text LMs that decode the ids themselves: a causal LM's labels);
   classifiers: one of NUM_LABELS classes per row;
 - raw audio: about AUDIO_FRAMES frames after the conv feature extractor's strides, the last row's
   last quarter padded (zeros, attention_mask 0).
@@ -57,7 +59,7 @@ def make_batches(task: str, config, model: torch.nn.Module) -> Callable[[int], d
         g = torch.Generator().manual_seed(step)
         mask = None
         if kind == "text":
-            ids, mask = _text(config, g)
+            ids, mask = _text(config, g, ends_in_eos=task == "seq-cls")
             inputs = {first: ids, "attention_mask": mask} if "attention_mask" in takes else {first: ids}
         elif kind == "image":
             inputs = {first: _image(config, g)}
@@ -65,7 +67,10 @@ def make_batches(task: str, config, model: torch.nn.Module) -> Callable[[int], d
             inputs = _audio(config, g, "attention_mask" in takes)
         else:
             inputs = {first: _audio_features(config, g, first)}
-        inputs["labels"] = _labels(task, inputs[first], mask, g)
+        # Audio-text LMs in the seq2seq mapping (Voxtral, Qwen3-ASR) decode the ids themselves:
+        # their labels are the ids', as a causal LM's.
+        label_task = "causal-lm" if task == "seq2seq" and "decoder_input_ids" not in takes else task
+        inputs["labels"] = _labels(label_task, inputs[first], mask, g)
         return inputs
 
     return batch
@@ -76,13 +81,19 @@ def _pad_id(config) -> int:
     return pad if isinstance(pad, int) and 0 <= pad < VOCAB else 0
 
 
-def _text(config, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """(ids, attention_mask), both (BATCH, SEQ); padding positions hold the pad id."""
+def _text(config, g: torch.Generator, ends_in_eos: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, attention_mask), both (BATCH, SEQ); padding positions hold the pad id. With
+    `ends_in_eos` each row's last token is the eos id, where the config has one apart from the pad
+    id: encoder-decoder classifiers (BART, mT5) read the hidden state at each row's eos."""
     ids = torch.randint(FIRST_ID, LAST_ID, (BATCH, SEQ), generator=g)
     mask = torch.ones(BATCH, SEQ, dtype=torch.long)
     for row in range(1, BATCH):
         mask[row, SEQ - 2 * row:] = 0
     ids[mask == 0] = _pad_id(config)
+    eos = size_of(config, ("eos_token_id",))
+    if ends_in_eos and getattr(config, "is_encoder_decoder", False) and isinstance(eos, int) \
+            and 0 <= eos < VOCAB and eos != _pad_id(config):
+        ids[torch.arange(BATCH), mask.sum(1) - 1] = eos
     return ids, mask
 
 

@@ -54,6 +54,10 @@ OVERRIDES: dict[str, dict] = {
     # the sequence length in training; attention works in chunks the sequence must be a whole number of.
     "reformer": {"axial_pos_embds_dim": (WIDTH // 2, WIDTH // 2), "axial_pos_shape": (3, 4),  # 12: batches.SEQ
                  "local_attn_chunk_length": 4, "lsh_attn_chunk_length": 4},
+    # Block-sparse attention needs sequences of many blocks; on shorter ones BigBird switches to full
+    # attention inside forward by making new query/key/value layers there, which export cannot trace.
+    "big_bird": {"attention_type": "original_full"},
+    "bigbird_pegasus": {"attention_type": "original_full"},
     # Its head's batch norm has hidden_dim channels, which must be what round_filters makes of 1280.
     "efficientnet": {"hidden_dim": 1280},
 }
@@ -313,6 +317,13 @@ def shrink(config, special_ids: list[str] | None = None):
     if kwargs.get("pad_token_id", 0) is None:
         # Decoder classifiers find each row's last token through the padding id; batches pad with it.
         kwargs["pad_token_id"] = 0
+    if kwargs.get("num_experts_per_tok", 0) is None and any(_is_int(kwargs.get(n)) and kwargs[n] > 0 for n in
+                                                            ("n_routed_experts", "num_experts", "num_local_experts")):
+        # DeepSeek-V2's config has 64 routed experts and no top-k: its router calls topk(k=None).
+        kwargs["num_experts_per_tok"] = EXPERTS_PER_TOKEN
+    if kwargs.get("languages") and "default_language" in kwargs and kwargs["default_language"] is None:
+        # X-MOD picks a language adapter per input; without a default its forward refuses inputs.
+        kwargs["default_language"] = list(kwargs["languages"])[0]
     kv = [n for n in kwargs if _KV_HEADS.fullmatch(n) and _is_int(kwargs[n]) and kwargs[n] > 1]
     try:
         return cls(**kwargs)
@@ -330,6 +341,13 @@ def shrink_config(model_type: str, num_labels: int | None = None):
     config = shrink(CONFIG_MAPPING[model_type]())
     if num_labels is not None:
         config.num_labels = num_labels
+    if getattr(config, "is_encoder_decoder", False):
+        # Encoder-decoders shift labels right behind a start token; T5's and the generic
+        # EncoderDecoderConfig's configs leave it to the generation config (start with the pad id).
+        if getattr(config, "pad_token_id", None) is None:
+            config.pad_token_id = 0
+        if getattr(config, "decoder_start_token_id", None) is None:
+            config.decoder_start_token_id = config.pad_token_id
     return config
 
 

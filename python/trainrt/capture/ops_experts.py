@@ -1,0 +1,44 @@
+"""transformers' grouped matmul of MoE experts (`transformers::grouped_mm_fallback`, the custom op
+its `grouped_mm` experts implementation calls on the CPU; transformers/integrations/moe.py).
+
+    grouped_mm_fallback(x (S, I), w (E, I, O), offs (E,)) -> y (S, O)
+x holds the S token-expert pairs sorted by expert; offs[e] is the cumulative count of rows of
+experts 0..e, so rows offs[e-1] <= s < offs[e] belong to expert e, y[s] = x[s] @ w[e], and rows at
+or past offs[E-1] are 0. The engine has no grouped GEMM; this is composed from one MatMul against
+every expert and a selection:
+    expert[s] = #{e : offs[e] <= s}                 (S,) in 0..E (E: past the last row)
+    all       = x @ w as (I, E * O)                 (S, E, O)
+    y[s]      = all[s, expert[s]]                   Where over the one-hot of expert, summed
+Its gradients are MatMul's, with dY routed to each row's own expert only: the gradient of x is
+dY @ w[e]^T and of w[e] the sum of x[s]^T dY[s] over its rows, as the custom op's backward. It
+costs E times the FLOPs of a grouped GEMM, right for tiny configs; real MoE sizes need a grouped
+GEMM kernel in the engine.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from trainrt.capture.context import OpContext
+from trainrt.capture.ops_shape import reshape_to
+from trainrt.capture.registry import translates
+
+
+@translates("transformers.grouped_mm_fallback.default")
+def grouped_mm_fallback(ctx: OpContext) -> str:
+    x, w, offs = ctx.tensor("input"), ctx.tensor("weight"), ctx.tensor("offs")
+    if x.rank != 2 or w.rank != 3 or offs.rank != 1:
+        raise ctx.unsupported(f"of shapes {x.shape}, {w.shape}, {offs.shape} has no translation "
+                              "(x (S, I), w (E, I, O), offs (E,))")
+    experts, width_in, width_out = w.shape
+    zero, one = ctx.const(0, torch.int64), ctx.const(1, torch.int64)
+    rows = ctx.emit("Range", [zero, ctx.operand(x.shape[0], torch.int64), one])  # (S,)
+    ends = ctx.emit("Unsqueeze", [ctx.cast(offs, torch.int64), ctx.ints([0])])  # (1, E)
+    passed = ctx.emit("LessOrEqual", [ends, ctx.emit("Unsqueeze", [rows, ctx.ints([1])])])  # (S, E)
+    expert = ctx.emit("ReduceSum", [ctx.cast_to(passed, torch.bool, torch.int64), ctx.ints([1])], keepdims=1)  # (S, 1)
+    ids = ctx.emit("Range", [zero, ctx.operand(experts, torch.int64), one])  # (E,)
+    mine = ctx.emit("Unsqueeze", [ctx.emit("Equal", [expert, ids]), ctx.ints([2])])  # (S, E, 1)
+    stacked = reshape_to(ctx, ctx.emit("Transpose", [w], perm=[1, 0, 2]), [width_in, experts * width_out])  # (I, E*O)
+    every = reshape_to(ctx, ctx.emit("MatMul", [x, stacked]), [x.shape[0], experts, width_out])  # (S, E, O)
+    picked = ctx.emit("Where", [mine, every, ctx.const(0, x.dtype)])
+    return ctx.emit("ReduceSum", [picked, ctx.ints([1])], keepdims=0)  # (S, O)

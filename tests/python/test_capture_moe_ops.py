@@ -1,0 +1,207 @@
+"""The ops of mixture-of-experts layers, composed from engine ops, through RTModule against torch:
+forward values and the gradients of loss = sum(output * w), with fallback disabled.
+
+topk and sort (a rank per element from pairwise comparisons, GatherElements of the values),
+histc (bins from linspace edges, counted), scatter with a value or a src (Where over a one-hot
+of the index), index_put of integers (an inverse permutation), transformers' grouped matmul
+(one MatMul against every expert, each row keeping its own), and the grouped_mm experts layer of
+transformers that uses them all. Each module runs at two batch sizes on one capture.
+"""
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import trainrt
+from test_capture_composed_ops import Lambda, as_float, assert_like_torch, randn
+
+
+@pytest.fixture(autouse=True)
+def no_fallback(monkeypatch):
+    monkeypatch.setenv("TRAINRT_FALLBACK_POLICY", "FALLBACK_DISABLE")
+
+
+def with_indices(op):
+    """values * (1 + indices): a float output that reads both, so a wrong index shows in the
+    values and the gradient."""
+    return lambda x: (lambda r: r[0] * (1 + r[1]))(op(x))
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.topk(x, 2),
+    lambda x: torch.topk(x, 3, dim=1),  # not the last dim
+    lambda x: torch.topk(x, 2, largest=False),
+    lambda x: torch.topk(x, 3, dim=0),  # along the symbolic batch
+    lambda x: torch.topk(x.softmax(-1), 2, dim=-1, sorted=False),  # a router's top-k, as Mixtral's
+], ids=["largest", "dim1", "smallest", "batch", "router"])
+def test_topk(fn):
+    assert_like_torch(Lambda(with_indices(fn)), lambda b: [randn(b, 5, 6)])
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.sort(x),
+    lambda x: torch.sort(x, dim=1, descending=True),
+    lambda x: torch.sort(x, dim=0),  # along the symbolic batch
+    lambda x: torch.sort(x, stable=True, dim=-1),
+], ids=["ascending", "descending-dim1", "batch", "stable"])
+def test_sort(fn):
+    assert_like_torch(Lambda(with_indices(fn)), lambda b: [randn(b, 5, 6)])
+
+
+@pytest.mark.parametrize("descending", [False, True])
+def test_sort_keeps_ties_in_index_order(descending):
+    """Expert ids tie everywhere; a stable order is torch's on the CPU."""
+    assert_like_torch(Lambda(with_indices(lambda x: torch.sort(x, -1, descending))),
+                      lambda b: [(randn(b, 9) * 2).round()])
+
+
+def test_sort_orders_nan_above_every_number_as_torch():
+    def inputs(b):
+        x = randn(b, 7)
+        x[0, 2] = x[1, 5] = x[1, 0] = float("nan")
+        return [x]
+
+    ours = trainrt.RTModule(Lambda(lambda x: torch.sort(x, -1, True).indices.float() + 0 * torch.where(x == x, x, 0).sum()))
+    for b in (3, 4):
+        (x,) = inputs(b)
+        torch.testing.assert_close(ours(x), torch.sort(x, -1, True).indices.float())
+        assert ours.fallback_reason is None
+
+
+def test_sort_of_integer_expert_ids():
+    """grouped_mm experts sort the flattened top-k ids (int64) and gather tokens by the order."""
+    def route(x, ids):
+        order, perm = torch.sort(ids.reshape(-1))
+        return x.repeat_interleave(2, 0)[perm] * (1 + order.unsqueeze(-1))
+
+    def inputs(b):
+        return [randn(b, 4), torch.randint(0, 3, (b, 2), generator=torch.Generator().manual_seed(b))]
+
+    assert_like_torch(Lambda(route), inputs)
+
+
+def test_topk_of_ties_gives_the_largest_values_and_their_gradient():
+    """torch's topk leaves the order of ties to its kernel (a partial sort); ours takes the lower
+    index first. Both give the same values; the gradient reaches the elements ours picked."""
+    x = (randn(4, 9) * 1.5).round()
+    ours = trainrt.RTModule(Lambda(lambda x: torch.topk(x, 3)[0] * (1 + 0 * torch.topk(x, 3)[1])))
+    xa = x.clone().requires_grad_()
+    values = ours(xa)
+    assert ours.fallback_reason is None
+    torch.testing.assert_close(values, torch.topk(x, 3).values)
+    values.sum().backward()
+    for row, grad in zip(x, xa.grad):
+        picked = grad.nonzero().flatten()
+        assert len(picked) == 3 and torch.equal(grad[picked], torch.ones(3))
+        torch.testing.assert_close(row[picked].sort(descending=True).values, torch.topk(row, 3).values)
+
+
+@pytest.mark.parametrize("bins, low, high, scale", [
+    (4, 0, 3, None),  # expert ids as floats, one bin each: the MoE count
+    (5, -1.0, 1.5, 1.0),  # elements outside [min, max] left out
+    (1, -2.0, 2.0, 1.0),
+    (6, 0, 0, 1.0),  # min == max: the data's range
+    (4, 0, 0, None),
+    (1, 0, 0, 1.0),  # one expert: HunYuan's tiny MoE
+], ids=["expert-counts", "general", "one-bin", "data-range", "data-range-ids", "data-range-one-bin"])
+def test_histc(bins, low, high, scale):
+    def inputs(b):
+        g = torch.Generator().manual_seed(b)
+        x = torch.randint(0, 4, (b, 6), generator=g).float() if scale is None else torch.randn(b, 6, generator=g)
+        if low < high:
+            x[0, :2] = torch.tensor([low, high], dtype=x.dtype)  # the edges themselves
+            x[1, :bins - 1] = torch.linspace(low, high, bins + 1)[1:-1]
+        elif scale is not None:  # the data's range [-3, 3], and its edges
+            x = x.clamp(-2.5, 2.5)
+            x[0, :2] = torch.tensor([-3.0, 3.0])
+            x[1, :bins - 1] = torch.linspace(-3.0, 3.0, bins + 1)[1:-1]
+        return [x]
+
+    def count(x):
+        return torch.histc(x, bins=bins, min=low, max=high).sum() * x + torch.histc(x, bins, low, high)[0] * x
+
+    assert_like_torch(Lambda(count), inputs)
+    for b in (3, 5):  # the counts themselves
+        (x,) = inputs(b)
+        ours = trainrt.RTModule(Lambda(lambda x: torch.histc(x, bins, low, high) + 0 * x.sum()))
+        torch.testing.assert_close(ours(x.requires_grad_()), torch.histc(x.detach(), bins, low, high))
+
+
+def _scatter_value(x, index):
+    return x.scatter(1, index, 1.5)
+
+
+def _scatter_src(x, index):
+    return x.scatter(0, index, x.flip(0) * 3)
+
+
+def _group_mask(scores, _):
+    """DeepSeek-V3's router: the best 2 of 4 expert groups marked with ones by scatter."""
+    groups = scores.view(scores.shape[0], 4, 2).topk(2, dim=-1)[0].sum(-1)  # (b, 4)
+    chosen = torch.topk(groups, k=2, dim=-1, sorted=False)[1]
+    mask = torch.zeros_like(groups).scatter_(1, chosen, 1)
+    return scores * mask.repeat_interleave(2, dim=1)
+
+
+def _distinct_rows(b):
+    return torch.stack([torch.randperm(6, generator=torch.Generator().manual_seed(i))[:3] for i in range(b)])
+
+
+@pytest.mark.parametrize("fn, inputs", [
+    (_scatter_value, lambda b: [randn(b, 6), _distinct_rows(b)]),
+    (lambda x, i: x.scatter(-1, i, -2.0), lambda b: [randn(b, 2, 6), _distinct_rows(2 * b).view(b, 2, 3)]),
+    (_scatter_src, lambda b: [randn(b, 4), torch.stack([torch.randperm(b)] * 4, 1)]),
+    (_group_mask, lambda b: [randn(b, 8), None]),
+], ids=["value", "value-last-dim", "src-batch-dim", "router-group-mask"])
+def test_scatter(fn, inputs):
+    assert_like_torch(Lambda(lambda x, i=None: fn(x, i)), lambda b: [t for t in inputs(b) if t is not None])
+
+
+def test_index_put_of_an_inverse_permutation():
+    """grouped_mm experts undo their sort with `inv[perm] = arange`, on int64."""
+    def unsort(x):
+        perm = torch.sort(x[:, 0])[1]
+        inv = torch.empty_like(perm)
+        inv[perm] = torch.arange(perm.shape[0])
+        return x[perm][inv] * (1 + inv.unsqueeze(-1))
+
+    assert_like_torch(Lambda(unsort), lambda b: [randn(b, 3)])
+
+
+class GroupedLinear(nn.Module):
+    """transformers' grouped_mm_fallback of rows sorted by expert against (E, I, O) weights."""
+
+    def __init__(self, experts=4, width_in=5, width_out=3):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(experts, width_in, width_out))
+
+    def forward(self, x, counts):
+        return torch.ops.transformers.grouped_mm_fallback(x, self.weight, torch.cumsum(counts, 0, dtype=torch.int32))
+
+
+def test_grouped_mm_fallback():
+    pytest.importorskip("transformers.integrations.moe")  # registers transformers::grouped_mm_fallback
+
+    def inputs(b):
+        counts = torch.tensor([b, 0, 2 * b - 1, 1])  # an expert without rows, and rows past the last
+        return [randn(4 * b + 2, 5, seed=b), counts]
+
+    assert_like_torch(GroupedLinear(), inputs, rtol=1e-4, atol=1e-5)
+
+
+def test_grouped_mm_experts_layer_of_qwen3_moe():
+    """A whole sparse MoE block as transformers runs it on the CPU: router softmax, topk, sort,
+    histc, two grouped matmuls, the inverse permutation and the per-token sum."""
+    pytest.importorskip("transformers")
+    from transformers import Qwen3MoeConfig
+    from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeSparseMoeBlock
+
+    config = Qwen3MoeConfig(hidden_size=16, moe_intermediate_size=8, num_experts=4, num_experts_per_tok=2)
+    config._experts_implementation = "grouped_mm"
+    torch.manual_seed(0)
+    block = Qwen3MoeSparseMoeBlock(config)
+    for p in block.parameters():  # made with torch.empty: the model's _init_weights fills them
+        nn.init.normal_(p, std=0.3)
+    assert_like_torch(block, lambda b: [randn(b, 5, 16, seed=b)], rtol=1e-4, atol=1e-5)
