@@ -8,8 +8,9 @@ new constants and merges initializers of equal values, such as LayerNorm's initi
 trains those tied). Then:
 - run: trainrt.Session's first output against eager's logits, and against onnxruntime's, within
   1e-4 relative to the largest logit;
-- train (classifiers: logits (N, C)): TrainingSession with a cross-entropy loss appended, 5 steps of
-  SGD with momentum, against eager training from the same weights: losses within 1e-4 relative.
+- train (classifiers: logits (N, C)): TrainingSession with a cross-entropy loss appended and the
+  model's buffers frozen, 5 steps of SGD with momentum, against eager training from the same weights
+  (eval mode, as exported): losses within 1e-4 relative.
 Each row says how far it got: export (the exporter's first line), unsupported (the op TrainRT lacks),
 run / train mismatches (the figures), or ok; the summary counts them per task.
 """
@@ -99,7 +100,9 @@ def run_one(arch: Architecture) -> ExportOutcome:
             return ExportOutcome(arch.name, "run-mismatch", ort_problem)
         if arch.task not in _CLASSIFIERS or want.dim() != 2:
             return ExportOutcome(arch.name, "ok", "run only (logits not (N, C))")
-        return _train(arch, model, batches, path, names, graph.output[0].name)
+        initializers = {i.name for i in graph.initializer}
+        buffers = [n for n, _ in model.named_buffers() if n in initializers]
+        return _train(arch, model, batches, path, names, graph.output[0].name, buffers)
 
 
 def _against_onnxruntime(path, feeds: dict, got, scale: float) -> str:
@@ -116,12 +119,14 @@ def _against_onnxruntime(path, feeds: dict, got, scale: float) -> str:
     return "" if diff <= TOL * scale else f"against onnxruntime: max |diff| {diff:.2g} vs max |logit| {scale:.2g}"
 
 
-def _train(arch, model, batches, path, names, logits_name) -> ExportOutcome:
+def _train(arch, model, batches, path, names, logits_name, buffers) -> ExportOutcome:
+    """`buffers`: the model's buffers among the file's initializers (BatchNorm's running statistics,
+    rotary inv_freq), frozen: TrainingSession trains every float initializer it is not told to keep."""
     import trainrt
 
     try:
         trainer = trainrt.TrainingSession(path, append_loss="cross_entropy", output=logits_name, label="label",
-                                          optimizer="sgd", lr=LR, momentum=MOMENTUM)
+                                          optimizer="sgd", lr=LR, momentum=MOMENTUM, frozen=buffers)
     except Exception as e:  # noqa: BLE001
         return ExportOutcome(arch.name, "engine", f"train: {first_line(e)}")
     eager = copy.deepcopy(model)  # eval mode as exported: the shrunk configs have no dropout
