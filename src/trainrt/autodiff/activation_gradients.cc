@@ -12,6 +12,7 @@
 //   Elu          dX = dY where X > 0, else dY (Y + alpha)      (elu_backward: alpha e^X = Y + alpha)
 //   Selu         dX = gamma dY where X > 0, else dY (Y + gamma alpha)
 //   HardSigmoid  dX = alpha dY where 0 < Y < 1, else 0         (hardsigmoid_backward: open interval)
+//   HardSwish    dX = 0 where X < -3, dY (X / 3 + 1/2) where X <= 3, else dY   (hardswish_backward)
 // Elu and Selu test X > 0 as Y > 0 where the two agree (alpha >= 0, gamma > 0), so only Y needs
 // to be kept for the backward.
 #include <cmath>
@@ -90,6 +91,14 @@ void hard_sigmoid_grad(GradContext& ctx) {
   ctx.set_input_grad(0, ctx.emit("Where", {inside, g, ctx.scalar_like(dy, 0)}));
 }
 
+void hard_swish_grad(GradContext& ctx) {
+  Value* x = ctx.input(0);
+  Value* dy = ctx.output_grad(0);
+  Value* slope = ctx.emit("Add", {ctx.emit("Mul", {x, ctx.scalar_like(x, 1.0 / 3.0)}), ctx.scalar_like(x, 0.5)});
+  Value* middle = ctx.emit("Where", {ctx.emit("LessOrEqual", {x, ctx.scalar_like(x, 3)}), ctx.emit("Mul", {dy, slope}), dy});
+  ctx.set_input_grad(0, ctx.emit("Where", {ctx.emit("Less", {x, ctx.scalar_like(x, -3)}), ctx.scalar_like(dy, 0), middle}));
+}
+
 }  // namespace
 
 void register_activation_gradients(GradientRegistry& r) {
@@ -103,6 +112,7 @@ void register_activation_gradients(GradientRegistry& r) {
   r.add("", "Elu", elu_grad);
   r.add("", "Selu", selu_grad);
   r.add("", "HardSigmoid", hard_sigmoid_grad);
+  r.add("", "HardSwish", hard_swish_grad);
 }
 
 }  // namespace trainrt

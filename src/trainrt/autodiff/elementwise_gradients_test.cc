@@ -101,7 +101,7 @@ TEST(ElementwiseGradients, Activations) {
   WorstErrors worst;
   const Tensor x = random_f64({2, 3, 4}, 50, -4, 4);
   const Tensor scalar = random_f64({}, 51, -1, 1);
-  for (const char* op : {"Relu", "Sigmoid", "Tanh", "Softplus", "LeakyRelu", "Elu", "Selu", "HardSigmoid", "Gelu"}) {
+  for (const char* op : {"Relu", "Sigmoid", "Tanh", "Softplus", "LeakyRelu", "Elu", "Selu", "HardSigmoid", "HardSwish", "Gelu"}) {
     worst.check({.op = op}, {x});
     worst.check({.op = op}, {scalar});
   }

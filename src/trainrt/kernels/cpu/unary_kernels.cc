@@ -173,6 +173,17 @@ struct HardSigmoidOp {
   float alpha, beta;
 };
 
+// x * HardSigmoid(x) with alpha 1/6, beta 1/2 (ONNX HardSwish; torch's hardswish).
+struct HardSwishOp {
+  static constexpr DTypeSet kTypes = kFloatTypes;
+  template <typename T>
+  T operator()(T x) const {
+    T v = x * T(1.0 / 6.0) + T(0.5);
+    v = v < T(0) ? T(0) : v;
+    return x * (v > T(1) ? T(1) : v);
+  }
+};
+
 // x for x > 0, alpha (exp(x) - 1) otherwise.
 struct EluOp {
   static constexpr DTypeSet kTypes = kFloatTypes;
@@ -335,6 +346,7 @@ void register_unary_kernels(KernelTable& t) {
   add_kernels(t, "Gelu", kFloatTypes, make_gelu);
   add_kernels(t, "Softplus", SoftplusOp::kTypes, make_unary<SoftplusOp>);
   add_kernels(t, "HardSigmoid", HardSigmoidOp::kTypes, make_unary<HardSigmoidOp>);
+  add_kernels(t, "HardSwish", HardSwishOp::kTypes, make_unary<HardSwishOp>);
   add_kernels(t, "Elu", EluOp::kTypes, make_unary<EluOp>);
   add_kernels(t, "Selu", SeluOp::kTypes, make_unary<SeluOp>);
   add_kernels(t, "Not", kBoolTypes, make_not);

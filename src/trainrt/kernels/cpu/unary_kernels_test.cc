@@ -66,6 +66,7 @@ std::vector<UnaryCase> float_cases() {
       {"Gelu", {{"approximate", Attribute::of_string("tanh")}}, -8, 8, gelu_tanh_ref},
       {"Softplus", {}, -30, 30, [](double x) { return std::log1p(std::exp(x)); }},
       {"HardSigmoid", {}, -5, 5, [](double x) { return std::clamp(double(0.2f) * x + 0.5, 0.0, 1.0); }},
+      {"HardSwish", {}, -5, 5, [](double x) { return x * std::clamp(x / 6 + 0.5, 0.0, 1.0); }},
       {"HardSigmoid", {{"alpha", Attribute::of_float(0.5f)}, {"beta", Attribute::of_float(0.6f)}}, -5, 5,
        [](double x) { return std::clamp(0.5 * x + double(0.6f), 0.0, 1.0); }},
       {"Elu", {}, -5, 5, [](double x) { return x < 0 ? std::expm1(x) : x; }},
