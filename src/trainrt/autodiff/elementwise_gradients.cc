@@ -81,6 +81,21 @@ void div_grad(GradContext& ctx) {
   }
 }
 
+// Mod: a - q b with q = trunc(a / b) (fmod 1) or floor(a / b) (fmod 0), piecewise constant:
+// dA = dY, dB = -q dY (torch's fmod and remainder backward).
+void mod_grad(GradContext& ctx) {
+  Value* a = ctx.input(0);
+  Value* b = ctx.input(1);
+  set_broadcast_grad(ctx, 0, ctx.output_grad(0));
+  if (ctx.needs_input_grad(1)) {
+    Value* ratio = ctx.emit("Div", {a, b});
+    Value* q = ctx.node().attr_int("fmod", 0) != 0
+                   ? ctx.emit("Mul", {ctx.emit("Sign", {ratio}), ctx.emit("Floor", {ctx.emit("Abs", {ratio})})})
+                   : ctx.emit("Floor", {ratio});
+    ctx.set_input_grad(1, ctx.emit("Neg", {ctx.reduce_to_shape_of(ctx.emit("Mul", {ctx.output_grad(0), q}), b)}));
+  }
+}
+
 // The exponent's value when Pow's exponent is one number fixed for the graph's lifetime: an
 // initializer that is not trained here and is no graph input (whose default a caller could
 // override). Then dX takes a cheaper form (x^2 in norms and losses: dX = 2 X dY).
@@ -243,6 +258,7 @@ void register_elementwise_gradients(GradientRegistry& r) {
   r.add("", "Sub", sub_grad);
   r.add("", "Mul", mul_grad);
   r.add("", "Div", div_grad);
+  r.add("", "Mod", mod_grad);
   r.add("", "Pow", pow_grad);
   r.add("", "Neg", neg_grad);
   r.add("", "Abs", abs_grad);

@@ -37,6 +37,11 @@ TEST(ElementwiseGradients, BinaryArithmeticBroadcasts) {
   // One value on both sides: the two contributions are summed.
   const Tensor x = random_f64({3, 2}, seed++, 0.5, 1.5);
   for (const char* op : {"Mul", "Div", "Sub"}) worst.check({.op = op}, {x, x.clone()});
+  // Mod away from its jumps (a / b not near an integer): both signs of the divisor, both modes.
+  const Tensor a = make_tensor<double>({4}, {2.3, -2.3, 5.6, -0.7});
+  const Tensor b = make_tensor<double>({4}, {1.1, 1.1, -1.5, 0.4});
+  worst.check({.op = "Mod", .attrs = {{"fmod", Attribute::of_int(1)}}}, {a, b});
+  worst.check({.op = "Mod"}, {a, b});
 }
 
 TEST(ElementwiseGradients, PowOfBaseAndExponent) {

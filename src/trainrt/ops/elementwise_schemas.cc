@@ -194,6 +194,7 @@ void register_elementwise_schemas(OpRegistry& r) {
 
   for (const char* name : {"Add", "Sub", "Mul", "Div"}) add_binary(r, name, infer_binary<Types::kNumeric, false>);
   add_binary(r, "Pow", infer_pow);
+  add_binary(r, "Mod", infer_binary<Types::kNumeric, false>);  // fmod 0 (sign of the divisor) or 1 (C fmod)
   add_binary(r, "Equal", infer_binary<Types::kAll, true>);
   for (const char* name : {"Less", "LessOrEqual", "Greater", "GreaterOrEqual"})
     add_binary(r, name, infer_binary<Types::kNumeric, true>);

@@ -47,6 +47,34 @@ struct MulOp {
   T operator()(T a, T b) const { return static_cast<T>(static_cast<WrapType<T>>(a) * static_cast<WrapType<T>>(b)); }
 };
 
+// Mod with fmod = 1: C's fmod, the sign of the dividend (floats must use it, ONNX).
+struct FmodOp {
+  static constexpr DTypeSet kTypes = kNumericTypes;
+  template <typename T>
+  T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>) return std::fmod(a, b);
+    else return b == 0 ? T(0) : static_cast<T>(a % b);
+  }
+};
+
+// Mod with fmod = 0 (integers): the sign of the divisor, as Python's % and torch.remainder.
+struct ModOp {
+  static constexpr DTypeSet kTypes = kNumericTypes;
+  template <typename T>
+  T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      T r = std::fmod(a, b);
+      return r != 0 && ((r < 0) != (b < 0)) ? r + b : r;
+    } else {
+      if (b == 0) return T(0);
+      T r = static_cast<T>(a % b);
+      if constexpr (std::is_signed_v<T>)
+        if (r != 0 && ((r < 0) != (b < 0))) r = static_cast<T>(r + b);
+      return r;
+    }
+  }
+};
+
 struct DivOp {
   static constexpr DTypeSet kTypes = kNumericTypes;
   template <typename T>
@@ -374,6 +402,10 @@ KernelFn make_where(const Node& node) {
   throw_unsupported_dtype(node, "input 1", t);
 }
 
+KernelFn make_mod(const Node& node) {
+  return node.attr_int("fmod", 0) != 0 ? make_binary<FmodOp>(node) : make_binary<ModOp>(node);
+}
+
 }  // namespace
 
 void register_binary_kernels(KernelTable& t) {
@@ -381,6 +413,7 @@ void register_binary_kernels(KernelTable& t) {
   add_kernels(t, "Sub", SubOp::kTypes, make_binary<SubOp>);
   add_kernels(t, "Mul", MulOp::kTypes, make_binary<MulOp>);
   add_kernels(t, "Div", DivOp::kTypes, make_binary<DivOp>);
+  add_kernels(t, "Mod", ModOp::kTypes, make_mod);
   add_kernels(t, "Pow", kNumericTypes, make_pow);
   add_kernels(t, "Equal", EqualOp::kTypes, make_binary<EqualOp>);
   add_kernels(t, "Less", LessOp::kTypes, make_binary<LessOp>);
