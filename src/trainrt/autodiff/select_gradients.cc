@@ -147,6 +147,15 @@ void pad_grad(GradContext& ctx) {
   }
 }
 
+// TopK's values: dX = GatherElementsGrad(dims(X), Indices, dValues, axis) (the indices have no gradient).
+void top_k_grad(GradContext& ctx) {
+  const Node& n = ctx.node();
+  Value* x = ctx.input(0);
+  Value* dx = ctx.emit("GatherElementsGrad", {dims_of(ctx, x), ctx.output(1), ctx.output_grad(0)},
+                       {{"axis", Attribute::of_int(n.attr_int("axis", -1))}}, kTrainrtDomain);
+  ctx.set_input_grad(0, with_shape_of(dx, x));
+}
+
 void gather_elements_grad(GradContext& ctx) {
   Value* x = ctx.input(0);
   Value* dx = ctx.emit("GatherElementsGrad", {dims_of(ctx, x), ctx.input(1), ctx.output_grad(0)},
@@ -174,6 +183,7 @@ void register_select_gradients(GradientRegistry& r) {
   r.add("", "GatherND", gather_nd_grad);
   r.add("", "ScatterND", scatter_nd_grad);
   r.add("", "Pad", pad_grad);
+  r.add("", "TopK", top_k_grad);
   r.add(kTrainrtDomain, "Embedding", embedding_grad);
 }
 

@@ -153,6 +153,18 @@ TEST(TensorGradients, PadMatchesFiniteDifferencesInEveryMode) {
   }
 }
 
+TEST(TensorGradients, TopKValuesMatchFiniteDifferences) {
+  WorstErrors worst;
+  const Tensor x = random_f64({3, 5}, 60);  // distinct values: no tie flips under the FD step
+  for (int64_t largest : {1, 0}) {
+    worst.check({.op = "TopK", .attrs = {{"largest", Attribute::of_int(largest)}}, .num_outputs = 2},
+                {x, make_tensor<int64_t>({1}, {2})});
+    worst.check({.op = "TopK", .attrs = {{"axis", Attribute::of_int(0)}, {"largest", Attribute::of_int(largest)}},
+                 .num_outputs = 2},
+                {x, make_tensor<int64_t>({1}, {3})});
+  }
+}
+
 TEST(TensorGradients, GatherElementsMatchesFiniteDifferences) {
   WorstErrors worst;
   worst.check({.op = "GatherElements"},

@@ -15,6 +15,7 @@ void register_tensor_schemas(OpRegistry& r) {
   register_gather_nd_schemas(r);
   register_arg_reduce_schemas(r);
   register_pad_schemas(r);
+  register_top_k_schema(r);
 }
 
 ArgState read_ints_arg(const InferenceContext& ctx, int input, const std::string& attr,

@@ -34,6 +34,7 @@ void register_valid_rows_schema(OpRegistry& r);       // ValidRows (valid_rows.h
 void register_gather_nd_schemas(OpRegistry& r);       // GatherND, GatherNDGrad
 void register_arg_reduce_schemas(OpRegistry& r);      // ArgMax, ArgMin
 void register_pad_schemas(OpRegistry& r);             // Pad, PadGrad
+void register_top_k_schema(OpRegistry& r);            // TopK
 
 enum class ArgState { kAbsent, kUnknown, kKnown };
 

@@ -167,6 +167,7 @@ void register_tensor_kernels(KernelTable& t) {
   register_gather_nd_kernels(t);
   register_arg_reduce_kernels(t);
   register_pad_kernels(t);
+  register_top_k_kernels(t);
 }
 
 }  // namespace trainrt

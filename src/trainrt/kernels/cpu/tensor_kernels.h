@@ -19,6 +19,7 @@ void register_valid_rows_kernels(KernelTable& t);       // ValidRows
 void register_gather_nd_kernels(KernelTable& t);        // GatherND, GatherNDGrad
 void register_arg_reduce_kernels(KernelTable& t);       // ArgMax, ArgMin
 void register_pad_kernels(KernelTable& t);              // Pad, PadGrad
+void register_top_k_kernels(KernelTable& t);            // TopK
 // tensor_kernels.cc itself: Reshape, Flatten, Squeeze, Unsqueeze, Shape, Size, Constant,
 // ConstantOfShape, Range, Trilu.
 
