@@ -147,6 +147,29 @@ void pad_grad(GradContext& ctx) {
   }
 }
 
+// ScatterElements (none, add): dData = dY, the written positions zeroed for none;
+// dUpdates = GatherElements(dY, indices, axis).
+void scatter_elements_grad(GradContext& ctx) {
+  const Node& n = ctx.node();
+  const std::string reduction = n.attr_string("reduction", "none");
+  if (reduction != "none" && reduction != "add")
+    throw UnsupportedOp(fmt(n.describe(), ": no gradient for reduction '", reduction, "' (none and add have one)"));
+  const Attribute axis = Attribute::of_int(n.attr_int("axis", 0));
+  Value* dy = ctx.output_grad(0);
+  if (ctx.needs_input_grad(0)) {
+    Value* dx = dy;
+    if (reduction == "none") {
+      Value* updates = ctx.input(2);
+      Value* zeros = ctx.emit("ConstantOfShape", {dims_of(ctx, updates)},
+                              {{"value", Attribute::of_tensor(Tensor::zeros(updates->dtype, {1}))}});
+      dx = ctx.emit("ScatterElements", {dy, ctx.input(1), with_shape_of(zeros, updates)}, {{"axis", axis}});
+    }
+    ctx.set_input_grad(0, with_shape_of(dx, ctx.input(0)));
+  }
+  if (ctx.needs_input_grad(2))
+    ctx.set_input_grad(2, with_shape_of(ctx.emit("GatherElements", {dy, ctx.input(1)}, {{"axis", axis}}), ctx.input(2)));
+}
+
 // TopK's values: dX = GatherElementsGrad(dims(X), Indices, dValues, axis) (the indices have no gradient).
 void top_k_grad(GradContext& ctx) {
   const Node& n = ctx.node();
@@ -184,6 +207,7 @@ void register_select_gradients(GradientRegistry& r) {
   r.add("", "ScatterND", scatter_nd_grad);
   r.add("", "Pad", pad_grad);
   r.add("", "TopK", top_k_grad);
+  r.add("", "ScatterElements", scatter_elements_grad);
   r.add(kTrainrtDomain, "Embedding", embedding_grad);
 }
 

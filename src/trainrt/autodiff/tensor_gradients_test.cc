@@ -153,6 +153,16 @@ TEST(TensorGradients, PadMatchesFiniteDifferencesInEveryMode) {
   }
 }
 
+TEST(TensorGradients, ScatterElementsMatchesFiniteDifferences) {
+  WorstErrors worst;
+  // Distinct positions for none (a repeated one is written twice: ONNX leaves that undefined);
+  // repeats for add.
+  worst.check({.op = "ScatterElements", .attrs = {{"axis", Attribute::of_int(1)}}},
+              {random_f64({2, 4}, 70), make_tensor<int64_t>({2, 2}, {3, 0, 1, 2}), random_f64({2, 2}, 71)});
+  worst.check({.op = "ScatterElements", .attrs = {{"reduction", Attribute::of_string("add")}}},
+              {random_f64({3, 2}, 72), make_tensor<int64_t>({2, 2}, {0, 2, 0, -1}), random_f64({2, 2}, 73)});
+}
+
 TEST(TensorGradients, TopKValuesMatchFiniteDifferences) {
   WorstErrors worst;
   const Tensor x = random_f64({3, 5}, 60);  // distinct values: no tie flips under the FD step

@@ -17,9 +17,22 @@ void infer_gather_elements(InferenceContext& ctx) {
   ctx.set_output(0, ctx.input_dtype(0), indices);
 }
 
+// ScatterElements (opset 11/13/16/18): data's shape; updates shaped like indices.
+void infer_scatter_elements(InferenceContext& ctx) {
+  ctx.expect_dtype(1, {DType::kI64, DType::kI32});
+  const std::string reduction = ctx.node().attr_string("reduction", "none");
+  if (reduction != "none" && reduction != "add" && reduction != "mul" && reduction != "max" && reduction != "min")
+    ctx.fail(fmt("reduction '", reduction, "' is not one of none, add, mul, max, min"));
+  if (ctx.input_dtype(2) != ctx.input_dtype(0)) ctx.fail("updates must have data's dtype");
+  const Shape& data = ctx.input_shape(0);
+  if (data.rank_known) checked_axis(ctx, ctx.node().attr_int("axis", 0), data.rank(), "axis");
+  ctx.set_output(0, ctx.input_dtype(0), data);
+}
+
 }  // namespace
 
 void register_gather_elements_schema(OpRegistry& r) {
+  r.add({.domain = "", .name = "ScatterElements", .min_inputs = 3, .max_inputs = 3, .infer = infer_scatter_elements});
   r.add({.domain = "", .name = "GatherElements", .min_inputs = 2, .max_inputs = 2, .infer = infer_gather_elements});
 }
 

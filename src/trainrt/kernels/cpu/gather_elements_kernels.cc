@@ -1,5 +1,7 @@
 // GatherElements: each output element copies the data element found by replacing its own index
 // along `axis` with the index tensor's value there (ONNX GatherElements; torch.gather).
+// ScatterElements(data, indices, updates), its inverse: data with each update written (reduction
+// none) or combined (add, mul, max, min) at the position GatherElements would have read it from.
 // GatherElementsGrad(shape, indices, dY) -> dX, its gradient: dX (dims `shape`) starts at 0 and
 // each dY element is added at the data position its forward element was copied from (repeated
 // indices accumulate, as torch's gather backward, a scatter_add). One pass in index order, so the
@@ -97,9 +99,48 @@ KernelFn make_gather_elements_grad(const Node& node) {
   };
 }
 
+template <typename T>
+void scatter_elements(const Node& node, const std::string& reduction, const Tensor& indices, const Tensor& updates,
+                      int64_t axis, Tensor& out) {
+  T* o = out.data<T>();
+  const T* u = updates.data<T>();
+  visit_index(indices, [&]<typename I>() {
+    for_each_element<I>(node, out.dims(), indices, axis, [&](int64_t e, int64_t offset) {
+      T& v = o[offset];
+      if (reduction == "add") v = v + u[e];
+      else if (reduction == "mul") v = v * u[e];
+      else if (reduction == "max") v = v < u[e] ? u[e] : v;
+      else if (reduction == "min") v = u[e] < v ? u[e] : v;
+      else v = u[e];
+    });
+  });
+}
+
+KernelFn make_scatter_elements(const Node& node) {
+  const int64_t axis_attr = node.attr_int("axis", 0);
+  const std::string reduction = node.attr_string("reduction", "none");
+  return [&node, axis_attr, reduction](KernelContext& ctx) {
+    const Tensor& data = ctx.in(0);
+    Tensor& out = ctx.out(0);
+    if (out.raw() != data.raw()) std::memcpy(out.raw(), data.raw(), data.nbytes());
+    if (ctx.in(2).dims() != ctx.in(1).dims())
+      throw ShapeError(fmt(node.describe(), ": updates have shape ", to_string(ctx.in(2).dims()), ", expected the indices' ",
+                           to_string(ctx.in(1).dims())));
+    const int64_t axis = axis_attr < 0 ? axis_attr + data.rank() : axis_attr;
+    visit_dtype(data.dtype(), [&]<typename T>() {
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, int64_t> ||
+                    std::is_same_v<T, int32_t> || std::is_same_v<T, int8_t> || std::is_same_v<T, uint8_t>)
+        scatter_elements<T>(node, reduction, ctx.in(1), ctx.in(2), axis, out);
+      else
+        throw UnsupportedOp(fmt(node.describe(), ": no CPU kernel for dtype ", dtype_name(data.dtype())));
+    });
+  };
+}
+
 }  // namespace
 
 void register_gather_elements_kernels(KernelTable& t) {
+  t.add("", "ScatterElements", DType::kUndefined, make_scatter_elements);
   t.add("", "GatherElements", DType::kUndefined, make_gather_elements);
   // Keyed on its first input, the i64 shape, as GatherGrad; the kernel dispatches on dY.
   t.add(kTrainrtDomain, "GatherElementsGrad", DType::kI64, make_gather_elements_grad);
