@@ -9,13 +9,6 @@
 namespace trainrt {
 namespace {
 
-template <typename T>
-double as_double(T v) {
-  if constexpr (std::is_same_v<T, BFloat16>) return bf16_to_f32(v.bits);
-  else if constexpr (std::is_same_v<T, Half>) return f16_to_f32(v.bits);
-  else return static_cast<double>(v);
-}
-
 KernelFn make_arg_reduce(const Node& node) {
   const bool max = node.op_type() == "ArgMax";
   const bool last = node.attr_int("select_last_index", 0) != 0;
@@ -38,9 +31,9 @@ KernelFn make_arg_reduce(const Node& node) {
           for (int64_t i = 0; i < inner; ++i) {
             const T* row = p + o * n * inner + i;
             int64_t best = 0;
-            double best_v = as_double(row[0]);
+            double best_v = element_as_double(row[0]);
             for (int64_t j = 1; j < n && !std::isnan(best_v); ++j) {
-              const double v = as_double(row[j * inner]);
+              const double v = element_as_double(row[j * inner]);
               const bool better = std::isnan(v) || (max ? (last ? v >= best_v : v > best_v) : (last ? v <= best_v : v < best_v));
               if (better) best = j, best_v = v;
             }

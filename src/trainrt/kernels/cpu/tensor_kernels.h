@@ -6,7 +6,20 @@
 //   register_tensor_kernels(table);  // cpu_kernels.h: adds its own kernels, then calls these
 #pragma once
 
+#include <type_traits>
+
+#include "trainrt/core/dtype.h"
+
 namespace trainrt {
+
+// One element as a double, for kernels that compare values of any float or integer dtype
+// (ArgMax, TopK): the 16-bit floats widened from their bits.
+template <typename T>
+double element_as_double(T v) {
+  if constexpr (std::is_same_v<T, BFloat16>) return bf16_to_f32(v.bits);
+  else if constexpr (std::is_same_v<T, Half>) return f16_to_f32(v.bits);
+  else return static_cast<double>(v);
+}
 
 class KernelTable;
 

@@ -11,13 +11,6 @@
 namespace trainrt {
 namespace {
 
-template <typename T>
-double as_double(T v) {
-  if constexpr (std::is_same_v<T, BFloat16>) return bf16_to_f32(v.bits);
-  else if constexpr (std::is_same_v<T, Half>) return f16_to_f32(v.bits);
-  else return static_cast<double>(v);
-}
-
 KernelFn make_top_k(const Node& node) {
   const bool largest = node.attr_int("largest", 1) != 0;
   const int64_t axis_attr = node.attr_int("axis", -1);
@@ -51,7 +44,7 @@ KernelFn make_top_k(const Node& node) {
         for (int64_t o = 0; o < outer; ++o)
           for (int64_t i = 0; i < inner; ++i) {
             const int64_t base = o * n * inner + i;
-            for (int64_t j = 0; j < n; ++j) line[static_cast<size_t>(j)] = as_double(p[base + j * inner]);
+            for (int64_t j = 0; j < n; ++j) line[static_cast<size_t>(j)] = element_as_double(p[base + j * inner]);
             std::iota(order.begin(), order.end(), int64_t{0});
             std::stable_sort(order.begin(), order.end(), before);
             for (int64_t j = 0; j < k; ++j) {
