@@ -23,6 +23,13 @@
 namespace trainrt {
 namespace {
 
+// Zeros of v's dtype and shape: ConstantOfShape(dims(v)), v's symbolic dims kept.
+Value* zeros_like(GradContext& ctx, Value* v) {
+  Value* zero = ctx.emit("ConstantOfShape", {dims_of(ctx, v)},
+                         {{"value", Attribute::of_tensor(Tensor::zeros(v->dtype, {1}))}});
+  return with_shape_of(zero, v);
+}
+
 // Each Concat input's size along `axis` as a 1-D i64 value (one element per input).
 Value* concat_sizes(GradContext& ctx, int64_t axis) {
   const Node& n = ctx.node();
@@ -71,9 +78,7 @@ void split_grad(GradContext& ctx) {
     if (!y)
       throw UnsupportedOp(fmt(n.describe(), ": the Split gradient needs output ", o,
                               " (it is omitted) to size that part's zero gradient"));
-    Value* zero = ctx.emit("ConstantOfShape", {dims_of(ctx, y)},
-                           {{"value", Attribute::of_tensor(Tensor::zeros(y->dtype, {1}))}});
-    parts.push_back(with_shape_of(zero, y));
+    parts.push_back(zeros_like(ctx, y));
   }
   Value* dx = parts.size() == 1 ? parts[0]
                                 : ctx.emit("Concat", parts, {{"axis", Attribute::of_int(n.attr_int("axis", 0))}});
@@ -120,10 +125,7 @@ void scatter_nd_grad(GradContext& ctx) {
   if (ctx.needs_input_grad(0)) {
     Value* dx = dy;
     if (reduction == "none") {  // the written slices came from updates, not data
-      Value* updates = ctx.input(2);
-      Value* zeros = ctx.emit("ConstantOfShape", {dims_of(ctx, updates)},
-                              {{"value", Attribute::of_tensor(Tensor::zeros(updates->dtype, {1}))}});
-      dx = ctx.emit("ScatterND", {dy, ctx.input(1), with_shape_of(zeros, updates)});
+      dx = ctx.emit("ScatterND", {dy, ctx.input(1), zeros_like(ctx, ctx.input(2))});
     }
     ctx.set_input_grad(0, with_shape_of(dx, ctx.input(0)));
   }
@@ -159,10 +161,7 @@ void scatter_elements_grad(GradContext& ctx) {
   if (ctx.needs_input_grad(0)) {
     Value* dx = dy;
     if (reduction == "none") {
-      Value* updates = ctx.input(2);
-      Value* zeros = ctx.emit("ConstantOfShape", {dims_of(ctx, updates)},
-                              {{"value", Attribute::of_tensor(Tensor::zeros(updates->dtype, {1}))}});
-      dx = ctx.emit("ScatterElements", {dy, ctx.input(1), with_shape_of(zeros, updates)}, {{"axis", axis}});
+      dx = ctx.emit("ScatterElements", {dy, ctx.input(1), zeros_like(ctx, ctx.input(2))}, {{"axis", axis}});
     }
     ctx.set_input_grad(0, with_shape_of(dx, ctx.input(0)));
   }

@@ -96,11 +96,7 @@ void remove_unread(Graph& g, std::vector<Node*> nodes) {
   for (bool again = true; again;) {
     again = false;
     for (Node*& n : nodes) {
-      if (!n) continue;
-      const bool read = std::any_of(n->outputs().begin(), n->outputs().end(), [&](const Value* v) {
-        return v && (!v->uses.empty() || is_graph_output(g, v));
-      });
-      if (read) continue;
+      if (!n || is_read(g, *n)) continue;
       g.remove_node(n);
       n = nullptr;
       again = true;

@@ -31,6 +31,8 @@ class Pass {
 
 // Whether `v` is one of the graph's outputs (a pass keeps those values, whoever else reads them).
 bool is_graph_output(const Graph& graph, const Value* v);
+// Whether some node or the graph's outputs read one of `n`'s outputs (else a pass may remove it).
+bool is_read(const Graph& graph, const Node& n);
 
 class PassPipeline {
  public:

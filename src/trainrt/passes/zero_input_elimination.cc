@@ -69,10 +69,7 @@ int remove_unread_nodes(Graph& graph) {
     std::vector<Node*> order = graph.topological_order();
     for (auto it = order.rbegin(); it != order.rend(); ++it) {
       Node* n = *it;
-      const bool read = std::any_of(n->outputs().begin(), n->outputs().end(), [&](const Value* v) {
-        return v && (!v->uses.empty() || is_graph_output(graph, v));
-      });
-      if (read) continue;
+      if (is_read(graph, *n)) continue;
       graph.remove_node(n);
       ++removed;
       again = true;

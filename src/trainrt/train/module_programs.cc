@@ -214,13 +214,13 @@ std::vector<Tensor> ModulePrograms::backward(ForwardState& state, const std::vec
   for (const Tensor& g : output_grads) absent.push_back(!g.defined());
   Session& session = backward_session(consumers, absent);
   const bool plain = std::none_of(absent.begin(), absent.end(), [](bool a) { return a; });
+  const std::vector<bool>* reads = plain ? nullptr : &variant(absent).reads_output_grad;
   for (size_t i = 0; i < output_grads.size(); ++i) {
     Tensor g = output_grads[i];
     if (!g.defined()) {  // autograd passes no gradient for an output the loss does not use
       const Tensor& out = state.values.at(grad_outputs_[i]);
       // Zeros where the variant still reads them; bytes never touched (no page faulted in) where not.
-      g = plain || variant(absent).reads_output_grad[i] ? Tensor::zeros(out.dtype(), out.dims())
-                                                         : Tensor::empty(out.dtype(), out.dims());
+      g = !reads || (*reads)[i] ? Tensor::zeros(out.dtype(), out.dims()) : Tensor::empty(out.dtype(), out.dims());
     }
     state.values[output_grad_inputs_[i]] = g;
   }
