@@ -213,6 +213,9 @@ class RuntimeOptions:
     # What the backward recomputes in each repeated layer: 0 the cheap rules only, 1 all but the
     # products' outputs, 2 everything (src/trainrt/plan/layer_recompute.h).
     memory_opt_level: int = 0
+    # Per-pattern recompute choices in ORTModule's format, "<pattern>:<0|1>:<count>,..."
+    # (src/trainrt/plan/recompute_subgraphs.h); empty: the cheap patterns only.
+    memory_opt_config: str = ""
 
     def __post_init__(self):
         self.mixed_precision = parse_mixed_precision(self.mixed_precision)
@@ -304,6 +307,16 @@ def _parse_memory_level(value: str) -> int:
     return int(value)
 
 
+def _parse_memory_config(value: str) -> str:
+    from trainrt import _C
+
+    try:
+        _C.parse_memory_opt_config(value)
+    except _C.Error as err:
+        raise ValueError(str(err)) from None
+    return value
+
+
 def _parse_threads(value: str) -> int:
     if not value.strip().isdigit() or int(value) < 1:
         raise ValueError(f"TRAINRT_NUM_THREADS={value!r}: a number of threads, at least 1")
@@ -382,6 +395,15 @@ OPTIONS: tuple[Option, ...] = (
            "fused attention are never run again); `2` everything, products too, as checkpointing each block "
            "would. Dropout is never recomputed; gradients are the same bits. At INFO the start-up table says "
            "what it recomputed."),
+    Option("MEMORY_OPT_CONFIG", "MEMORY_OPT_CONFIG", RuntimeOptions, "memory_opt_config", _parse_memory_config,
+           "`<pattern>:<0|1>:<count>,...`",
+           "Per-subgraph recompute, in ORTModule's format: each item names a pattern of the memory optimizer's "
+           "summary (logged at INFO after the start-up table, e.g. `LayerNormalization+`), `1` to recompute it "
+           "in the backward instead of saving its output or `0` to keep saving it, and how many occurrences in "
+           "forward order (`-1` all). A pattern not named is recomputed when it is cheap (pointwise ops, views, "
+           "casts and norms moving at most 4 bytes per byte freed); products and softmax only on request. "
+           "Gradients are the same bits. Type `2` (compromised recompute) is refused.",
+           default="empty: the cheap patterns"),
     Option("NUM_THREADS", None, RuntimeOptions, "num_threads", _parse_threads, "integer, at least 1",
            "Threads of the engine's loops (oneDNN runs inside them on one thread); unset: "
            "`torch.get_num_threads()` at each call, which follows `torch.set_num_threads` and "
@@ -415,9 +437,6 @@ _NOT_READ = (
     (("ALLOW_AUTOGRAD_CHECKPOINT",),
      "not needed: `torch.utils.checkpoint` is captured into the engine, which recomputes the checkpointed "
      "blocks itself"),
-    (("MEMORY_OPT_CONFIG",),
-     "not yet: per-subgraph recompute choices; `TRAINRT_MEMORY_OPT_LEVEL` picks whole levels, and a "
-     "cost-based planner with a memory budget is planned"),
     (("ENABLE_EMBEDDING_SPARSE_OPTIMIZER",),
      "not yet: padding tokens still run through the row-wise ops; `TRAINRT_PRINT_INPUT_DENSITY` reports "
      "their share (label sparsity is `TRAINRT_ENABLE_SPARSE_OPTIMIZER`)"),

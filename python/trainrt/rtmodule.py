@@ -60,7 +60,8 @@ class _Engine:
 
     def __init__(self, captured, module: torch.nn.Module, input_requires_grad: list[bool], profile: bool = False,
                  optimize: bool = True, mem_efficient_grad_mgmt: bool | None = None, zero3_params=None,
-                 num_threads: int | None = None, memory_opt_level: int = 0, label_sparsity: bool = True):
+                 num_threads: int | None = None, memory_opt_level: int = 0, label_sparsity: bool = True,
+                 memory_opt_config: str = ""):
         self.captured = captured
         self.num_threads = num_threads  # the engine's threads; None: torch's (threads.py)
         self.zero3_params = zero3_params or []  # gathered around the backward too (zero3.py)
@@ -80,7 +81,7 @@ class _Engine:
         index = {name: i for i, name in enumerate(graph_inputs)}
         self.programs = _C.ModulePrograms(captured.model.SerializeToString(), self.grad_outputs, self.wrt, profile,
                                           optimize, captured.recompute_regions, captured.layers, memory_opt_level,
-                                          label_sparsity)
+                                          label_sparsity, memory_opt_config)
         unreached = set(self.programs.unreached)
         self.wrt_index = [index[name] if name not in unreached else None for name in self.wrt]
         self.num_mutations = len(captured.buffer_mutations)
@@ -258,6 +259,22 @@ def _describe_memory(engine: _Engine, level: int) -> str:
     if level:
         line += f", {p.layers_recomputed} recomputed ({p.nodes_recomputed} forward nodes run again in the backward)"
     return line
+
+
+def _describe_recompute(patterns: list[dict]) -> str:
+    """ORTModule's "MemoryOptimizer Summary": each recompute pattern, what one occurrence frees, how
+    often it was found and recomputed, and why."""
+    header = ("pattern", "frees per occurrence", "found", "recomputed", "because")
+    rows = [header]
+    for p in patterns:
+        because = f"config {p['config']}" if p["config"] else ("default: cheap" if p["cheap"] else
+                                                                "not cheap: name it in the config")
+        freed = f"{p['freed']} ({p['freed_bytes']} bytes)" if p["found"] else "(no occurrence)"
+        rows.append((p["pattern"], freed, str(p["found"]), str(p["applied"]), because))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    return ("trainrt MemoryOptimizer Summary (TRAINRT_MEMORY_OPT_CONFIG=\"<pattern>:<0|1>:<count>,...\" "
+            "changes a row)\n" + "\n".join(lines))
 
 
 def _describe_dims(captured) -> str:
@@ -563,7 +580,8 @@ class RTModule(torch.nn.Module):
             engine = _Engine(captured, self._module, input_requires_grad, self._runtime.profile,
                              self._runtime.compute_optimizer, self._runtime.mem_efficient_grad_mgmt, self._zero3,
                              self._runtime.num_threads, self._runtime.memory_opt_level,
-                             label_sparsity=self._runtime.sparse_optimizer)
+                             label_sparsity=self._runtime.sparse_optimizer,
+                             memory_opt_config=self._runtime.memory_opt_config)
         except _C.Error as err:
             kind = "FALLBACK_UNSUPPORTED_ONNX_MODEL" if isinstance(err, _C.UnsupportedOp) else "FALLBACK_BAD_INITIALIZATION"
             raise _BuildFailed(f"{type(err).__name__}: {err}", kind) from err
@@ -595,6 +613,8 @@ class RTModule(torch.nn.Module):
                 ("engine build (autodiff + partition)", f"{build_s * 1e3:.0f} ms")]
         width = max(len(k) for k, _ in rows)
         _log.info("trainrt RTModule start-up\n%s", "\n".join(f"  {k:<{width}}  {v}" for k, v in rows))
+        if engine.programs.recompute_patterns:
+            _log.info("%s", _describe_recompute(engine.programs.recompute_patterns))
 
     def _fall_back(self, reason: str, policy_name: str, args, kwargs):
         """Runs the original module if the policy allows `policy_name`, announcing each reason once;

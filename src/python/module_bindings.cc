@@ -132,23 +132,48 @@ void bind_module_programs(nb::module_& m) {
         const Tensor& t = o.momentum_buffer(index);
         return t.defined() ? array_from_tensor(t) : nb::none();
       }, nb::arg("index"), "The momentum buffer the first SGD step created (engine memory), or None.");
+  m.def("parse_memory_opt_config", [](const std::string& text) {
+    nb::dict out;
+    for (const auto& [pattern, choice] : parse_memory_opt_config(text)) out[pattern.c_str()] = nb::make_tuple(choice.on, choice.count);
+    return out;
+  }, nb::arg("text"), "pattern -> (recompute, count) of ORTModule's MEMORY_OPT_CONFIG format; InvalidModel names "
+     "a malformed item.");
   nb::class_<ModulePrograms>(m, "ModulePrograms")
       .def("__init__",
            [](ModulePrograms* self, nb::bytes model, const std::vector<std::string>& grad_outputs,
               const std::vector<std::string>& wrt, bool profile, bool optimize,
               const std::map<std::string, int>& recompute_regions, const std::map<std::string, int>& layers,
-              int memory_level, bool label_sparsity) {
+              int memory_level, bool label_sparsity, const std::string& memory_config) {
              std::shared_ptr<Graph> g = import_onnx_bytes(std::string_view(model.c_str(), model.size()));
              new (self) ModulePrograms(std::move(g), grad_outputs, wrt, profile, optimize,
-                                       {.checkpoint_regions = recompute_regions, .layers = layers, .level = memory_level},
+                                       {.checkpoint_regions = recompute_regions,
+                                        .layers = layers,
+                                        .level = memory_level,
+                                        .config = parse_memory_opt_config(memory_config)},
                                        label_sparsity);
            },
            nb::arg("model"), nb::arg("grad_outputs"), nb::arg("wrt"), nb::arg("profile") = false,
            nb::arg("optimize") = true, nb::arg("recompute_regions") = std::map<std::string, int>{},
            nb::arg("layers") = std::map<std::string, int>{}, nb::arg("memory_level") = 0,
-           nb::arg("label_sparsity") = true,
+           nb::arg("label_sparsity") = true, nb::arg("memory_config") = "",
            "recompute_regions: forward node name -> checkpoint region, recomputed in the backward; layers: "
-           "forward node name -> repeated layer, which memory_level 1 or 2 recomputes (plan/layer_recompute.h).")
+           "forward node name -> repeated layer, which memory_level 1 or 2 recomputes (plan/layer_recompute.h); "
+           "memory_config: ORTModule's MEMORY_OPT_CONFIG string (plan/recompute_subgraphs.h).")
+      .def_prop_ro("recompute_patterns", [](const ModulePrograms& p) {
+        nb::list rows;
+        for (const RecomputePattern& r : p.recompute_patterns()) {
+          nb::dict row;
+          row["pattern"] = r.pattern;
+          row["freed"] = r.freed;
+          row["freed_bytes"] = r.freed_bytes;
+          row["found"] = r.found;
+          row["applied"] = r.applied;
+          row["cheap"] = r.cheap;
+          row["config"] = r.config;
+          rows.append(row);
+        }
+        return rows;
+      }, "The memory optimizer's recompute subgraphs, one dict per pattern (plan/recompute_subgraphs.h).")
       .def_prop_ro("layers_recomputed", &ModulePrograms::layers_recomputed)
       .def_prop_ro("sparse_losses", &ModulePrograms::sparse_losses)
       .def_prop_ro("nodes_recomputed", &ModulePrograms::nodes_recomputed)

@@ -21,10 +21,14 @@ bool is_random(const Node& n) {
 // One region's copies: made on demand, producers first, so their creation order is a schedule.
 class RegionRecompute {
  public:
+  // `forward_reads_keep`: a value forward nodes outside the region read is a region output, saved
+  // (a checkpointed block: the next block's input); off, only graph outputs are (a recompute
+  // subgraph made for one saved value: recompute_subgraph()).
   RegionRecompute(Graph& joint, const std::unordered_set<const Node*>& forward,
                   const std::unordered_set<std::string>& graph_outputs, std::unordered_set<const Node*> members,
-                  const std::set<std::string>& kept)
-      : joint_(joint), forward_(forward), graph_outputs_(graph_outputs), members_(std::move(members)), kept_(kept) {}
+                  const std::set<std::string>& kept, bool forward_reads_keep = true)
+      : joint_(joint), forward_(forward), graph_outputs_(graph_outputs), members_(std::move(members)), kept_(kept),
+        forward_reads_keep_(forward_reads_keep) {}
 
   // Rewires every backward reader of a value made inside the region to a copy; returns the copies.
   std::vector<Node*> run() {
@@ -42,7 +46,7 @@ class RegionRecompute {
  private:
   bool is_region_output(const Value* v) const {
     if (graph_outputs_.count(v->name)) return true;
-    return std::any_of(v->uses.begin(), v->uses.end(), [&](const Use& u) {
+    return forward_reads_keep_ && std::any_of(v->uses.begin(), v->uses.end(), [&](const Use& u) {
       return forward_.count(u.node) && !members_.count(u.node) && !reads_dims_only(*u.node);
     });
   }
@@ -88,11 +92,23 @@ class RegionRecompute {
   const std::unordered_set<std::string>& graph_outputs_;
   const std::unordered_set<const Node*> members_;
   const std::set<std::string>& kept_;
+  const bool forward_reads_keep_;
   std::unordered_map<const Value*, Value*> copied_;
   std::vector<Node*> copies_;
 };
 
 }  // namespace
+
+int recompute_subgraph(Graph& joint, const GradientResult& gradients, const std::vector<const Node*>& nodes) {
+  const std::unordered_set<const Node*> forward(gradients.forward_nodes.begin(), gradients.forward_nodes.end());
+  const std::unordered_set<std::string> graph_outputs(gradients.forward_outputs.begin(),
+                                                      gradients.forward_outputs.end());
+  static const std::set<std::string> kNoneKept;
+  return static_cast<int>(RegionRecompute(joint, forward, graph_outputs, {nodes.begin(), nodes.end()}, kNoneKept,
+                                          /*forward_reads_keep=*/false)
+                              .run()
+                              .size());
+}
 
 int recompute_checkpoint_regions(Graph& joint, const GradientResult& gradients,
                                  const std::map<std::string, int>& regions, const std::set<std::string>& kept) {

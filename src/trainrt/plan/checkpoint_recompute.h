@@ -36,4 +36,10 @@ int recompute_checkpoint_regions(Graph& joint, const GradientResult& gradients,
                                  const std::map<std::string, int>& regions,
                                  const std::set<std::string>& kept = {});
 
+// The same copy for one forward subgraph (recompute_subgraphs.h): every backward reader of a value
+// `nodes` make reads a copy computed in the backward from the values they read from outside, which
+// the backward then reads instead; only graph outputs and random nodes' outputs stay read as they
+// are. Returns how many nodes were copied.
+int recompute_subgraph(Graph& joint, const GradientResult& gradients, const std::vector<const Node*>& nodes);
+
 }  // namespace trainrt

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "trainrt/ir/graph.h"
+#include "trainrt/plan/recompute_subgraphs.h"
 
 namespace trainrt {
 
@@ -31,6 +32,7 @@ struct MemoryRequest {
   std::map<std::string, int> checkpoint_regions;  // forward node name -> torch.utils.checkpoint region
   std::map<std::string, int> layers;              // forward node name -> repeated layer index (0, 1, ...)
   int level = 0;                                  // 0, 1 or 2
+  RecomputeConfig config;                         // per-pattern choices (recompute_subgraphs.h)
 };
 
 struct RecomputeRequest {

@@ -9,6 +9,7 @@
 #include "trainrt/passes/matmul_bias_fusion.h"
 #include "trainrt/passes/zero_input_elimination.h"
 #include "trainrt/plan/checkpoint_recompute.h"
+#include "trainrt/plan/recompute_subgraphs.h"
 #include "trainrt/plan/saved_values.h"
 
 namespace trainrt {
@@ -62,6 +63,7 @@ ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::st
   } else {
     nodes_recomputed_ = recompute_checkpoint_regions(*joint_, result, recompute.regions, recompute.kept);
   }
+  recompute_patterns_ = recompute_subgraphs(*joint_, result, memory.config, /*cheap_by_default=*/optimize);
   programs_ = partition_joint_graph(*joint_, result);
   if (label_sparsity_) RowScatterPushdown().apply(*programs_.backward);
   // Backward outputs come in grad_of order (sorted by name); map each wrt entry to its position.

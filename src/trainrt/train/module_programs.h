@@ -91,6 +91,8 @@ class ModulePrograms {
   // What the memory request made: layers recomputed, forward nodes copied into the backward.
   int layers_recomputed() const { return layers_recomputed_; }
   int nodes_recomputed() const { return nodes_recomputed_; }
+  // The memory optimizer's recompute subgraphs: each pattern found, how often, and how often applied.
+  const std::vector<RecomputePattern>& recompute_patterns() const { return recompute_patterns_; }
   size_t num_wrt() const { return wrt_.size(); }
   // The forward inputs (indices) the backward reads in place (W in dX = dY W^T): a caller checks
   // they were not written in place between forward() and backward().
@@ -135,6 +137,7 @@ class ModulePrograms {
 
   std::vector<std::string> unreached_;
   int layers_recomputed_ = 0, nodes_recomputed_ = 0, sparse_losses_ = 0;
+  std::vector<RecomputePattern> recompute_patterns_;
   bool label_sparsity_ = false;
   size_t saved_bytes_ = 0;
   std::set<std::string> donated_;  // backward inputs that are saved values: written over in place
