@@ -191,9 +191,32 @@ Value* shape_slice(Graph& g, Value* shape, int64_t begin, int64_t end, const std
                 base);
 }
 
+// Moves the nodes at insertion positions [first, end) before `anchor` (null: they stay last). A
+// rewrite's nodes go where the node they replace was: the schedule keeps insertion order among
+// ready nodes, and nodes left at the end would let every ready node before them run first (the
+// backward's recomputes, hoisted to its start, all live at once).
+void place_before(Graph& g, size_t first, Node* anchor) {
+  if (!anchor) return;
+  const std::vector<Node*> order = g.nodes();
+  for (size_t i = first; i < order.size(); ++i) g.move_before(order[i], anchor);
+}
+
+enum class Pushed { kNo, kInPlace, kReplaced };  // kReplaced: the reader removed, its nodes appended
+
+Pushed push_into_at(Graph& g, Node& reader, int at, Node& scatter, Node* view);
+
 // Rewrites one reader of the scatter `s` = GatherGrad(shape, rows, dv), read directly or through
-// `view` (a Reshape of s, or null). Returns true when it no longer reads s.
+// `view` (a Reshape of s, or null), in the reader's place. Returns true when it no longer reads s.
 bool push_into(Graph& g, Node& reader, int at, Node& scatter, Node* view) {
+  const std::vector<Node*> order = g.nodes();
+  const auto it = std::find(order.begin(), order.end(), &reader);
+  Node* anchor = it != order.end() && it + 1 != order.end() ? *(it + 1) : nullptr;
+  const Pushed pushed = push_into_at(g, reader, at, scatter, view);
+  if (pushed == Pushed::kReplaced) place_before(g, order.size() - 1, anchor);
+  return pushed != Pushed::kNo;
+}
+
+Pushed push_into_at(Graph& g, Node& reader, int at, Node& scatter, Node* view) {
   Value *shape = scatter.input(0), *rows = scatter.input(1), *dv = scatter.input(2);
   const std::string base = reader.output(0)->name + "/valid";
   Value* out = reader.output(0);
@@ -223,7 +246,7 @@ bool push_into(Graph& g, Node& reader, int at, Node& scatter, Node* view) {
       for (const Use& u : uses) u.node->replace_input(u.input_index, z);
       g.remove_node(&reader);
     }
-    return true;
+    return Pushed::kReplaced;
   }
   // dW = s^T H (or H^T s): both row-contracted; the other operand's R rows.
   const bool contracts_rows = product && ranked(reader.input(0), 2) && reader.input(0)->shape.rank() == 2 &&
@@ -243,15 +266,15 @@ bool push_into(Graph& g, Node& reader, int at, Node& scatter, Node* view) {
     if (output) g.add_node_with_outputs("Identity", {n->output(0)}, {out});
     else for (const Use& u : uses) u.node->replace_input(u.input_index, n->output(0));
     infer_and_store(*n);
-    return true;
+    return Pushed::kReplaced;
   }
   // A sum over all rows: the scattered zeros add nothing.
   if (is_ours(reader, "ReduceSumToShape") && at == 0 && ranked(reader.input(1), 1) &&
       reader.input(1)->shape.dims[0] == Dim(1)) {
     reader.replace_input(0, dv);
-    return true;
+    return Pushed::kInPlace;
   }
-  return false;
+  return Pushed::kNo;
 }
 
 void collect_readers(const Graph& g, Value* v, Node* view, std::vector<std::tuple<Node*, int, Node*>>& readers,

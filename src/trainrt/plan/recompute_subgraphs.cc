@@ -207,6 +207,26 @@ RecomputeConfig parse_memory_opt_config(const std::string& text) {
 
 std::vector<RecomputePattern> recompute_subgraphs(Graph& joint, GradientResult& gradients,
                                                   const RecomputeConfig& config, bool cheap_by_default) {
+  // Found once, before any is applied, so that a pattern's string does not depend on which others
+  // the config turns on.
+  struct Occurrence {
+    const Value* saved;
+    std::string pattern;
+    bool cheap;
+  };
+  const std::vector<const Node*> order = gradients.forward_nodes;  // the copies are backward nodes
+  std::vector<Occurrence> occurrences;
+  {
+    const SubgraphFinder finder(gradients);
+    for (const Node* n : order)
+      for (const Value* saved : n->outputs()) {
+        if (!finder.is_saved(saved) || is_small(*saved)) continue;
+        const std::optional<std::vector<const Node*>> nodes = finder.find(*saved, order);
+        if (!nodes) continue;
+        occurrences.push_back({saved, pattern_of(*nodes), is_cheap(*nodes, *saved)});
+        break;  // the node's other outputs belong to the same subgraph
+      }
+  }
   std::vector<RecomputePattern> rows;
   const auto row_for = [&](const std::string& pattern) -> RecomputePattern& {
     auto it = std::find_if(rows.begin(), rows.end(), [&](const RecomputePattern& r) { return r.pattern == pattern; });
@@ -216,27 +236,24 @@ std::vector<RecomputePattern> recompute_subgraphs(Graph& joint, GradientResult& 
       row.config = fmt(c->second.on ? 1 : 0, ":", c->second.count);
     return rows.emplace_back(std::move(row));
   };
-  const std::vector<const Node*> order = gradients.forward_nodes;  // the copies are backward nodes
-  for (const Node* n : order) {
-    for (const Value* saved : n->outputs()) {
-      const SubgraphFinder finder(gradients);  // what the backward reads changes with each copy
-      if (!finder.is_saved(saved) || is_small(*saved)) continue;
-      const std::optional<std::vector<const Node*>> nodes = finder.find(*saved, order);
-      if (!nodes) continue;
-      RecomputePattern& row = row_for(pattern_of(*nodes));
-      const bool cheap = is_cheap(*nodes, *saved);
-      if (row.found++ == 0) {
-        row.freed = describe(*saved);
-        row.freed_bytes = to_string(bytes_of(*saved));
-        row.cheap = cheap;
-      }
-      const auto c = config.find(row.pattern);
-      const bool apply = c == config.end() ? cheap && cheap_by_default : c->second.on && (c->second.count < 0 || row.applied < c->second.count);
-      if (!apply) break;  // the node's other outputs belong to the same subgraph
-      recompute_subgraph(joint, gradients, *nodes);
-      row.applied++;
-      break;  // its other outputs the backward read are copied too
+  for (const Occurrence& o : occurrences) {
+    RecomputePattern& row = row_for(o.pattern);
+    if (row.found++ == 0) {
+      row.freed = describe(*o.saved);
+      row.freed_bytes = to_string(bytes_of(*o.saved));
+      row.cheap = o.cheap;
     }
+    const auto c = config.find(o.pattern);
+    const bool requested = c != config.end() && c->second.on && (c->second.count < 0 || row.applied < c->second.count);
+    if (!requested && (c != config.end() || !o.cheap || !cheap_by_default)) continue;
+    // Found again on the graph as the earlier copies left it: where one of them stopped saving a
+    // value this subgraph read, the subgraph now reaches back through that value's producers.
+    const SubgraphFinder finder(gradients);
+    if (!finder.is_saved(o.saved)) continue;  // an earlier copy made it already
+    const std::optional<std::vector<const Node*>> nodes = finder.find(*o.saved, order);
+    if (!nodes || (!requested && !is_cheap(*nodes, *o.saved))) continue;
+    recompute_subgraph(joint, gradients, *nodes);
+    row.applied++;
   }
   for (const auto& [pattern, choice] : config) row_for(pattern);
   return rows;

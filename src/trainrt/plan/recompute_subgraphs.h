@@ -16,14 +16,18 @@
 // "LayerNormalization+", "Transpose+MatMul+Mul+Where+Softmax+". Subgraphs of one string are
 // occurrences of one pattern (one per transformer layer, typically).
 //
+// Patterns are found once, on the graph the saved-value rules left, so that a string does not
+// depend on which other patterns the config turns on.
+//
 // Choosing. An occurrence is recomputed when the config names its pattern with 1 (up to the count
 // given, in forward order; -1 for all), and not when it names it with 0. A pattern the config does
 // not name is recomputed when it is cheap (the default, memory level 0): pointwise ops, views,
 // casts and norms only, no product or softmax, and the bytes its nodes read and write at most
 // kCheapBytesPerFreed times the bytes it frees (an estimate from the symbolic shapes: a LayerNorm
 // output reads X and writes Y, 2 bytes per byte freed). Chosen occurrences are applied one at a
-// time, each found again on the graph as the earlier ones left it, so that two occurrences never
-// both count on a value the other stops saving. The copies go into the backward through
+// time, each found again on the graph as the earlier ones left it: where an earlier one stopped
+// saving a value this one read, its subgraph reaches back through that value's producers too (a
+// default one only while it stays cheap), so that no copy reads a value nobody saves any more. The copies go into the backward through
 // recompute_subgraph (checkpoint_recompute.h), the mechanism checkpointed regions use.
 //
 //   RecomputeConfig config = parse_memory_opt_config("LayerNormalization+:1:-1,Softmax+:0:-1");

@@ -93,8 +93,8 @@ TEST(RecomputeSubgraphs, TheDefaultRecomputesTheCheapLayerNormAndReportsTheCostl
   ASSERT_NE(product, nullptr);
   EXPECT_FALSE(product->cheap);
   EXPECT_EQ(product->applied, 0);
-  // s needs a = y @ w1 again, and y is no longer saved: the subgraph reaches back to r.
-  const RecomputePattern* softmax = row(p, "LayerNormalization+MatMul+Softmax+");
+  // s needs a = y @ w1 again, from y, saved when the patterns are found.
+  const RecomputePattern* softmax = row(p, "MatMul+Softmax+");
   ASSERT_NE(softmax, nullptr);
   EXPECT_EQ(softmax->applied, 0);
 }
@@ -109,6 +109,11 @@ TEST(RecomputeSubgraphs, TheConfigTurnsPatternsOnAndOffWithTheSameGradientBits) 
   EXPECT_FALSE(saves(softmax, "s"));
   EXPECT_FALSE(saves(softmax, "r"));
   EXPECT_EQ(row(softmax, "MatMul+Softmax+")->applied, 1);
+  // With y recomputed by default, the Softmax's subgraph reaches back through the LayerNorm to r.
+  ModulePrograms extended = programs("MatMul+Softmax+:1:-1");
+  EXPECT_FALSE(saves(extended, "s"));
+  EXPECT_FALSE(saves(extended, "y"));
+  EXPECT_EQ(row(extended, "MatMul+Softmax+")->applied, 1);
   ModulePrograms plain = programs("", /*optimize=*/false);  // no rule, no default recompute
   EXPECT_TRUE(saves(plain, "y"));
   EXPECT_EQ(row(plain, "LayerNormalization+")->applied, 0);
@@ -116,6 +121,7 @@ TEST(RecomputeSubgraphs, TheConfigTurnsPatternsOnAndOffWithTheSameGradientBits) 
   const std::vector<Tensor> expected = gradients(kept);
   expect_same_bits(gradients(by_default), expected);
   expect_same_bits(gradients(softmax), expected);
+  expect_same_bits(gradients(extended), expected);
   expect_same_bits(gradients(plain), expected);
 }
 

@@ -36,6 +36,7 @@ class PlanBuilder {
     for (Node* node : graph_.topological_order()) plan_node(*node);
     bind_graph_outputs();
     assign_memory();
+    place_dynamic_releases();
     return std::move(plan_);
   }
 
@@ -441,6 +442,28 @@ class PlanBuilder {
       if (last < num_steps) plan_->input_releases.emplace_back(last, i);
     }
     std::stable_sort(plan_->input_releases.begin(), plan_->input_releases.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+  }
+
+  void place_dynamic_releases() {
+    const auto& slots = plan_->slots;
+    std::unordered_map<int, int> last;  // dynamic slot -> last step touching its bytes
+    auto touch = [&](int slot, int step) {
+      const int root = viewed_slot(slot);
+      if (root >= 0 && slots[static_cast<size_t>(root)].kind == SlotKind::kDynamic)
+        last[root] = std::max(last.try_emplace(root, step).first->second, step);
+    };
+    for (int s = 0; s < static_cast<int>(plan_->steps.size()); ++s) {
+      for (int slot : plan_->steps[static_cast<size_t>(s)].inputs) touch(slot, s);
+      for (int slot : plan_->steps[static_cast<size_t>(s)].outputs) touch(slot, s);
+    }
+    for (const ConsumePoint& c : plan_->consume_points) touch(c.slot, c.after_step);
+    for (int slot : plan_->output_slots) last.erase(viewed_slot(slot));  // handed over after the run
+    for (int slot = 0; slot < static_cast<int>(slots.size()); ++slot) {
+      auto root = last.find(viewed_slot(slot));
+      if (root != last.end()) plan_->dynamic_releases.emplace_back(root->second, slot);
+    }
+    std::stable_sort(plan_->dynamic_releases.begin(), plan_->dynamic_releases.end(),
                      [](const auto& a, const auto& b) { return a.first < b.first; });
   }
 

@@ -112,6 +112,11 @@ struct ExecutionPlan {
   // Session::run_releasing lets go of such an input there, as eager autograd frees a saved tensor
   // after its last use.
   std::vector<std::pair<int, size_t>> input_releases;
+  // (after step, slot), by step: a run-time sized intermediate (SlotKind::kDynamic), and each view
+  // of one, after the last step that reads its bytes (through any view, or a consume point). The
+  // Session lets go of it there, so that the run holds only the live ones (heap storage: without
+  // this, all of them until the run ends).
+  std::vector<std::pair<int, int>> dynamic_releases;
   std::deque<Tensor> folded;      // storage of values folded at plan time (stable addresses)
   PlanStats stats;
 };

@@ -274,6 +274,15 @@ std::vector<Tensor> Session::run_impl(const std::vector<Tensor>& inputs, OutputC
     for (; released < plan.input_releases.size() && plan.input_releases[released].first <= step; ++released)
       (*releasing)[plan.input_releases[released].second] = Tensor();
   };
+  size_t dynamic_released = 0;
+  auto release_dynamic_through = [&](int step) {
+    for (; dynamic_released < plan.dynamic_releases.size() && plan.dynamic_releases[dynamic_released].first <= step;
+         ++dynamic_released) {
+      Slot& slot = plan.slots[static_cast<size_t>(plan.dynamic_releases[dynamic_released].second)];
+      if (slot.kind == SlotKind::kDynamic) dynamic_bytes_ -= slot.tensor.nbytes();
+      slot.tensor = Tensor();
+    }
+  };
   consume_through(-1);
   release_through(-1);
   for (size_t i = 0; i < plan.steps.size(); ++i) {
@@ -289,8 +298,9 @@ std::vector<Tensor> Session::run_impl(const std::vector<Tensor>& inputs, OutputC
     }
     consume_through(static_cast<int>(i));
     release_through(static_cast<int>(i));
+    peak_dynamic_bytes_ = std::max(peak_dynamic_bytes_, dynamic_bytes_);
+    release_dynamic_through(static_cast<int>(i));
   }
-  peak_dynamic_bytes_ = std::max(peak_dynamic_bytes_, dynamic_bytes_);
   ++run_counter_;
   std::vector<Tensor> outputs;
   outputs.reserve(plan.output_slots.size());

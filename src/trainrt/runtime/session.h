@@ -58,7 +58,7 @@ struct MemoryStats {
   size_t planned_arena_bytes = 0;   // the current plan's arena (planned peak of intermediates)
   size_t arena_capacity = 0;        // bytes reserved (max over the plans used; of every session
                                     // sharing the arena)
-  size_t peak_dynamic_bytes = 0;    // largest sum of run-time sized intermediates in one run
+  size_t peak_dynamic_bytes = 0;    // most bytes of run-time sized intermediates live at once in a run
   size_t live_lower_bound = 0;      // best possible arena size for the current plan
   size_t output_bytes = 0;          // storage of the last run's graph outputs, which the session
                                     // keeps to write again next run (a training step's saved values
