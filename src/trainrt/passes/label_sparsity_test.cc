@@ -111,6 +111,24 @@ TEST(LabelSparsity, GivesTheFullLossForAnyLabels) {
   }
 }
 
+TEST(LabelSparsity, TheKeptRowsLiveInThePlannedArena) {
+  auto sparse = lm_head(false);
+  ASSERT_TRUE(LabelSparsity().apply(*sparse));
+  Session session(sparse);
+  Session dense(lm_head(false));
+  // The first run learns the row count (no plan knows it before; R is min(N, 64) = 6 here, as it is
+  // at least that) and keeps those values on the heap; the next runs plan arena
+  // blocks of that many rows for them.
+  int run = 0;
+  for (const std::vector<int64_t>& labels : {std::vector<int64_t>{1, -100, 5, 0, -100, 3}, {1, 2, 3, 4, 5, 0},
+                                             {-100, 4, -100, -100, -100, -100}}) {
+    const auto got = session.run(lm_inputs(labels));
+    expect_close(got[0], dense.run(lm_inputs(labels))[0], 1e-6, 1e-7);
+    if (run++ == 0) EXPECT_GT(session.memory_stats().peak_dynamic_bytes, 0u);
+    else EXPECT_EQ(session.memory_stats().peak_dynamic_bytes, 0u);
+  }
+}
+
 TEST(LabelSparsity, LeavesPerRowLossesAlone) {
   auto g = lm_head(false, "none");
   EXPECT_FALSE(LabelSparsity().apply(*g));

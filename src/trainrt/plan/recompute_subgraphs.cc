@@ -39,11 +39,13 @@ bool is_recomputable(const Node& n) {
   return cheap_ops().count(n.op_type()) || costly_ops().count(n.op_type());
 }
 
-// A tensor's byte count as a constant times symbolic dims ("s0 * s1 * 1024"), to compare sizes
-// whose dims are not known until run time. `unknown`: unknown rank or an unnamed dynamic dim.
+// A tensor's byte count as a constant times symbolic dims ("1024 * s0 * s1"), to compare sizes
+// whose dims are not known until run time. Unnamed dynamic dims count in `unnamed`; `unknown`: the
+// rank is unknown.
 struct SymbolicBytes {
   double factor = 1;
   std::vector<std::string> symbols;  // sorted
+  int unnamed = 0;
   bool unknown = false;
 };
 
@@ -57,20 +59,38 @@ SymbolicBytes bytes_of(const Value& v) {
   for (const Dim& d : v.shape.dims) {
     if (d.is_static()) b.factor *= static_cast<double>(d.value);
     else if (!d.symbol.empty()) b.symbols.push_back(d.symbol);
-    else b.unknown = true;
+    else b.unnamed++;
   }
   std::sort(b.symbols.begin(), b.symbols.end());
   return b;
 }
 
-// a's bytes over s's: exact when both have the same symbols, 0 when a's symbols are a strict part
-// of s's (a parameter against an activation), infinity when not comparable.
-double ratio(const SymbolicBytes& a, const SymbolicBytes& s) {
+bool is_static(const SymbolicBytes& b) { return !b.unknown && b.symbols.empty() && b.unnamed == 0; }
+
+// Whether a and s have one layout: the same rank, equal static dims, and dynamic dims at the same
+// places (an unnamed one taken for the other's): a pointwise op's input and output, a LayerNorm's.
+bool same_layout(const Value& a, const Value& s) {
+  if (!a.shape.rank_known || !s.shape.rank_known || a.shape.rank() != s.shape.rank()) return false;
+  for (size_t i = 0; i < a.shape.dims.size(); ++i) {
+    const Dim &x = a.shape.dims[i], &y = s.shape.dims[i];
+    if (x.is_static() != y.is_static() || (x.is_static() && x.value != y.value)) return false;
+    if (!x.is_static() && !x.symbol.empty() && !y.symbol.empty() && x.symbol != y.symbol) return false;
+  }
+  return true;
+}
+
+// a's bytes over s's: exact when both have the same named dims and no unnamed one; the dtypes'
+// ratio when they have one layout; 0 when a's dims are a strict part of s's, or all static
+// against s's dynamic ones (a parameter against an activation); infinity when not comparable.
+double ratio(const Value& av, const Value& sv) {
   constexpr double kIncomparable = std::numeric_limits<double>::infinity();
+  const SymbolicBytes a = bytes_of(av), s = bytes_of(sv);
   if (a.unknown || s.unknown) return kIncomparable;
-  if (a.symbols == s.symbols) return s.factor > 0 ? a.factor / s.factor : kIncomparable;
-  if (a.symbols.size() < s.symbols.size() && std::includes(s.symbols.begin(), s.symbols.end(), a.symbols.begin(),
-                                                            a.symbols.end()))
+  if (a.unnamed == 0 && s.unnamed == 0 && a.symbols == s.symbols) return s.factor > 0 ? a.factor / s.factor : kIncomparable;
+  if (same_layout(av, sv)) return static_cast<double>(dtype_size(av.dtype)) / static_cast<double>(dtype_size(sv.dtype));
+  if (is_static(a) && !is_static(s)) return 0;
+  if (a.unnamed == 0 && s.unnamed == 0 && a.symbols.size() < s.symbols.size() &&
+      std::includes(s.symbols.begin(), s.symbols.end(), a.symbols.begin(), a.symbols.end()))
     return 0;
   return kIncomparable;
 }
@@ -80,6 +100,7 @@ std::string to_string(const SymbolicBytes& b) {
   std::ostringstream out;
   out << static_cast<int64_t>(b.factor);
   for (const std::string& s : b.symbols) out << "*" << s;
+  for (int i = 0; i < b.unnamed; ++i) out << "*?";
   return out.str();
 }
 
@@ -149,14 +170,13 @@ std::string pattern_of(const std::vector<const Node*>& nodes) {
 // Within the default's bound: cheap ops only, and the bytes they read and write at most
 // kCheapBytesPerFreed times `saved`'s.
 bool is_cheap(const std::vector<const Node*>& nodes, const Value& saved) {
-  const SymbolicBytes freed = bytes_of(saved);
   double moved = 0;
   for (const Node* n : nodes) {
     if (!cheap_ops().count(n->op_type())) return false;
     for (const Value* v : n->inputs())
-      if (v) moved += ratio(bytes_of(*v), freed);
+      if (v) moved += ratio(*v, saved);
     for (const Value* v : n->outputs())
-      if (v) moved += ratio(bytes_of(*v), freed);
+      if (v) moved += ratio(*v, saved);
   }
   return moved <= kCheapBytesPerFreed;
 }
@@ -164,7 +184,7 @@ bool is_cheap(const std::vector<const Node*>& nodes, const Value& saved) {
 // Too small to be worth a pattern: shapes, masks, statistics of a static size under kSmallBytes.
 bool is_small(const Value& v) {
   const SymbolicBytes b = bytes_of(v);
-  return !b.unknown && b.symbols.empty() && b.factor < static_cast<double>(kSmallBytes);
+  return is_static(b) && b.factor < static_cast<double>(kSmallBytes);
 }
 
 std::string describe(const Value& v) { return to_string(v.shape) + " " + std::string(dtype_name(v.dtype)); }

@@ -18,10 +18,10 @@ using testing::make_tensor;
 // r = x @ w0 (b, 8); y = LayerNorm(r); a = y @ w1; s = Softmax(a); loss = sum(Tanh(s)), with a
 // symbolic batch b. The LayerNorm gradient reads r, w1's gradient reads y, the Softmax gradient
 // reads s (and rule 3 recomputes Tanh(s) from it).
-std::shared_ptr<Graph> block() {
+std::shared_ptr<Graph> block(Dim batch = Dim::symbolic("b")) {
   auto g = std::make_shared<Graph>();
   g->set_opset("", 18);
-  Value* x = g->add_input("x", DType::kF32, Shape({Dim::symbolic("b"), 4}));
+  Value* x = g->add_input("x", DType::kF32, Shape({batch, 4}));
   Value* w0 = g->add_input("w0", DType::kF32, Shape({4, 8}));
   Value* w1 = g->add_input("w1", DType::kF32, Shape({8, 8}));
   Value* scale = g->add_input("scale", DType::kF32, Shape({8}));
@@ -97,6 +97,15 @@ TEST(RecomputeSubgraphs, TheDefaultRecomputesTheCheapLayerNormAndReportsTheCostl
   const RecomputePattern* softmax = row(p, "MatMul+Softmax+");
   ASSERT_NE(softmax, nullptr);
   EXPECT_EQ(softmax->applied, 0);
+}
+
+TEST(RecomputeSubgraphs, AnUnnamedDynamicDimStillComparesByLayout) {
+  ModulePrograms p(block(Dim()), {"loss"}, kWrt, false, true, {});
+  EXPECT_FALSE(saves(p, "y"));
+  const RecomputePattern* ln = row(p, "LayerNormalization+");
+  ASSERT_NE(ln, nullptr);
+  EXPECT_TRUE(ln->cheap);
+  EXPECT_EQ(ln->freed_bytes, "32*?");
 }
 
 TEST(RecomputeSubgraphs, TheConfigTurnsPatternsOnAndOffWithTheSameGradientBits) {

@@ -149,6 +149,22 @@ class PlanBuilder {
     known_[v] = {stored.dtype(), Shape::of(stored.dims()), &stored};
   }
 
+  // The bytes of `out` at the bounds of its run-time dims, or 0 when one has no bound.
+  size_t bound_bytes(const InferenceContext::Output& out) const {
+    if (!out.shape.rank_known) return 0;
+    size_t bytes = dtype_size(out.dtype);
+    for (const Dim& d : out.shape.dims) {
+      if (d.is_static()) {
+        bytes *= static_cast<size_t>(d.value);
+        continue;
+      }
+      auto bound = d.symbol.empty() ? options_.dim_bounds.end() : options_.dim_bounds.find(d.symbol);
+      if (bound == options_.dim_bounds.end()) return 0;
+      bytes *= static_cast<size_t>(bound->second);
+    }
+    return bytes;
+  }
+
   void plan_node(const Node& node) {
     const OpSchema& schema = OpRegistry::global().require(node);
     InferenceContext ctx = infer(node, schema);
@@ -196,6 +212,12 @@ class PlanBuilder {
       if (shape.is_static()) plan_->slots[static_cast<size_t>(s)].tensor =
           Tensor::view(ctx.output(o).dtype, shape.concrete(), nullptr);
       else plan_->stats.num_dynamic++;
+      if (kind == SlotKind::kDynamic) {
+        Slot& slot = plan_->slots[static_cast<size_t>(s)];
+        slot.bound_bytes = bound_bytes(ctx.output(o));
+        if (shape.rank_known)
+          for (const Dim& d : shape.dims) slot.dim_symbols.push_back(d.is_static() ? "" : d.symbol);
+      }
       known_[v] = {ctx.output(o).dtype, shape, nullptr};
       step.outputs.push_back(s);
     }
@@ -362,7 +384,9 @@ class PlanBuilder {
     // inputs are buffers too (preexisting: no offset), for an in-place op to write over.
     auto buffer_id = [&](int slot) {
       slot = viewed_slot(slot);
-      if (slot < 0 || !(slots[static_cast<size_t>(slot)].kind == SlotKind::kArena || is_donated(slot))) return -1;
+      if (slot < 0 || !(slots[static_cast<size_t>(slot)].kind == SlotKind::kArena || is_bounded(slot) ||
+                        is_donated(slot)))
+        return -1;
       auto [it, added] = buffer_of_slot.emplace(slot, static_cast<int>(buffer_of_slot.size()));
       return it->second;
     };
@@ -388,7 +412,8 @@ class PlanBuilder {
     std::vector<BufferSpec> buffers(static_cast<size_t>(num_buffers));
     for (auto [slot, b] : buffer_of_slot) {
       BufferSpec& spec = buffers[static_cast<size_t>(b)];
-      spec.size_bytes = slots[static_cast<size_t>(slot)].tensor.nbytes();
+      spec.size_bytes = is_bounded(slot) ? slots[static_cast<size_t>(slot)].bound_bytes
+                                         : slots[static_cast<size_t>(slot)].tensor.nbytes();
       spec.first_step = lifetimes[static_cast<size_t>(b)].first_step;
       spec.last_step = lifetimes[static_cast<size_t>(b)].last_step;
       spec.preexisting = is_donated(slot);
@@ -483,6 +508,13 @@ class PlanBuilder {
     return false;
   }
 
+  // Whether `slot` is sized at run time within a block the arena plans (Slot::bound_bytes).
+  bool is_bounded(int slot) const {
+    if (slot < 0) return false;
+    const Slot& s = plan_->slots[static_cast<size_t>(slot)];
+    return s.kind == SlotKind::kDynamic && s.bound_bytes > 0;
+  }
+
   // Whether `slot` is a graph input the caller donated (PlanOptions::donated_inputs).
   bool is_donated(int slot) const {
     const Slot& s = plan_->slots[static_cast<size_t>(slot)];
@@ -504,6 +536,10 @@ class PlanBuilder {
     std::vector<int> taken;
     for (auto [in, out] : pairs) {
       if (in >= static_cast<int>(step.inputs.size()) || out >= static_cast<int>(step.outputs.size())) continue;
+      // A bounded run-time sized value's block may be larger than its tensor: never shared in place.
+      if (is_bounded(viewed_slot(step.inputs[static_cast<size_t>(in)])) ||
+          is_bounded(step.outputs[static_cast<size_t>(out)]))
+        continue;
       auto bi = buffer_of_slot.find(viewed_slot(step.inputs[static_cast<size_t>(in)]));
       auto bo = buffer_of_slot.find(step.outputs[static_cast<size_t>(out)]);
       if (bi == buffer_of_slot.end() || bo == buffer_of_slot.end()) continue;

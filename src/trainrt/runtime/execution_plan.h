@@ -57,9 +57,15 @@ enum class SlotKind : uint8_t {
 struct Slot {
   SlotKind kind = SlotKind::kArena;
   Tensor tensor;            // current binding (view into the arena, input, constant, ...)
-  size_t arena_offset = 0;  // for kArena
+  size_t arena_offset = 0;  // for kArena, and kDynamic with bound_bytes
   int view_of = -1;         // for kView, kOverInput: the slot whose bytes it shows
   const Value* value = nullptr;
+  // kDynamic: per dim, the name of a run-time dim ("" when static or unnamed), and the bytes at
+  // the bounds PlanOptions::dim_bounds gives those (0: a dim has none). With a bound the value gets
+  // an arena block of that size, planned like the others, instead of heap storage per run; a run
+  // that needs more bytes gets heap storage, and the Session plans again with the larger bound.
+  std::vector<std::string> dim_symbols;
+  size_t bound_bytes = 0;
 };
 
 struct PlanStep {
@@ -155,6 +161,9 @@ struct PlanOptions {
   // rows, no later step reads it, and the producer is after the last read of its hold input (the
   // consumer writes the hold between blocks). Else it is consumed whole.
   std::map<std::string, size_t> consume_row_block_bytes;
+  // Run-time dims (by symbol) with the largest value a run has given them (Session): a value sized
+  // at run time whose every such dim is here gets an arena block of that size (Slot::bound_bytes).
+  std::map<std::string, int64_t> dim_bounds;
 };
 
 // Builds a plan for the given concrete inputs (one per graph input, in order). Throws ShapeError

@@ -107,6 +107,12 @@ ExecutionPlan& Session::plan_for(const std::vector<Tensor>& inputs, const Output
     key_scratch_.push_back(consumer && position < graph_->outputs().size()
                                ? static_cast<int64_t>(consumer->row_block_bytes(position))
                                : 0);
+  if (dim_bounds_grew_) {  // plan again: values of the grown dims then fit their arena blocks
+    if (last_plan_) release_outputs(*last_plan_);
+    plans_.clear();
+    last_plan_ = nullptr;
+    dim_bounds_grew_ = false;
+  }
   if (last_plan_ && key_scratch_ == last_key_) return *last_plan_;
   auto it = plans_.find(key_scratch_);
   if (it == plans_.end()) {
@@ -115,6 +121,7 @@ ExecutionPlan& Session::plan_for(const std::vector<Tensor>& inputs, const Output
     po.value_inputs = options_.value_inputs;
     po.donated_inputs = options_.donated_inputs;
     po.consumed_outputs = options_.consumed_outputs;
+    po.dim_bounds = dim_bounds_;
     for (size_t c = 0; c < consumed_positions_.size(); ++c)
       po.consume_row_block_bytes[options_.consumed_outputs[c].output] =
           static_cast<size_t>(key_scratch_[key_scratch_.size() - consumed_positions_.size() + c]);
@@ -171,7 +178,17 @@ void Session::infer_at_run_time(PlanStep& step, ExecutionPlan& plan) {
       throw ShapeError(fmt(node.describe(), ": output ", o, " has no concrete shape at run time"));
     const bool reusable = slot.kind == SlotKind::kOutput && slot.tensor.sole_owner() &&
                           slot.tensor.dtype() == out.dtype && Shape::of(slot.tensor.dims()) == out.shape;
-    if (!reusable) slot.tensor = Tensor::empty(out.dtype, out.shape.concrete());
+    const std::vector<int64_t> dims = out.shape.concrete();
+    for (size_t d = 0; d < slot.dim_symbols.size() && d < dims.size(); ++d) {
+      if (slot.dim_symbols[d].empty()) continue;
+      int64_t& bound = dim_bounds_.try_emplace(slot.dim_symbols[d], 0).first->second;
+      if (dims[d] > bound) bound = dims[d], dim_bounds_grew_ = true;
+    }
+    if (slot.kind == SlotKind::kDynamic && slot.bound_bytes >= dtype_size(out.dtype) * static_cast<size_t>(numel_of(dims))) {
+      slot.tensor = Tensor::view(out.dtype, dims, arena_->base() + slot.arena_offset);  // its planned block
+      continue;
+    }
+    if (!reusable) slot.tensor = Tensor::empty(out.dtype, dims);
     if (slot.kind == SlotKind::kDynamic) dynamic_bytes_ += slot.tensor.nbytes();
   }
 }
@@ -252,6 +269,7 @@ std::vector<Tensor> Session::run_impl(const std::vector<Tensor>& inputs, OutputC
   ExecutionPlan& plan = plan_for(inputs, consumer);
   bind(plan, inputs);
   dynamic_bytes_ = 0;
+  peak_dynamic_bytes_ = 0;
   // Consume points come sorted by step; `next` is the first not yet handed over. One in row blocks
   // was handed over by its step.
   size_t next = 0;
@@ -279,7 +297,9 @@ std::vector<Tensor> Session::run_impl(const std::vector<Tensor>& inputs, OutputC
     for (; dynamic_released < plan.dynamic_releases.size() && plan.dynamic_releases[dynamic_released].first <= step;
          ++dynamic_released) {
       Slot& slot = plan.slots[static_cast<size_t>(plan.dynamic_releases[dynamic_released].second)];
-      if (slot.kind == SlotKind::kDynamic) dynamic_bytes_ -= slot.tensor.nbytes();
+      const auto* bytes = static_cast<const std::byte*>(slot.tensor.raw());
+      const bool in_arena = bytes >= arena_->base() && bytes < arena_->base() + arena_->capacity();
+      if (slot.kind == SlotKind::kDynamic && !in_arena) dynamic_bytes_ -= slot.tensor.nbytes();
       slot.tensor = Tensor();
     }
   };

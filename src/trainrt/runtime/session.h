@@ -58,7 +58,7 @@ struct MemoryStats {
   size_t planned_arena_bytes = 0;   // the current plan's arena (planned peak of intermediates)
   size_t arena_capacity = 0;        // bytes reserved (max over the plans used; of every session
                                     // sharing the arena)
-  size_t peak_dynamic_bytes = 0;    // most bytes of run-time sized intermediates live at once in a run
+  size_t peak_dynamic_bytes = 0;    // most bytes of run-time sized intermediates on the heap at once in the last run
   size_t live_lower_bound = 0;      // best possible arena size for the current plan
   size_t output_bytes = 0;          // storage of the last run's graph outputs, which the session
                                     // keeps to write again next run (a training step's saved values
@@ -118,6 +118,10 @@ class Session {
   std::vector<int64_t> block_dims_;         // dims of the block being made (run_step_in_blocks)
   ExecutionPlan* last_plan_ = nullptr;
   std::vector<int64_t> last_key_;
+  // Run-time dims (by symbol) and the largest value a run gave each (PlanOptions::dim_bounds); when
+  // one grows, the plans are built again so that values of that dim fit arena blocks.
+  std::map<std::string, int64_t> dim_bounds_;
+  bool dim_bounds_grew_ = false;
   std::vector<int64_t> key_scratch_;
   std::shared_ptr<Arena> arena_;
   std::byte* bound_arena_ = nullptr;
