@@ -59,6 +59,23 @@ def test_handed_over_gradients_are_bit_identical_to_returned_ones(monkeypatch, a
     torch.testing.assert_close(torch.tensor(losses_h), torch.tensor(eager_losses), rtol=1e-5, atol=1e-6)
 
 
+def test_handed_over_gradients_become_param_grad_without_a_copy(monkeypatch):
+    """AccumulateGrad steals a handed-over gradient (its storage becomes param.grad), as it steals the
+    ones returned at the end: torch allocates nothing more in the backward than without the hand-over."""
+    from trainrt.bench.tensor_memory import peak_bytes_during
+
+    x, y = _batches(1)[0]
+    torch_bytes = {}
+    for mode in ("1", "0"):
+        model = _wrapped(monkeypatch, mode)
+        for _ in range(2):  # the second backward: the engine's storage planned and kept
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            torch_bytes[mode], _ = peak_bytes_during(loss.backward)
+            model.zero_grad(set_to_none=True)
+    grad_bytes = 4 * sum(p.numel() for p in _mlp().parameters())
+    assert torch_bytes["1"] == torch_bytes["0"] < grad_bytes / 4, torch_bytes
+
+
 def test_parameter_hooks_run_during_the_engine_backward(monkeypatch):
     """Each parameter's hook fires before the engine's backward returns: the input's gradient, which
     the engine returns at its end, comes after all of them. Without hand-over it comes first."""

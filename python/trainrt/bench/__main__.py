@@ -7,7 +7,12 @@ against the copy bandwidth); the GEMM's best rate on a large square product is t
 that "% peak" refers to, unless --peak-gflops names one. The models follow, then the `trainer` entry:
 transformers.Trainer's steps/s with the eager model against trainrt.hf.RTTrainer on bert-mini sequence
 classification (trainer.py), and the `sparsity` entry: label sparsity on against off, beside eager, on a
-masked LM and a padded causal LM (sparsity.py)."""
+masked LM and a padded causal LM (sparsity.py).
+
+The `ddp` mode (on request: --modes eager,rtmodule,ddp) spawns 2 ranks per model and times DDP x2
+against one process on the same global batch, eager beside RTModule (with gradients handed over as
+they become final, and at the end of the engine's backward), and what each one's backward holds
+(ddp.py)."""
 
 from __future__ import annotations
 
@@ -20,7 +25,7 @@ import torch
 
 from trainrt.bench.measure import run_model
 from trainrt.bench.models import MODELS, SUITES
-from trainrt.bench.modes import DEFAULT_MODES, MODES
+from trainrt.bench.modes import DDP_MODE, DEFAULT_MODES, MODES
 from trainrt.bench.report import markdown_table, text_table, write_json
 
 # Steps per suite: (warm-up, timed). The quick suite stays under 10 minutes on the 2-core dev machine.
@@ -49,7 +54,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--suite", choices=sorted(SUITES), default="quick")
     parser.add_argument("--models", help="comma-separated; default: the suite's models")
     parser.add_argument("--modes", default=",".join(DEFAULT_MODES),
-                        help=f"comma-separated, of {', '.join(MODES)}; default: %(default)s")
+                        help=f"comma-separated, of {', '.join([*MODES, DDP_MODE])}; default: %(default)s")
     parser.add_argument("--steps", type=int, help="timed steps per mode (default: 20 quick, 30 full)")
     parser.add_argument("--warmup", type=int, help="untimed steps after the first (default: 3 quick, 5 full)")
     parser.add_argument("--peak-gflops", type=float, help="the machine's peak for %% of peak (default: measured)")
@@ -63,7 +68,7 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
 
     models = _names(args.models, list(MODELS), "model") if args.models else SUITES[args.suite]
-    modes = _names(args.modes, list(MODES), "mode")
+    modes = _names(args.modes, [*MODES, DDP_MODE], "mode")
     warmup, steps = _STEPS[args.suite]
     warmup = warmup if args.warmup is None else args.warmup
     steps = steps if args.steps is None else args.steps
@@ -102,9 +107,16 @@ def _run(args, models: list[str], modes: list[str], warmup: int, steps: int, ind
                            "cpus": os.cpu_count(), "peak_gflops": peak_gflops,
                            "peak_source": "--peak-gflops" if args.peak_gflops else "measured GEMM best" if micro else "nominal",
                            "inductor_cache": inductor_cache}}
-    for name in models:
-        print(f"[bench] {name}: {', '.join(modes)}", file=sys.stderr, flush=True)
-        results["models"].append(run_model(MODELS[name](), modes, warmup, steps, peak_gflops * 1e9))
+    in_process = [m for m in modes if m != DDP_MODE]
+    for name in models if in_process else []:
+        print(f"[bench] {name}: {', '.join(in_process)}", file=sys.stderr, flush=True)
+        results["models"].append(run_model(MODELS[name](), in_process, warmup, steps, peak_gflops * 1e9))
+    if DDP_MODE in modes:
+        from trainrt.bench import ddp
+
+        print(f"[bench] ddp: 2 ranks, eager and RTModule DDP, then one process: {', '.join(models)}",
+              file=sys.stderr, flush=True)
+        results["ddp"] = [ddp.run(name, warmup, steps) for name in models]
     if not args.no_trainer:
         from trainrt.bench import trainer
 
@@ -119,6 +131,10 @@ def _run(args, models: list[str], modes: list[str], warmup: int, steps: int, ind
         results["sparsity"] = sparsity.run(rounds=rounds, steps=sparsity_steps)
 
     print(text_table(results))
+    if "ddp" in results:
+        from trainrt.bench import ddp
+
+        print("\n" + ddp.markdown(results["ddp"]))
     if "trainer" in results:
         from trainrt.bench import trainer
 

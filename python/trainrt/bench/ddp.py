@@ -2,6 +2,7 @@
 
     python -m trainrt.bench.ddp                               # gpt2-mini and mlp, 10 timed steps
     python -m trainrt.bench.ddp --models gpt2-mini --steps 20 --trace ddp_step.json
+    python -m trainrt.bench --modes eager,rtmodule,ddp        # the same, as a mode of the suite (run, markdown)
 
 Each rank is a spawned process (gloo on loopback, one thread each: 2 ranks share this machine's 2
 cores) training its half of each global batch; in each rank the modes run interleaved, step by
@@ -11,6 +12,13 @@ under torch.distributed: trainrt/gradient_handoff.py), and RTModule DDP with eve
 end of the engine's backward (TRAINRT_ENABLE_MEM_EFFICIENT_GRAD_MGMT=0), which shows what the
 overlap of all-reduce and backward is worth. Beside them, one process on the whole global batch with
 both cores, eager and RTModule. Medians over the timed steps; ratios are RTModule / eager.
+
+After the timed steps, one more step of each DDP mode measures what its backward adds (rank 0's;
+both ranks hold the same): the most bytes live at once during loss.backward() above those live at
+its start, torch's allocator and the engine's storage each (trainrt.bench.tensor_memory): the
+gradients, DDP's reducer's allocations and temporaries. The engine's part is net of what it frees
+meanwhile (the saved values, after their last reader), whose storage its gradients can take again.
+The gradients themselves (4 bytes per parameter element) are given beside them.
 
 --trace writes a Chrome trace (torch.profiler) of one RTModule DDP step on rank 0 and counts the
 all-reduces that ran inside the engine's backward (the _RTFunctionBackward node).
@@ -26,6 +34,7 @@ import time
 import torch
 
 from trainrt.bench.models import MODELS
+from trainrt.bench.tensor_memory import peak_bytes_during
 from trainrt.testing import run_on_ranks
 
 _MODES = ("eager", "rtmodule", "rtmodule, at the end")
@@ -58,6 +67,15 @@ def _step(model, optimizer, args) -> None:
     optimizer.zero_grad(set_to_none=True)
 
 
+def _backward_bytes(model, optimizer, args) -> dict:
+    """One untimed step of a DDP model, what its backward adds (the module docstring says what)."""
+    loss = model(*args)
+    torch_bytes, engine_bytes = peak_bytes_during(loss.backward)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return {"torch_bytes": torch_bytes, "engine_bytes": engine_bytes}
+
+
 def _ranks_main(rank: int, world_size: int, name: str, warmup: int, steps: int, trace: str | None) -> dict:
     spec = MODELS[name]()
     runs = {}
@@ -76,7 +94,13 @@ def _ranks_main(rank: int, world_size: int, name: str, warmup: int, steps: int, 
             torch.distributed.all_reduce(elapsed, op=torch.distributed.ReduceOp.MAX)
             if step >= warmup:
                 times[mode].append(elapsed.item())
-    result = {mode: statistics.median(t) for mode, t in times.items()}
+    args = _half(spec.batch(warmup + steps), rank, world_size)
+    result = {"step_s": {mode: statistics.median(t) for mode, t in times.items()},
+              "backward": {mode: _backward_bytes(*runs[mode], args) for mode in _MODES}}
+    for mode, (model, _) in runs.items():
+        problem = getattr(model.module, "fallback_reason", None)
+        if problem is not None:
+            raise RuntimeError(f"{name} {mode}: fell back to PyTorch: {problem}")
     if trace and rank == 0:
         result["trace"] = _trace_one_step(*runs["rtmodule"], _half(spec.batch(0), rank, world_size), trace)
     elif trace:
@@ -116,6 +140,35 @@ def _one_process(name: str, warmup: int, steps: int) -> dict:
     return {mode: statistics.median(t) for mode, t in times.items()}
 
 
+def run(name: str, warmup: int = 2, steps: int = 10, trace: str | None = None) -> dict:
+    """One model's figures: 2 ranks (spawned), then one process on the whole global batch."""
+    ranks = run_on_ranks(_ranks_main, name, warmup, steps, trace, timeout=1800)[0]
+    gradient_bytes = 4 * sum(p.numel() for p in MODELS[name]().make().parameters())
+    return {"model": name, "one_process": _one_process(name, warmup, steps), "ddp": ranks["step_s"],
+            "backward": ranks["backward"], "gradient_bytes": gradient_bytes, **({"trace": ranks["trace"]} if trace else {})}
+
+
+def markdown(rows: list[dict]) -> str:
+    ms = lambda s: f"{s * 1e3:.1f}"  # noqa: E731
+    mib = lambda b: f"{b / (1 << 20):.2f}"  # noqa: E731
+    lines = ["| model | 1 process: eager ms | RTModule ms | ratio | DDP x2: eager ms | RTModule ms | ratio "
+             "| RTModule, gradients at the end ms | ratio |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        single, ddp = r["one_process"], r["ddp"]
+        lines.append(f"| {r['model']} | {ms(single['eager'])} | {ms(single['rtmodule'])} "
+                     f"| {single['rtmodule'] / single['eager']:.2f} | {ms(ddp['eager'])} | {ms(ddp['rtmodule'])} "
+                     f"| {ddp['rtmodule'] / ddp['eager']:.2f} | {ms(ddp['rtmodule, at the end'])} "
+                     f"| {ddp['rtmodule, at the end'] / ddp['eager']:.2f} |")
+    lines += ["", "| model (DDP x2, rank 0) | gradients MiB | backward +MiB, torch + engine: eager | RTModule "
+              "| RTModule, gradients at the end |", "|---|---|---|---|---|"]
+    for r in rows:
+        added = [r["backward"][mode] for mode in _MODES]
+        lines.append(f"| {r['model']} | {mib(r['gradient_bytes'])} | "
+                     + " | ".join(f"{mib(b['torch_bytes'])} + {mib(b['engine_bytes'])}" for b in added) + " |")
+    lines += [r["trace"] for r in rows if "trace" in r]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", default="gpt2-mini,mlp")
@@ -123,21 +176,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--trace", default=None, help="Chrome trace of one RTModule DDP step (rank 0)")
     args = parser.parse_args(argv)
-    rows = []
-    print("| model | 1 process: eager ms | RTModule ms | ratio | DDP x2: eager ms | RTModule ms | ratio "
-          "| RTModule, gradients at the end ms | ratio |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for name in args.models.split(","):
-        ranks = run_on_ranks(_ranks_main, name, args.warmup, args.steps, args.trace, timeout=1800)[0]
-        single = _one_process(name, args.warmup, args.steps)
-        row = {"model": name, "one_process": single, "ddp": {m: ranks[m] for m in _MODES}}
-        rows.append(row)
-        ms = lambda s: f"{s * 1e3:.1f}"  # noqa: E731
-        print(f"| {name} | {ms(single['eager'])} | {ms(single['rtmodule'])} | {single['rtmodule'] / single['eager']:.2f} "
-              f"| {ms(ranks['eager'])} | {ms(ranks['rtmodule'])} | {ranks['rtmodule'] / ranks['eager']:.2f} "
-              f"| {ms(ranks['rtmodule, at the end'])} | {ranks['rtmodule, at the end'] / ranks['eager']:.2f} |")
-        if "trace" in ranks:
-            print(ranks["trace"])
+    rows = [run(name, args.warmup, args.steps, args.trace) for name in args.models.split(",")]
+    print(markdown(rows))
     return rows
 
 

@@ -8,6 +8,7 @@
     rtmodule-bf16  trainrt.RTModule(model, mixed_precision="bf16"), trainrt.optim.FusedAdam
 
 A step is zero_grad (to None), forward (the model returns the loss), backward and the optimizer step.
+The `ddp` mode is not one of these: it spawns 2 ranks of its own (DDP_MODE, ddp.py).
 """
 
 from __future__ import annotations
@@ -128,3 +129,4 @@ class RTBF16(RT):
 
 MODES: dict[str, type[Mode]] = {m.name: m for m in (Eager, Compile, RT, EagerBF16, RTBF16)}
 DEFAULT_MODES = [Eager.name, Compile.name, RT.name]
+DDP_MODE = "ddp"  # on request: 2 spawned ranks per model, eager and RTModule DDP (trainrt.bench.ddp)

@@ -107,6 +107,10 @@ def markdown_table(results: dict) -> str:
         lines += ["", gemm.markdown(results["micro"]["gemm"]), "", optimizer_step.markdown(results["micro"]["optimizer"]),
                   "", step_in_backward.markdown(results["micro"]["step_in_backward"]),
                   "", python_op.markdown(results["micro"]["python_op"])]
+    if results.get("ddp"):
+        from trainrt.bench import ddp
+
+        lines += ["", ddp.markdown(results["ddp"])]
     if results.get("trainer"):
         from trainrt.bench import trainer
 

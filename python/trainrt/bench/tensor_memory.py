@@ -4,6 +4,7 @@ what is saved for backward, gradients, temporaries, and what the engine keeps be
 
     held = engine_bytes_held(before_mode, mode)        # after the mode's first steps
     memory = step_tensor_bytes(mode, batch, held)      # runs one (untimed) training step
+    torch_bytes, engine_bytes = peak_bytes_during(loss.backward)   # any call: what it adds at its peak
 
 Two allocators hold a step's tensors, each counted where it can be seen:
 - torch's: torch.profiler with profile_memory=True records every allocation and free of the CPU
@@ -39,13 +40,19 @@ def _torch_peak(prof) -> int:
     return peak
 
 
-def step_tensor_bytes(mode, args: tuple, engine_held: int) -> dict:
-    """Runs one training step of `mode` and returns its peak tensor bytes, and the two parts."""
+def peak_bytes_during(fn) -> tuple[int, int]:
+    """Runs fn() and returns the most bytes live at once during it above those live at its start:
+    (torch's allocator, the engine's storage)."""
     _C.reset_storage_peak()
     engine_start = _C.storage_bytes()["live"]
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        mode.step(args)
-    torch_bytes = _torch_peak(prof)
-    engine_bytes = engine_held + _C.storage_bytes()["peak"] - engine_start
+        fn()
+    return _torch_peak(prof), _C.storage_bytes()["peak"] - engine_start
+
+
+def step_tensor_bytes(mode, args: tuple, engine_held: int) -> dict:
+    """Runs one training step of `mode` and returns its peak tensor bytes, and the two parts."""
+    torch_bytes, engine_step_bytes = peak_bytes_during(lambda: mode.step(args))
+    engine_bytes = engine_held + engine_step_bytes
     return {"peak_tensor_bytes": torch_bytes + engine_bytes, "torch_peak_bytes": torch_bytes,
             "engine_peak_bytes": engine_bytes}

@@ -17,6 +17,11 @@ max_grad_norm > 0): a trainrt FusedAdam / FusedSGD takes it as its grad_scale wi
 (the gradients stay scaled), any other optimizer gets the gradients rescaled in place by one more
 engine pass (_C.scale_grads), as GradScaler.unscale_ + clip_grad_norm_ would leave them.
 
+Given a DeepSpeed ZeRO stage 1 / 2 optimizer (what `deepspeed.initialize` returns), FP16_Optimizer
+returns that optimizer itself with its overflow check and gradient norm replaced by the engine's
+pass, as ORTModule's FP16_Optimizer did; DeepSpeed keeps scaling, clipping and stepping, and the loop
+stays engine.backward(loss) / engine.step() (deepspeed_zero.py).
+
 Gradients must be float32 on the CPU (the engine's kernels are f32-only): keep f32 master parameters
 and run 16-bit compute under autocast. An LR scheduler takes the wrapped optimizer
 (`FP16_Optimizer.optimizer`), as torch's schedulers require a torch.optim.Optimizer.
@@ -31,6 +36,7 @@ import torch
 from torch.utils.dlpack import to_dlpack
 
 from trainrt import _C
+from trainrt.optim import deepspeed_zero
 
 _F32_MAX = 3.4028234663852886e38
 
@@ -60,7 +66,18 @@ class FP16_Optimizer:  # noqa: N801 (the name Apex, DeepSpeed and ORT users know
         >>> optimizer.backward(loss)      # loss * scale, then backward
         >>> optimizer.step()              # unscaled and clipped in one pass; skipped on inf / NaN
         >>> optimizer.zero_grad()
+
+        >>> engine, optimizer, _, _ = deepspeed.initialize(model=trainrt.RTModule(model), optimizer=adamw, config=config)
+        >>> optimizer = trainrt.optim.FP16_Optimizer(optimizer)   # the ZeRO optimizer, with the engine's checks
     """
+
+    def __new__(cls, optimizer, *args, **kwargs):
+        if deepspeed_zero.is_deepspeed_optimizer(optimizer):  # scales the loss itself: not wrapped again
+            if args or kwargs:
+                raise TypeError("FP16_Optimizer of a DeepSpeed optimizer takes no options: its loss scaling and "
+                                "clipping are set in the DeepSpeed config (fp16 / bf16, gradient_clipping)")
+            return deepspeed_zero.use_engine_checks(optimizer)
+        return super().__new__(cls)
 
     def __init__(self, optimizer, static_loss_scale: float | None = None, dynamic_loss_scale: bool = True,
                  initial_scale: float = 2.0**16, growth_factor: float = 2.0, backoff_factor: float = 0.5,
