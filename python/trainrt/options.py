@@ -216,6 +216,8 @@ class RuntimeOptions:
     # Per-pattern recompute choices in ORTModule's format, "<pattern>:<0|1>:<count>,..."
     # (src/trainrt/plan/recompute_subgraphs.h); empty: the cheap patterns only.
     memory_opt_config: str = ""
+    # The step's peak beyond parameters and optimizer state to fit, in MiB (memory_budget.py); None: no budget.
+    memory_budget_mb: float | None = None
 
     def __post_init__(self):
         self.mixed_precision = parse_mixed_precision(self.mixed_precision)
@@ -317,6 +319,16 @@ def _parse_memory_config(value: str) -> str:
     return value
 
 
+def _parse_budget(value: str) -> float:
+    try:
+        mb = float(value)
+    except ValueError:
+        mb = -1.0
+    if not mb > 0:
+        raise ValueError(f"TRAINRT_MEMORY_BUDGET_MB={value!r}: a positive number of MiB")
+    return mb
+
+
 def _parse_threads(value: str) -> int:
     if not value.strip().isdigit() or int(value) < 1:
         raise ValueError(f"TRAINRT_NUM_THREADS={value!r}: a number of threads, at least 1")
@@ -404,6 +416,14 @@ OPTIONS: tuple[Option, ...] = (
            "casts and norms moving at most 4 bytes per byte freed); products and softmax only on request. "
            "Gradients are the same bits. Type `2` (compromised recompute) is refused.",
            default="empty: the cheap patterns"),
+    Option("MEMORY_BUDGET_MB", None, RuntimeOptions, "memory_budget_mb", _parse_budget, "MiB, a positive number",
+           "The most a training step may hold beyond parameters and optimizer state (engine arena, saved "
+           "values, gradients). At the first call of each input schema RTModule measures one trial step of "
+           "each plan, from the least recompute to the most (the settings as given; every recompute pattern of "
+           "the summary; memory level 1; level 2), keeps the first that fits and says which in the start-up "
+           "table; when none fits it keeps the smallest and warns by how much it misses. Not applied to "
+           "models with autograd.Functions.",
+           default="unset: no budget"),
     Option("NUM_THREADS", None, RuntimeOptions, "num_threads", _parse_threads, "integer, at least 1",
            "Threads of the engine's loops (oneDNN runs inside them on one thread); unset: "
            "`torch.get_num_threads()` at each call, which follows `torch.set_num_threads` and "

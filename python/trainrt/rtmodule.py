@@ -34,7 +34,7 @@ import types
 import torch
 from torch.utils import _pytree as pytree
 
-from trainrt import _C, fsdp, python_op, threads, zero3
+from trainrt import _C, fsdp, memory_budget, python_op, threads, zero3
 from trainrt.engine_arrays import capsules, engine_view, from_engine as _from_engine
 from trainrt.gradient_handoff import GradientHandoff
 from trainrt.input_density import InputDensityObserver
@@ -63,6 +63,7 @@ class _Engine:
                  num_threads: int | None = None, memory_opt_level: int = 0, label_sparsity: bool = True,
                  memory_opt_config: str = ""):
         self.captured = captured
+        self.memory_opt_level = memory_opt_level
         self.num_threads = num_threads  # the engine's threads; None: torch's (threads.py)
         self.zero3_params = zero3_params or []  # gathered around the backward too (zero3.py)
         self.mem_efficient_grad_mgmt = mem_efficient_grad_mgmt  # gradient_handoff.py: None = when watched
@@ -576,12 +577,26 @@ class RTModule(torch.nn.Module):
         except CaptureError as err:
             raise _BuildFailed(str(err), "FALLBACK_UNSUPPORTED_TORCH_MODEL") from err
         captured_at = time.perf_counter()
+        def make(level: int, config: str) -> _Engine:
+            return _Engine(captured, self._module, input_requires_grad, self._runtime.profile,
+                           self._runtime.compute_optimizer, self._runtime.mem_efficient_grad_mgmt, self._zero3,
+                           self._runtime.num_threads, level, label_sparsity=self._runtime.sparse_optimizer,
+                           memory_opt_config=config)
+
         try:
-            engine = _Engine(captured, self._module, input_requires_grad, self._runtime.profile,
-                             self._runtime.compute_optimizer, self._runtime.mem_efficient_grad_mgmt, self._zero3,
-                             self._runtime.num_threads, self._runtime.memory_opt_level,
-                             label_sparsity=self._runtime.sparse_optimizer,
-                             memory_opt_config=self._runtime.memory_opt_config)
+            if self._runtime.memory_budget_mb is None:
+                engine = make(self._runtime.memory_opt_level, self._runtime.memory_opt_config)
+                self._memory_plan = None
+            else:
+                tensors = [x for x in pytree.tree_flatten((args, kwargs))[0] if isinstance(x, torch.Tensor)]
+
+                def trial(candidate: _Engine) -> int:
+                    module_tensors, _ = candidate.module_tensors(self._module)
+                    return memory_budget.trial_peak(candidate, module_tensors + tensors)
+
+                engine, self._memory_plan = memory_budget.fit_budget(
+                    make, self._runtime.memory_opt_level, self._runtime.memory_opt_config,
+                    int(self._runtime.memory_budget_mb * 2**20), trial)
         except _C.Error as err:
             kind = "FALLBACK_UNSUPPORTED_ONNX_MODEL" if isinstance(err, _C.UnsupportedOp) else "FALLBACK_BAD_INITIALIZATION"
             raise _BuildFailed(f"{type(err).__name__}: {err}", kind) from err
@@ -604,7 +619,8 @@ class RTModule(torch.nn.Module):
                 ("mixed precision", f"{autocast} as torch.autocast runs it" if autocast else "off (f32)"),
                 ("memory planning, in-place reuse, views, constant folding", "on"),
                 ("compute optimizer (fusions, saved-set choice)", "on" if self._runtime.compute_optimizer else "off"),
-                ("memory optimizer", _describe_memory(engine, self._runtime.memory_opt_level)),
+                ("memory optimizer", _describe_memory(engine, engine.memory_opt_level)),
+                *([("memory budget", self._memory_plan.describe())] if self._memory_plan else []),
                 ("label sparsity", _describe_label_sparsity(engine, self._runtime)),
                 ("fallback policy", self._runtime.fallback_policy.name or str(self._runtime.fallback_policy)),
                 ("save ONNX", self._debug.save_path if self._debug.save_onnx else "off"),
