@@ -34,7 +34,7 @@ import types
 import torch
 from torch.utils import _pytree as pytree
 
-from trainrt import _C, fsdp, python_op, threads, zero3
+from trainrt import _C, fsdp, python_op, shared_captures, threads, zero3
 from trainrt.engine_arrays import capsules, engine_view, from_engine as _from_engine
 from trainrt.gradient_handoff import GradientHandoff
 from trainrt.input_density import InputDensityObserver
@@ -482,7 +482,7 @@ class RTModule(torch.nn.Module):
             if failure and not self._runtime.fallback_retry:  # announced when it failed; not re-captured each step
                 return self._fall_back(*failure, args, kwargs)
             try:
-                engine = self._build(args, kwargs, [t.requires_grad for t in tensors], autocast)
+                engine = self._build(args, kwargs, [t.requires_grad for t in tensors], shapes, autocast)
             except _BuildFailed as failed:
                 self._failed_builds[key] = failed.args
                 return self._fall_back(*failed.args, args, kwargs)
@@ -531,7 +531,7 @@ class RTModule(torch.nn.Module):
         return (self._module.training, torch.is_grad_enabled(), self._autocast_dtype(), str(spec),
                 tuple(leaf(x) for x in flat))
 
-    def _build(self, args, kwargs, input_requires_grad, autocast: torch.dtype | None):
+    def _build(self, args, kwargs, input_requires_grad, shapes, autocast: torch.dtype | None):
         from trainrt.capture import CaptureError, UnsupportedATenOp, capture
         from trainrt.capture.autograd_function import FunctionCapture
 
@@ -539,21 +539,29 @@ class RTModule(torch.nn.Module):
 
         start = time.perf_counter()
         functions = FunctionCapture(self._runtime.custom_autograd, self._runtime.skipped_autograd_functions)
+        # Which Functions were traced changes the graph (a traced one ignores its custom backward).
+        shared_key = None if self._zero3 or self._fsdp else \
+            shared_captures.key_of(self._module, (self._schema_key(args, kwargs), functions))
         cache, key = None, None
         if self._runtime.cache_dir:
             from trainrt.export_cache import ExportCache, cache_key
 
             cache = ExportCache(self._runtime.cache_dir, self._runtime.cache_allow_shared)
-            # Which Functions were traced changes the graph (a traced one ignores its custom backward).
             key = cache_key(self._module, (self._schema_key(args, kwargs, shapes=True), functions))
         try:
-            captured = cache.load(key) if cache else None
-            from_cache = captured is not None
+            captured = shared_captures.find(shared_key, shapes)
+            source = "shared with an earlier RTModule of this structure" if captured else None
             if captured is None:
-                with zero3.without_deepspeed_hooks(self._module):  # gathered by forward(): full shapes
-                    captured = capture(self._module, args, kwargs, autocast=autocast, functions=functions)
-                if cache:
-                    cache.store(key, captured)
+                captured = cache.load(key) if cache else None
+                source = "read from the export cache" if captured else None
+                if captured is None:
+                    with zero3.without_deepspeed_hooks(self._module):  # gathered by forward(): full shapes
+                        captured = capture(self._module, args, kwargs, autocast=autocast, functions=functions)
+                    if cache:
+                        cache.store(key, captured)
+                shared_captures.remember(shared_key, captured)
+            elif cache and not cache.has(key):  # the next process finds these shapes on disk
+                cache.store(key, captured)
         except UnsupportedATenOp as err:
             raise _BuildFailed(str(err), "FALLBACK_UNSUPPORTED_ONNX_MODEL") from err
         except CaptureError as err:
@@ -570,12 +578,13 @@ class RTModule(torch.nn.Module):
         if self._debug.save_onnx:
             self._save_graphs(engine)
         self._engines.setdefault(self._schema_key(args, kwargs), []).append(engine)
-        self._log_startup(engine, autocast, captured_at - start, time.perf_counter() - captured_at, from_cache)
+        self._log_startup(engine, autocast, captured_at - start, time.perf_counter() - captured_at, source)
         return engine
 
     def _log_startup(self, engine: _Engine, autocast: torch.dtype | None, capture_s: float, build_s: float,
-                     from_cache: bool) -> None:
-        """At INFO: what was captured, what is on, and what it cost. Quiet on ranks other than 0."""
+                     source: str | None) -> None:
+        """At INFO: what was captured, what is on, and what it cost (`source`: where the capture came
+        from when it was not captured now). Quiet on ranks other than 0."""
         captured = engine.captured
         if torch.distributed.is_available() and torch.distributed.is_initialized() and torch.distributed.get_rank() != 0:
             return
@@ -591,7 +600,7 @@ class RTModule(torch.nn.Module):
                 ("fallback policy", self._runtime.fallback_policy.name or str(self._runtime.fallback_policy)),
                 ("save ONNX", self._debug.save_path if self._debug.save_onnx else "off"),
                 ("capture (torch.export + translation)",
-                 f"{capture_s * 1e3:.0f} ms" + (" (read from the export cache)" if from_cache else "")),
+                 f"{capture_s * 1e3:.0f} ms" + (f" ({source})" if source else "")),
                 ("engine build (autodiff + partition)", f"{build_s * 1e3:.0f} ms")]
         width = max(len(k) for k, _ in rows)
         _log.info("trainrt RTModule start-up\n%s", "\n".join(f"  {k:<{width}}  {v}" for k, v in rows))
