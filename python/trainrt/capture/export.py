@@ -43,7 +43,7 @@ from torch.utils import _pytree as pytree
 from trainrt.capture.autograd_function import FunctionCapture, keep_functions_opaque
 from trainrt.capture.checkpoint_regions import capture_checkpoints
 from trainrt.capture.errors import CaptureError
-from trainrt.capture.inplace import functionalize_fresh_writes
+from trainrt.capture.inplace import functionalize_buffer_writes, functionalize_fresh_writes
 
 SYMBOLIC_LEVELS = ("all", "batch", "none")
 _log = logging.getLogger("trainrt")
@@ -66,7 +66,8 @@ def export_program(module: torch.nn.Module, args: tuple, kwargs: dict, symbolic:
                      "to the model to say so)", type(module).__name__, _first_line(e))
         kwargs = {**kwargs, "use_cache": False}
         ep = _export_at_level(module, args, kwargs, symbolic, functions)
-    if functionalize_fresh_writes(ep.graph):  # inplace.py: what torch's retrace would do, locally
+    # inplace.py: what torch's retrace would do, locally (both run: no short-circuit)
+    if functionalize_fresh_writes(ep.graph) | functionalize_buffer_writes(ep):
         ep.graph_module.recompile()
     if not _mutates(ep):
         return ep
