@@ -84,6 +84,11 @@ class _Engine:
         unreached = set(self.programs.unreached)
         self.wrt_index = [index[name] if name not in unreached else None for name in self.wrt]
         self.num_mutations = len(captured.buffer_mutations)
+        # Engine outputs autograd is told are not differentiable: the buffer mutations, then the
+        # integer and bool user outputs; and the user outputs whose gradients the backward takes.
+        user = list(enumerate(captured.differentiable_outputs, start=self.num_mutations))
+        self.non_differentiable = list(range(self.num_mutations)) + [i for i, d in user if not d]
+        self.differentiable_user_outputs = [i - self.num_mutations for i, d in user if d]
         self.single_output = captured.out_spec.is_leaf()  # the module returns one tensor
         self.draws_random = self.programs.draws_random
         # User autograd.Functions run as PythonOp nodes: engine calls then go through a python_op.EngineCall.
@@ -161,9 +166,8 @@ class _RTFunction(torch.autograd.Function):
         ctx.set_materialize_grads(False)
         results = tuple(_from_engine(o) for o in outputs)
         ctx.save_for_backward(*[tensors[i] for i in engine.inputs_read], *[results[i] for i in state.outputs_read])
-        user = results[engine.num_mutations:]
-        ctx.mark_non_differentiable(*results[:engine.num_mutations],
-                                    *[o for o, d in zip(user, engine.captured.differentiable_outputs) if not d])
+        if engine.non_differentiable:
+            ctx.mark_non_differentiable(*[results[i] for i in engine.non_differentiable])
         return results
 
     @staticmethod
@@ -176,8 +180,8 @@ class _RTFunction(torch.autograd.Function):
         threads.follow(engine.num_threads)  # torch's setting may have changed since the forward
         retain = _keep_graph()
         user_grads = grads[engine.num_mutations:]
-        fed = [None if g is None else engine_view(g)  # held through the engine call (capsules)
-               for g, d in zip(user_grads, engine.captured.differentiable_outputs) if d]
+        fed = [None if user_grads[i] is None else engine_view(user_grads[i])  # held through the engine call (capsules)
+               for i in engine.differentiable_user_outputs]
         consumer = step_in_backward.consumer_for(ctx.wrt_tensors)
         handoff = ctx.handoff
         handed = {} if handoff is None else {"handed_over": handoff.begin(), "deliver": handoff.deliver}
@@ -455,12 +459,14 @@ class RTModule(torch.nn.Module):
     def _forward(self, *args, **kwargs):
         if self._runtime.fallback_policy & FallbackPolicy.FALLBACK_FORCE_TORCH_FORWARD:
             return self._fall_back("forced by the fallback policy", "FALLBACK_FORCE_TORCH_FORWARD", args, kwargs)
-        signature = self._call_signature(args, kwargs)
+        module = self._modules["_module"]  # self._module costs two __getattr__ calls (~1.4 us)
+        signature = self._call_signature(args, kwargs, module)
         if signature is not None and self._last_call is not None and self._last_call[0] == signature:
             engine = self._last_call[1]
-            module_tensors, reason = engine.module_tensors(self._module)
+            module_tensors, reason = engine.module_tensors(module)
             if not reason:
-                self._fallback_reason = None
+                if self._fallback_reason is not None:  # nn.Module.__setattr__ costs ~1.5 us a call
+                    self._fallback_reason = None
                 return self._run(engine, module_tensors, [*args, *kwargs.values()])
         flat, spec = pytree.tree_flatten((args, kwargs))
         tensors = [x for x in flat if isinstance(x, torch.Tensor)]
@@ -494,7 +500,7 @@ class RTModule(torch.nn.Module):
         self._last_call = None if signature is None else (signature, engine)
         return self._run(engine, module_tensors, tensors)
 
-    def _call_signature(self, args, kwargs) -> tuple | None:
+    def _call_signature(self, args, kwargs, module: torch.nn.Module) -> tuple | None:
         """The steady state's fast path: when every argument is a tensor (positional, or keyword in the
         same order), the call's mode, autocast and each tensor's dtype, shape, requires_grad and device.
         A call equal to the last one runs the last one's engine without the general schema work
@@ -502,7 +508,7 @@ class RTModule(torch.nn.Module):
         leaves = (*args, *kwargs.values())
         if not all(isinstance(t, torch.Tensor) for t in leaves):
             return None
-        return (self._module.training, torch.is_grad_enabled(), self._autocast_dtype(), tuple(kwargs),
+        return (module.training, torch.is_grad_enabled(), self._autocast_dtype(), tuple(kwargs),
                 tuple((t.dtype, t.shape, t.requires_grad, t.device) for t in leaves))
 
     def _autocast_dtype(self) -> torch.dtype | None:
