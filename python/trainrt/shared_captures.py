@@ -59,7 +59,7 @@ def key_of(module: torch.nn.Module, schema_key) -> tuple | None:
             attrs = tuple((k, _plain(v)) for k, v in sorted(vars(m).items())
                           if k not in _CONTAINERS and k not in _HOOKS)
             parts.append((name, type(m), attrs))
-    except _NotPlain:
+    except Exception:  # noqa: BLE001  (_NotPlain, or a user object's to_dict failing, or a cycle: not shared)
         return None
     tensors = tuple((name, t.dtype, tuple(t.shape), t.requires_grad)
                     for name, t in [*module.named_parameters(remove_duplicate=False),

@@ -12,8 +12,8 @@ Symbolic dims come in three levels, tried in this order by capture (api.py):
 - "none": static shapes.
 A dynamic export that fails (a constraint violation, a model that only traces with known sizes) is
 retried with static shapes. The exported training IR keeps in-place ops (BatchNorm's running stats,
-`add_` on buffers); those that write a tensor the forward just made become functional in place
-(inplace.py); for graphs with others, functionalization (`run_decompositions({})`, which decomposes
+`add_` on buffers); those that write a tensor the forward just made, and BatchNorm's writes of its
+buffers, become functional in place (inplace.py); for graphs with others, functionalization (`run_decompositions({})`, which decomposes
 nothing else) turns them into values the graph signature lists as buffer mutations.
 
 Hugging Face causal LMs return a `DynamicCache` of past keys and values (use_cache defaults on, in
