@@ -12,9 +12,10 @@ from torch.utils.dlpack import to_dlpack
 
 
 def engine_view(t: torch.Tensor) -> torch.Tensor:
-    """What the engine can read: detached, contiguous CPU memory (a copy only if t is strided)."""
-    t = t.detach()
-    return t if t.is_contiguous() else t.contiguous()
+    """What the engine can read: contiguous CPU memory (a copy only if t is strided). Not detached:
+    to_dlpack takes a tensor that requires grad (only its __dlpack__ method refuses one), the engine
+    never touches autograd, and a detach costs ~0.75 us a tensor, per input per step."""
+    return t if t.is_contiguous() else t.detach().contiguous()
 
 
 def capsules(views: list) -> list:

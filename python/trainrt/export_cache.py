@@ -102,6 +102,10 @@ class ExportCache:
     def _path(self, key: str) -> str:
         return os.path.join(self.directory, f"{key}.trainrt-capture")
 
+    def has(self, key: str) -> bool:
+        """Whether an entry (usable or not) is stored under `key`."""
+        return not self.refused and os.path.lexists(self._path(key))
+
     def load(self, key: str) -> CapturedGraph | None:
         """The entry's capture, or None: no entry, or one that is announced as unusable."""
         if self.refused:

@@ -34,7 +34,7 @@ import types
 import torch
 from torch.utils import _pytree as pytree
 
-from trainrt import _C, fsdp, memory_budget, python_op, threads, zero3
+from trainrt import _C, fsdp, memory_budget, python_op, shared_captures, threads, zero3
 from trainrt.engine_arrays import capsules, engine_view, from_engine as _from_engine
 from trainrt.gradient_handoff import GradientHandoff
 from trainrt.input_density import InputDensityObserver
@@ -86,6 +86,11 @@ class _Engine:
         unreached = set(self.programs.unreached)
         self.wrt_index = [index[name] if name not in unreached else None for name in self.wrt]
         self.num_mutations = len(captured.buffer_mutations)
+        # Engine outputs autograd is told are not differentiable: the buffer mutations, then the
+        # integer and bool user outputs; and the user outputs whose gradients the backward takes.
+        user = list(enumerate(captured.differentiable_outputs, start=self.num_mutations))
+        self.non_differentiable = list(range(self.num_mutations)) + [i for i, d in user if not d]
+        self.differentiable_user_outputs = [i - self.num_mutations for i, d in user if d]
         self.single_output = captured.out_spec.is_leaf()  # the module returns one tensor
         self.draws_random = self.programs.draws_random
         # User autograd.Functions run as PythonOp nodes: engine calls then go through a python_op.EngineCall.
@@ -163,9 +168,8 @@ class _RTFunction(torch.autograd.Function):
         ctx.set_materialize_grads(False)
         results = tuple(_from_engine(o) for o in outputs)
         ctx.save_for_backward(*[tensors[i] for i in engine.inputs_read], *[results[i] for i in state.outputs_read])
-        user = results[engine.num_mutations:]
-        ctx.mark_non_differentiable(*results[:engine.num_mutations],
-                                    *[o for o, d in zip(user, engine.captured.differentiable_outputs) if not d])
+        if engine.non_differentiable:
+            ctx.mark_non_differentiable(*[results[i] for i in engine.non_differentiable])
         return results
 
     @staticmethod
@@ -178,8 +182,8 @@ class _RTFunction(torch.autograd.Function):
         threads.follow(engine.num_threads)  # torch's setting may have changed since the forward
         retain = _keep_graph()
         user_grads = grads[engine.num_mutations:]
-        fed = [None if g is None else engine_view(g)  # held through the engine call (capsules)
-               for g, d in zip(user_grads, engine.captured.differentiable_outputs) if d]
+        fed = [None if user_grads[i] is None else engine_view(user_grads[i])  # held through the engine call (capsules)
+               for i in engine.differentiable_user_outputs]
         consumer = step_in_backward.consumer_for(ctx.wrt_tensors)
         handoff = ctx.handoff
         handed = {} if handoff is None else {"handed_over": handoff.begin(), "deliver": handoff.deliver}
@@ -473,12 +477,14 @@ class RTModule(torch.nn.Module):
     def _forward(self, *args, **kwargs):
         if self._runtime.fallback_policy & FallbackPolicy.FALLBACK_FORCE_TORCH_FORWARD:
             return self._fall_back("forced by the fallback policy", "FALLBACK_FORCE_TORCH_FORWARD", args, kwargs)
-        signature = self._call_signature(args, kwargs)
+        module = self._modules["_module"]  # self._module costs two __getattr__ calls (~1.4 us)
+        signature = self._call_signature(args, kwargs, module)
         if signature is not None and self._last_call is not None and self._last_call[0] == signature:
             engine = self._last_call[1]
-            module_tensors, reason = engine.module_tensors(self._module)
+            module_tensors, reason = engine.module_tensors(module)
             if not reason:
-                self._fallback_reason = None
+                if self._fallback_reason is not None:  # nn.Module.__setattr__ costs ~1.5 us a call
+                    self._fallback_reason = None
                 return self._run(engine, module_tensors, [*args, *kwargs.values()])
         flat, spec = pytree.tree_flatten((args, kwargs))
         tensors = [x for x in flat if isinstance(x, torch.Tensor)]
@@ -500,7 +506,7 @@ class RTModule(torch.nn.Module):
             if failure and not self._runtime.fallback_retry:  # announced when it failed; not re-captured each step
                 return self._fall_back(*failure, args, kwargs)
             try:
-                engine = self._build(args, kwargs, [t.requires_grad for t in tensors], autocast)
+                engine = self._build(args, kwargs, [t.requires_grad for t in tensors], shapes, autocast)
             except _BuildFailed as failed:
                 self._failed_builds[key] = failed.args
                 return self._fall_back(*failed.args, args, kwargs)
@@ -512,7 +518,7 @@ class RTModule(torch.nn.Module):
         self._last_call = None if signature is None else (signature, engine)
         return self._run(engine, module_tensors, tensors)
 
-    def _call_signature(self, args, kwargs) -> tuple | None:
+    def _call_signature(self, args, kwargs, module: torch.nn.Module) -> tuple | None:
         """The steady state's fast path: when every argument is a tensor (positional, or keyword in the
         same order), the call's mode, autocast and each tensor's dtype, shape, requires_grad and device.
         A call equal to the last one runs the last one's engine without the general schema work
@@ -520,7 +526,7 @@ class RTModule(torch.nn.Module):
         leaves = (*args, *kwargs.values())
         if not all(isinstance(t, torch.Tensor) for t in leaves):
             return None
-        return (self._module.training, torch.is_grad_enabled(), self._autocast_dtype(), tuple(kwargs),
+        return (module.training, torch.is_grad_enabled(), self._autocast_dtype(), tuple(kwargs),
                 tuple((t.dtype, t.shape, t.requires_grad, t.device) for t in leaves))
 
     def _autocast_dtype(self) -> torch.dtype | None:
@@ -549,7 +555,7 @@ class RTModule(torch.nn.Module):
         return (self._module.training, torch.is_grad_enabled(), self._autocast_dtype(), str(spec),
                 tuple(leaf(x) for x in flat))
 
-    def _build(self, args, kwargs, input_requires_grad, autocast: torch.dtype | None):
+    def _build(self, args, kwargs, input_requires_grad, shapes, autocast: torch.dtype | None):
         from trainrt.capture import CaptureError, UnsupportedATenOp, capture
         from trainrt.capture.autograd_function import FunctionCapture
 
@@ -557,26 +563,35 @@ class RTModule(torch.nn.Module):
 
         start = time.perf_counter()
         functions = FunctionCapture(self._runtime.custom_autograd, self._runtime.skipped_autograd_functions)
+        # Which Functions were traced changes the graph (a traced one ignores its custom backward).
+        shared_key = None if self._zero3 or self._fsdp else \
+            shared_captures.key_of(self._module, (self._schema_key(args, kwargs), functions))
         cache, key = None, None
         if self._runtime.cache_dir:
             from trainrt.export_cache import ExportCache, cache_key
 
             cache = ExportCache(self._runtime.cache_dir, self._runtime.cache_allow_shared)
-            # Which Functions were traced changes the graph (a traced one ignores its custom backward).
             key = cache_key(self._module, (self._schema_key(args, kwargs, shapes=True), functions))
         try:
-            captured = cache.load(key) if cache else None
-            from_cache = captured is not None
+            captured = shared_captures.find(shared_key, shapes)
+            source = "shared with an earlier RTModule of this structure" if captured else None
             if captured is None:
-                with zero3.without_deepspeed_hooks(self._module):  # gathered by forward(): full shapes
-                    captured = capture(self._module, args, kwargs, autocast=autocast, functions=functions)
-                if cache:
-                    cache.store(key, captured)
+                captured = cache.load(key) if cache else None
+                source = "read from the export cache" if captured else None
+                if captured is None:
+                    with zero3.without_deepspeed_hooks(self._module):  # gathered by forward(): full shapes
+                        captured = capture(self._module, args, kwargs, autocast=autocast, functions=functions)
+                    if cache:
+                        cache.store(key, captured)
+                shared_captures.remember(shared_key, captured)
+            elif cache and not cache.has(key):  # the next process finds these shapes on disk
+                cache.store(key, captured)
         except UnsupportedATenOp as err:
             raise _BuildFailed(str(err), "FALLBACK_UNSUPPORTED_ONNX_MODEL") from err
         except CaptureError as err:
             raise _BuildFailed(str(err), "FALLBACK_UNSUPPORTED_TORCH_MODEL") from err
         captured_at = time.perf_counter()
+
         def make(level: int, config: str) -> _Engine:
             return _Engine(captured, self._module, input_requires_grad, self._runtime.profile,
                            self._runtime.compute_optimizer, self._runtime.mem_efficient_grad_mgmt, self._zero3,
@@ -603,12 +618,13 @@ class RTModule(torch.nn.Module):
         if self._debug.save_onnx:
             self._save_graphs(engine)
         self._engines.setdefault(self._schema_key(args, kwargs), []).append(engine)
-        self._log_startup(engine, autocast, captured_at - start, time.perf_counter() - captured_at, from_cache)
+        self._log_startup(engine, autocast, captured_at - start, time.perf_counter() - captured_at, source)
         return engine
 
     def _log_startup(self, engine: _Engine, autocast: torch.dtype | None, capture_s: float, build_s: float,
-                     from_cache: bool) -> None:
-        """At INFO: what was captured, what is on, and what it cost. Quiet on ranks other than 0."""
+                     source: str | None) -> None:
+        """At INFO: what was captured, what is on, and what it cost (`source`: where the capture came
+        from when it was not captured now). Quiet on ranks other than 0."""
         captured = engine.captured
         if torch.distributed.is_available() and torch.distributed.is_initialized() and torch.distributed.get_rank() != 0:
             return
@@ -625,7 +641,7 @@ class RTModule(torch.nn.Module):
                 ("fallback policy", self._runtime.fallback_policy.name or str(self._runtime.fallback_policy)),
                 ("save ONNX", self._debug.save_path if self._debug.save_onnx else "off"),
                 ("capture (torch.export + translation)",
-                 f"{capture_s * 1e3:.0f} ms" + (" (read from the export cache)" if from_cache else "")),
+                 f"{capture_s * 1e3:.0f} ms" + (f" ({source})" if source else "")),
                 ("engine build (autodiff + partition)", f"{build_s * 1e3:.0f} ms")]
         width = max(len(k) for k, _ in rows)
         _log.info("trainrt RTModule start-up\n%s", "\n".join(f"  {k:<{width}}  {v}" for k, v in rows))

@@ -230,3 +230,18 @@ def test_suite_runs_the_sparsity_entry_and_reports_it(tmp_path, monkeypatch, cap
     results = json.loads(out_json.read_text())
     assert set(results["sparsity"]["bert-mlm"]["median_ms"]) == {"eager", "sparse-off", "sparse-on"}
     assert "| bert-mlm |" in out_md.read_text() and "| bert-mlm |" in capsys.readouterr().out
+
+
+def test_first_step_columns_cache_cold_and_warm_and_the_fixed_cost_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("TRAINRT_CACHE_DIR", raising=False)
+    out_json = tmp_path / "bench.json"
+    main(["--models", "tiny", "--modes", "eager,rtmodule", "--steps", "2", "--warmup", "0", "--no-micro",
+          "--no-trainer", "--no-sparsity", "--json", str(out_json)])
+    results = json.loads(out_json.read_text())
+    assert results["machine"]["export_cache"] == "cold"
+    modes = results["models"][0]["modes"]
+    warm = modes["rtmodule"]["first_step_warm"]
+    assert warm["from_cache"] and warm["first_step_s"] > 0  # the fresh process read the entry the run wrote
+    assert "first_step_warm" not in modes["eager"]
+    printed = capsys.readouterr().out
+    assert "first warm s" in printed and "fixed cost of a training step (tiny: 3 x 32 wide, batch 16, SGD)" in printed

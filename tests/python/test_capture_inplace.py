@@ -1,6 +1,7 @@
-"""In-place writes of tensors the forward just made become functional ops before any retrace
-(capture/inplace.py): the graph keeps no mutable op, RTModule trains as eager with fallback
-disabled, and writes that another alias could see are left to torch's functionalization."""
+"""In-place writes of tensors the forward just made, and BatchNorm's writes of its buffers, become
+functional ops before any retrace (capture/inplace.py): the graph keeps no mutable op, RTModule
+trains as eager with fallback disabled (running stats written back), and writes that another
+alias could see are left to torch's functionalization."""
 
 import copy
 
@@ -11,7 +12,7 @@ from torch import nn
 import trainrt
 from trainrt.capture.autograd_function import FunctionCapture
 from trainrt.capture.export import _export
-from trainrt.capture.inplace import functionalize_fresh_writes
+from trainrt.capture.inplace import functionalize_buffer_writes, functionalize_fresh_writes
 
 
 @pytest.fixture(autouse=True)
@@ -161,3 +162,69 @@ def test_writes_through_chains_of_slices_become_functional(make):
     torch.manual_seed(0)
     x = torch.randn(2, 4, 3)
     torch.testing.assert_close(trainrt.RTModule(make())(ids, x), make()(ids, x))
+
+
+class NormedTwice(nn.Module):
+    """BatchNorm in training (running stats and num_batches_tracked written in place), a buffer
+    read after its write, and a BatchNorm without running stats beside it."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn = nn.Conv2d(3, 4, 3, bias=False), nn.BatchNorm2d(4, momentum=0.3)  # no bias: BatchNorm zeroes its gradient
+        self.plain = nn.BatchNorm2d(4, track_running_stats=False)
+
+    def forward(self, x):  # x: (B, 3, H, W)
+        y = self.bn(self.conv(x))
+        return (y + self.plain(y).square()) * self.bn.num_batches_tracked  # the count after its update, as eager
+
+
+class SharedBatchNorm(nn.Module):
+    """One BatchNorm called twice: two writes of each buffer, left to run_decompositions."""
+
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm1d(4)
+
+    def forward(self, x):
+        return self.bn(self.bn(x) * 2)
+
+
+def _buffer_writes(module, *inputs):
+    """(whether functionalize_buffer_writes changed the graph, its mutable ops after, its buffer mutations)."""
+    ep = _export(module, inputs, {}, None, FunctionCapture())
+    changed = functionalize_buffer_writes(ep)
+    ops = [n.target for n in ep.graph.nodes if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+           and (n.target._schema.is_mutable or n.target == torch.ops.aten.batch_norm.default and n.args[5])]
+    mutations = sorted(s.target for s in ep.graph_signature.output_specs if s.kind.name == "BUFFER_MUTATION")
+    return changed, ops, mutations
+
+
+def test_batch_norm_buffer_writes_become_functional_outputs():
+    changed, ops, mutations = _buffer_writes(NormedTwice(), torch.randn(2, 3, 6, 6))
+    assert changed and ops == [torch.ops.aten.batch_norm.default]  # the one without running stats stays
+    assert mutations == ["bn.num_batches_tracked", "bn.running_mean", "bn.running_var"]
+    changed, ops, mutations = _buffer_writes(SharedBatchNorm(), torch.randn(5, 4))
+    assert not changed and len(ops) == 4 and mutations == []
+
+
+@pytest.mark.parametrize("make, shape", [(NormedTwice, (2, 3, 6, 6)), (SharedBatchNorm, (5, 4))],
+                         ids=["normed", "shared"])
+def test_batch_norm_trains_as_eager_and_writes_back_its_buffers(make, shape, monkeypatch):
+    retraces = []
+    real = torch.export.ExportedProgram.run_decompositions
+    monkeypatch.setattr(torch.export.ExportedProgram, "run_decompositions",
+                        lambda self, *a, **k: retraces.append(1) or real(self, *a, **k))
+    torch.manual_seed(0)
+    eager = make()
+    ours = trainrt.RTModule(copy.deepcopy(eager))
+    for step in range(2):
+        x = torch.randn(shape)
+        for model in (eager, ours):
+            model.zero_grad()
+            model(x).square().sum().backward()
+        assert ours.fallback_reason is None
+        for (name, b_e), (_, b_o) in zip(eager.named_buffers(), ours.named_buffers()):
+            torch.testing.assert_close(b_o, b_e, rtol=1e-5, atol=1e-6, msg=name)
+        for (name, p_e), (_, p_o) in zip(eager.named_parameters(), ours.named_parameters()):
+            torch.testing.assert_close(p_o.grad, p_e.grad, rtol=1e-4, atol=1e-5, msg=name)
+    assert len(retraces) == (make is SharedBatchNorm)

@@ -21,6 +21,7 @@ import torch
 import torch.nn as nn
 
 import trainrt
+from trainrt import shared_captures
 from trainrt.export_cache import ExportCache
 
 
@@ -66,6 +67,8 @@ def cache_dir(monkeypatch, tmp_path):
     monkeypatch.setenv("TRAINRT_CACHE_DIR", str(directory))
     monkeypatch.delenv("TRAINRT_CACHE_ALLOW_SHARED", raising=False)
     monkeypatch.setenv("TRAINRT_FALLBACK_POLICY", "FALLBACK_DISABLE")
+    # Each RTModule reads the disk as a new process would, not the captures shared in this one.
+    monkeypatch.setattr(shared_captures, "find", lambda key, shapes: None)
     return directory
 
 

@@ -75,19 +75,24 @@ def main(argv=None) -> dict:
 
     # torch.compile's first step is timed cold: inductor's on-disk caches start empty, unless the
     # environment names a cache directory on purpose.
-    cold_cache = None
-    if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
-        cold_cache = tempfile.TemporaryDirectory(prefix="trainrt-bench-inductor-")
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = cold_cache.name
+    # RTModule's likewise: its export cache starts empty (cache cold), and a fresh process then times
+    # the first step again with the entries the first filled in (cache warm, first_step.py).
+    cold = {}
+    for variable, prefix in (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRAINRT_CACHE_DIR", "export")):
+        if variable not in os.environ:
+            cold[variable] = tempfile.TemporaryDirectory(prefix=f"trainrt-bench-{prefix}-")
+            os.environ[variable] = cold[variable].name
+    caches = {v: "cold" if v in cold else os.environ[v] for v in ("TORCHINDUCTOR_CACHE_DIR", "TRAINRT_CACHE_DIR")}
     try:
-        return _run(args, models, modes, warmup, steps, "cold" if cold_cache else os.environ["TORCHINDUCTOR_CACHE_DIR"])
+        return _run(args, models, modes, warmup, steps, caches["TORCHINDUCTOR_CACHE_DIR"], caches["TRAINRT_CACHE_DIR"])
     finally:
-        if cold_cache:
-            del os.environ["TORCHINDUCTOR_CACHE_DIR"]
-            cold_cache.cleanup()
+        for variable, directory in cold.items():
+            del os.environ[variable]
+            directory.cleanup()
 
 
-def _run(args, models: list[str], modes: list[str], warmup: int, steps: int, inductor_cache: str) -> dict:
+def _run(args, models: list[str], modes: list[str], warmup: int, steps: int, inductor_cache: str,
+         export_cache: str) -> dict:
     micro, peak_gflops = {}, args.peak_gflops
     if not args.no_micro:
         from trainrt.bench import gemm, optimizer_step, python_op, step_in_backward
@@ -106,7 +111,7 @@ def _run(args, models: list[str], modes: list[str], warmup: int, steps: int, ind
                "machine": {"torch": torch.__version__, "torch_threads": torch.get_num_threads(),
                            "cpus": os.cpu_count(), "peak_gflops": peak_gflops,
                            "peak_source": "--peak-gflops" if args.peak_gflops else "measured GEMM best" if micro else "nominal",
-                           "inductor_cache": inductor_cache}}
+                           "inductor_cache": inductor_cache, "export_cache": export_cache}}
     in_process = [m for m in modes if m != DDP_MODE]
     for name in models if in_process else []:
         print(f"[bench] {name}: {', '.join(in_process)}", file=sys.stderr, flush=True)

@@ -6,6 +6,8 @@ Order of events, per model:
   2. each mode in turn runs its first step (timed: capture / compile / build happen here) and its
      warm-up steps; the process's peak RSS (VmHWM, reset through /proc/self/clear_refs) is read
      around this phase, so each mode's number is the RSS growth of its own first steps;
+     an RTModule mode's first step finds the suite's export cache dir empty (cache cold) and fills it;
+     then a fresh process times the same first step with that dir (cache warm, first_step.py);
   3. one more step of each mode, untimed, under torch.profiler's memory events: its peak tensor
      bytes (tensor_memory.py; the same measure for every mode, engine storage included);
   4. the timed steps, interleaved: step i runs every mode on the same batch before step i + 1, in
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import os
 import statistics
 import time
 import traceback
@@ -27,7 +30,8 @@ import torch
 
 from trainrt import _C
 from trainrt.bench.models import ModelSpec
-from trainrt.bench.modes import MODES
+from trainrt.bench.first_step import warm_first_step
+from trainrt.bench.modes import MODES, RT
 from trainrt.bench.rss import reset_peak_rss, status_kib
 from trainrt.bench.tensor_memory import engine_bytes_held, step_tensor_bytes
 
@@ -66,9 +70,11 @@ def run_model(spec: ModelSpec, mode_names: list[str], warmup: int, steps: int, p
             # steps and hide that much of its growth (the cnn after the mlp read 27 MiB, not 50).
             gc.collect()
             engine_before = _C.storage_bytes()["live"]
-            mode = MODES[name](model)
+            mode = MODES[name](model, spec.sgd)
             results[name] = _first_steps(mode, spec, warmup)
             problem = mode.problem()
+            if not problem and isinstance(mode, RT) and os.environ.get("TRAINRT_CACHE_DIR"):
+                results[name]["first_step_warm"] = warm_first_step(spec.name, name, os.environ["TRAINRT_CACHE_DIR"])
             if not problem:
                 results[name].update(step_tensor_bytes(mode, spec.batch(1 + warmup),
                                                        engine_bytes_held(engine_before, mode)))

@@ -91,9 +91,10 @@ class ModelSpec:
     batch: Callable[[int], tuple]   # step index -> forward arguments (same for every mode)
     flops_per_step: int
     description: str
+    sgd: bool = False  # every mode steps torch.optim.SGD instead of its AdamW (modes.py)
 
 
-def _mlp(name: str = "mlp", sizes: tuple = (784, 2048, 2048, 10), batch: int = 256) -> ModelSpec:
+def _mlp(name: str = "mlp", sizes: tuple = (784, 2048, 2048, 10), batch: int = 256, sgd: bool = False) -> ModelSpec:
     matmul_weights = sum(a * b for a, b in zip(sizes[:-1], sizes[1:]))
 
     def make_batch(step):
@@ -101,7 +102,7 @@ def _mlp(name: str = "mlp", sizes: tuple = (784, 2048, 2048, 10), batch: int = 2
         return torch.randn(batch, sizes[0], generator=g), torch.randint(0, sizes[-1], (batch,), generator=g)
 
     return ModelSpec(name, lambda: MLP(sizes), make_batch, 6 * matmul_weights * batch,
-                     f"MLP {'-'.join(map(str, sizes))}, batch {batch}, cross-entropy")
+                     f"MLP {'-'.join(map(str, sizes))}, batch {batch}, cross-entropy" + (", SGD" if sgd else ""), sgd)
 
 
 def _gpt(name: str, layers: int, dim: int, heads: int, vocab: int, seq: int, batch: int) -> ModelSpec:
@@ -142,8 +143,9 @@ def _bert(name: str, layers: int, dim: int, heads: int, vocab: int, seq: int, ba
 
 
 MODELS: dict[str, Callable[[], ModelSpec]] = {
-    # 3 layers of 32 at batch 16: a step of microseconds, so its time is RTModule's fixed cost per step
-    "tiny": lambda: _mlp("tiny", sizes=(32, 32, 32, 10), batch=16),
+    # 3 layers of 32 at batch 16 with SGD: a step of microseconds, so its time is each front end's
+    # fixed cost per step
+    "tiny": lambda: _mlp("tiny", sizes=(32, 32, 32, 10), batch=16, sgd=True),
     "mlp": _mlp,
     "cnn": _cnn,
     "bert-mini": lambda: _bert("bert-mini", layers=4, dim=256, heads=4, vocab=8192, seq=128, batch=8),

@@ -8,6 +8,8 @@
     rtmodule-bf16  trainrt.RTModule(model, mixed_precision="bf16"), trainrt.optim.FusedAdam
 
 A step is zero_grad (to None), forward (the model returns the loss), backward and the optimizer step.
+A model whose spec asks for SGD (the tiny one: its step is the front end's fixed cost, not the
+optimizer's) gets torch.optim.SGD in every mode.
 The `ddp` mode is not one of these: it spawns 2 ranks of its own (DDP_MODE, ddp.py).
 """
 
@@ -25,9 +27,10 @@ class Mode:
 
     name = ""
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, sgd: bool = False):
         self.model = self.wrap(copy.deepcopy(model))
-        self.optimizer = self.make_optimizer(self.model.parameters())
+        params = self.model.parameters()
+        self.optimizer = torch.optim.SGD(params, lr=LR) if sgd else self.make_optimizer(params)
 
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         return model

@@ -6,7 +6,7 @@ import json
 
 _MIB = 1 << 20
 _HEADER = ["model", "mode", "step ms (median)", "p10-p90 ms", "step / eager", "first step s", "first / eager",
-           "peak RSS +MiB", "RSS / eager", "peak tensor MiB", "tensor / eager", "engine arena MiB", "GFLOP/s", "% peak", "loss first -> last"]
+           "first warm s", "warm / eager", "peak RSS +MiB", "RSS / eager", "peak tensor MiB", "tensor / eager", "engine arena MiB", "GFLOP/s", "% peak", "loss first -> last"]
 
 
 def _ratio(value, base) -> str:
@@ -27,6 +27,8 @@ def rows(results: dict) -> list[list[str]]:
                 out.append([entry["model"], mode, f"error: {r['error'].splitlines()[0][:160]}"] + [""] * (len(_HEADER) - 3))
                 continue
             engine = r.get("engine_memory")
+            warm_entry = r.get("first_step_warm", {})
+            warm = warm_entry.get("first_step_s")
             out.append([
                 entry["model"], mode,
                 _ms(r["step_median_s"]),
@@ -34,6 +36,8 @@ def rows(results: dict) -> list[list[str]]:
                 _ratio(r["step_median_s"], eager.get("step_median_s")),
                 f"{r['first_step_s']:.2f}",
                 _ratio(r["first_step_s"], eager.get("first_step_s")),
+                "-" if warm is None else f"{warm:.2f}" + ("" if warm_entry["from_cache"] else " (miss)"),
+                "-" if warm is None else _ratio(warm, eager.get("first_step_s")),
                 f"{r['peak_rss_increase_bytes'] / _MIB:.0f}",
                 _ratio(r["peak_rss_increase_bytes"], eager.get("peak_rss_increase_bytes")),
                 f"{r['peak_tensor_bytes'] / _MIB:.1f}",
@@ -50,9 +54,11 @@ def _notes(results: dict) -> list[str]:
     m = results["machine"]
     return [f"{results['suite']} suite; {results['steps']} timed steps per mode after {results['warmup']} warm-up steps, "
             f"interleaved; torch {m['torch']}, {m['torch_threads']} torch threads, {m['cpus']} CPUs.",
-            f"first step: the first training step of a fresh copy (RTModule: capture + engine build; compile: "
-            f"dynamo + inductor, inductor cache {m['inductor_cache']}). tiny (3 x 32 wide, batch 16) computes almost "
-            f"nothing: its step time is each mode's fixed cost per training step.",
+            f"first step: the first training step of a fresh copy (RTModule: capture + engine build, export cache "
+            f"{m.get('export_cache', 'cold')}; compile: dynamo + inductor, inductor cache {m['inductor_cache']}). "
+            "first warm: RTModule's first step in a fresh process whose export cache the run above filled "
+            "(no torch.export, no translation).",
+            ] + _fixed_cost(results) + [
             f"GFLOP/s: analytic FLOPs of the matmuls and convolutions (transformers: 6 x matmul weights x tokens + 12 x L x B x T^2 x C for attention) "
             f"over the median step; % of a {m['peak_gflops']:.0f} GFLOP/s peak ({m['peak_source']}).",
             "peak RSS +MiB: VmHWM growth over each mode's first and warm-up steps (modes run one after another; "
@@ -63,6 +69,19 @@ def _notes(results: dict) -> list[str]:
             "arenas, saved values, gradients and what it keeps between steps). "
             "engine arena: RTModule's planned arena (one block the forward and backward programs share) + dynamic peak bytes."
             ] + _engine_breakdown(results)
+
+
+def _fixed_cost(results: dict) -> list[str]:
+    """The tiny model's line: 3 x 32 wide at batch 16 with SGD computes almost nothing, so its step
+    time is each mode's fixed cost per training step."""
+    tiny = next((e["modes"] for e in results["models"] if e["model"] == "tiny"), None)
+    if not tiny or "step_median_s" not in tiny.get("eager", {}):
+        return []
+    eager = tiny["eager"]["step_median_s"]
+    costs = [f"{mode} {r['step_median_s'] * 1e6:.0f} µs ({r['step_median_s'] / eager:.2f}x)"
+             for mode, r in tiny.items() if mode != "eager" and "step_median_s" in r]
+    return [f"fixed cost of a training step (tiny: 3 x 32 wide, batch 16, SGD): eager {eager * 1e6:.0f} µs, "
+            + ", ".join(costs) + "."]
 
 
 def _engine_breakdown(results: dict) -> list[str]:

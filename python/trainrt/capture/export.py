@@ -12,8 +12,8 @@ Symbolic dims come in three levels, tried in this order by capture (api.py):
 - "none": static shapes.
 A dynamic export that fails (a constraint violation, a model that only traces with known sizes) is
 retried with static shapes. The exported training IR keeps in-place ops (BatchNorm's running stats,
-`add_` on buffers); those that write a tensor the forward just made become functional in place
-(inplace.py); for graphs with others, functionalization (`run_decompositions({})`, which decomposes
+`add_` on buffers); those that write a tensor the forward just made, and BatchNorm's writes of its
+buffers, become functional in place (inplace.py); for graphs with others, functionalization (`run_decompositions({})`, which decomposes
 nothing else) turns them into values the graph signature lists as buffer mutations.
 
 Hugging Face causal LMs return a `DynamicCache` of past keys and values (use_cache defaults on, in
@@ -43,7 +43,7 @@ from torch.utils import _pytree as pytree
 from trainrt.capture.autograd_function import FunctionCapture, keep_functions_opaque
 from trainrt.capture.checkpoint_regions import capture_checkpoints
 from trainrt.capture.errors import CaptureError
-from trainrt.capture.inplace import functionalize_fresh_writes
+from trainrt.capture.inplace import functionalize_buffer_writes, functionalize_fresh_writes
 
 SYMBOLIC_LEVELS = ("all", "batch", "none")
 _log = logging.getLogger("trainrt")
@@ -66,7 +66,8 @@ def export_program(module: torch.nn.Module, args: tuple, kwargs: dict, symbolic:
                      "to the model to say so)", type(module).__name__, _first_line(e))
         kwargs = {**kwargs, "use_cache": False}
         ep = _export_at_level(module, args, kwargs, symbolic, functions)
-    if functionalize_fresh_writes(ep.graph):  # inplace.py: what torch's retrace would do, locally
+    # inplace.py: what torch's retrace would do, locally (both run: no short-circuit)
+    if functionalize_fresh_writes(ep.graph) | functionalize_buffer_writes(ep):
         ep.graph_module.recompile()
     if not _mutates(ep):
         return ep
