@@ -54,9 +54,16 @@ _announced: set[str] = set()  # warnings given in this process: each once, not o
 
 
 def cache_key(module: torch.nn.Module, schema_key) -> str:
-    """A digest of everything that changes the captured graph."""
+    """A digest of everything that changes the captured graph. The module's plain attributes count
+    (shared_captures.key_of: the head count of an attention block, which neither repr(module) nor a
+    parameter shape shows); a module with attributes that cannot be described by content is keyed by
+    its repr alone."""
+    from trainrt import shared_captures
+
+    structure = shared_captures.key_of(module, None)
     h = hashlib.sha256()
-    for part in (f"format {_FORMAT}", torch.__version__, trainrt.__version__, repr(module), repr(schema_key)):
+    for part in (f"format {_FORMAT}", torch.__version__, trainrt.__version__, repr(module), repr(schema_key),
+                 repr(structure)):
         h.update(part.encode())
     for name, t in list(module.named_parameters()) + list(module.named_buffers()):
         h.update(f"{name}:{t.dtype}:{tuple(t.shape)}:{t.requires_grad}".encode())

@@ -257,3 +257,36 @@ def test_a_graph_with_a_python_op_is_not_stored(tmp_path, trainrt_log):
         ExportCache(str(tmp_path)).store("0" * 64, captured)
     assert not list(tmp_path.iterdir())
     assert "calls autograd.Function mod.Square through PythonOp" in trainrt_log.text
+
+
+class _Heads(nn.Module):
+    """Equal parameter shapes and equal repr for any `heads`: only the plain attribute tells them apart."""
+
+    def __init__(self, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        y = self.proj(x).view(b, t, self.heads, c // self.heads)
+        return (y * y.softmax(-1)).reshape(b, t, c)
+
+
+def test_a_plain_attribute_changes_the_disk_key(cache_dir, monkeypatch):
+    """A model that differs only in its head count must not read another's entry: the key holds the
+    modules' plain attributes (before, two such processes shared one entry and one got a wrong graph)."""
+    from trainrt.export_cache import cache_key
+
+    assert repr(_Heads(2)) == repr(_Heads(4))
+    assert cache_key(_Heads(2), "schema") != cache_key(_Heads(4), "schema")
+    assert cache_key(_Heads(2), "schema") == cache_key(_Heads(2), "schema")
+    monkeypatch.setenv("TRAINRT_FALLBACK_POLICY", "FALLBACK_DISABLE")
+    x = torch.randn(2, 3, 8)
+    for heads in (2, 4):
+        shared_captures._captures.clear()  # the disk alone
+        torch.manual_seed(0)
+        eager = _Heads(heads)
+        model = trainrt.RTModule(copy.deepcopy(eager))
+        assert torch.allclose(model(x), eager(x), atol=1e-6), heads
+        assert model.fallback_reason is None
