@@ -56,3 +56,30 @@ def test_transformer_block_gradients_match_torch_autograd():
     assert abs(loss - torch_loss(params).item()) < 1e-5 * abs(loss)
     for name, leaf in leaves.items():
         np.testing.assert_allclose(trainer.gradient(name), leaf.grad.numpy(), rtol=1e-4, atol=1e-6, err_msg=name)
+
+
+def test_amax_gradient_through_rtmodule_for_every_reduced_size(monkeypatch):
+    """amax's gradient reads a bool mask of the maxima: a reduced axis of 4 made the (4, 8) bool mask
+    exactly as many bytes as the saved (1, 8) f32 maxima, and the planner wrote the mask over them in
+    place while Equal still read them (NaN gradients). Sizes 2 to 8, on a middle and a leading axis."""
+    import pytest
+
+    monkeypatch.setenv("TRAINRT_FALLBACK_POLICY", "FALLBACK_DISABLE")
+
+    class AMax(torch.nn.Module):
+        def __init__(self, shape, dim):
+            super().__init__()
+            self.w, self.dim = torch.nn.Parameter(torch.randn(*shape)), dim
+
+        def forward(self, x):
+            return (self.w * x).amax(dim=self.dim).sum()
+
+    for shape, dim in [((3, n, 8), 1) for n in range(2, 9)] + [((n, 8), 0) for n in (2, 4, 8)]:
+        torch.manual_seed(0)
+        eager, x = AMax(shape, dim), torch.randn(*shape)
+        model = trainrt.RTModule(AMax(shape, dim))
+        model.load_state_dict(eager.state_dict())
+        model(x).backward()
+        eager(x).backward()
+        assert model.fallback_reason is None
+        assert torch.allclose(model.w.grad, eager.w.grad), (shape, dim)

@@ -508,6 +508,14 @@ class PlanBuilder {
     return false;
   }
 
+  // Whether the tensors of slots `a` and `b` have one dtype and the same static dims.
+  bool same_elements(int a, int b) const {
+    if (a < 0 || b < 0) return false;
+    const Tensor& x = plan_->slots[static_cast<size_t>(a)].tensor;
+    const Tensor& y = plan_->slots[static_cast<size_t>(b)].tensor;
+    return x.dtype() == y.dtype() && x.dims() == y.dims();
+  }
+
   // Whether `slot` is sized at run time within a block the arena plans (Slot::bound_bytes).
   bool is_bounded(int slot) const {
     if (slot < 0) return false;
@@ -540,6 +548,10 @@ class PlanBuilder {
       if (is_bounded(viewed_slot(step.inputs[static_cast<size_t>(in)])) ||
           is_bounded(step.outputs[static_cast<size_t>(out)]))
         continue;
+      // The kernel reads the input element by element as it writes the output: the same dtype and
+      // dims, not only as many bytes (Equal of a broadcast (1, 8) f32 writing a (4, 8) bool mask has
+      // 32 bytes each, and would write the mask over the values it still reads).
+      if (!same_elements(step.inputs[static_cast<size_t>(in)], step.outputs[static_cast<size_t>(out)])) continue;
       auto bi = buffer_of_slot.find(viewed_slot(step.inputs[static_cast<size_t>(in)]));
       auto bo = buffer_of_slot.find(step.outputs[static_cast<size_t>(out)]);
       if (bi == buffer_of_slot.end() || bo == buffer_of_slot.end()) continue;

@@ -105,6 +105,31 @@ TEST(ExecutionPlan, AnOpMayWriteInPlaceOverAViewWhoseBufferDies) {
   for (int64_t i = 0; i < 24; ++i) EXPECT_EQ(out.data<float>()[i], -std::max(-in.data<float>()[i], 0.f));
 }
 
+// mask = Equal(x (4, 8) f32, m (1, 8) f32, donated): the bool mask has m's 32 bytes but not its
+// elements (m is broadcast over 4 rows), so it must not be written over m while Equal reads it (the
+// backward of amax over an axis of 4 gave NaN gradients that way).
+TEST(ExecutionPlan, NoOpWritesInPlaceOverAnInputOfOtherElementsWithTheSameBytes) {
+  auto g = new_graph();
+  Value* x = g->add_input("x", DType::kF32, Shape({4, 8}));
+  Value* m = g->add_input("m", DType::kF32, Shape({1, 8}));
+  Value* mask = g->add_node("Equal", {x, m}, {"mask"})->output(0);
+  Value* back = g->add_node("Cast", {mask}, {"back"})->output(0);
+  back->producer->set_attr("to", Attribute::of_int(1));
+  g->add_output(g->add_node("ReduceSum", {back}, {"count"})->output(0));
+  Tensor xs = random_tensor({4, 8}, 5);
+  Tensor ms = Tensor::empty(DType::kF32, {1, 8});
+  for (int64_t j = 0; j < 8; ++j) ms.data<float>()[j] = xs.data<float>()[8 * (j % 4) + j];  // one match per column
+  PlanOptions options;
+  options.donated_inputs = {"m"};
+  auto plan = build_execution_plan(*g, {xs, ms}, cpu_kernel_table(), options);
+  for (const PlanStep& step : plan->steps)
+    if (step.node->op_type() == "Equal")
+      EXPECT_NE(plan->slots[static_cast<size_t>(step.outputs[0])].kind, SlotKind::kOverInput);
+  Session session(g, {.donated_inputs = {"m"}});
+  std::vector<Tensor> inputs = {xs, ms.clone()};
+  EXPECT_EQ(session.run_releasing(inputs)[0].data<float>()[0], 8.f);
+}
+
 // Donated input a: Add, its last reader, writes t over a's bytes and Relu writes over t (a chain
 // over the input); nothing takes the arena. When a is read again later (by Mul) it stays intact.
 TEST(ExecutionPlan, AnOpWritesOverADonatedInputOnlyAfterItsLastReader) {
