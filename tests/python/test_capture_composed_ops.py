@@ -163,6 +163,17 @@ def test_max_with_indices_gives_both():
     assert_like_torch(Lambda(lambda x: (lambda m: m.values * m.indices)(x.max(-1))), lambda b: [randn(b, 4, 5)])
 
 
+@pytest.mark.parametrize("fn", [
+    lambda x: x.max(1).values,
+    lambda x: x.min(-1, keepdim=True).values,
+    lambda x: x.view(x.shape[0], 4, -1, 8).max(dim=1).values,  # Hiera's query pooling
+], ids=["max", "min-keepdim", "hiera-pooling"])
+def test_max_values_gradient_goes_to_the_first_of_ties(fn):
+    """torch.max(x, dim)'s gradient reaches only the element its index names, the first of ties
+    (rounded values tie often); a ReduceMax would share it among the ties."""
+    assert_like_torch(Lambda(fn), lambda b: [randn(b, 8, 8).round()])
+
+
 def test_multiply():
     assert_like_torch(Lambda(lambda x, y: torch.multiply(x, y)), lambda b: [randn(b, 3, seed=1), randn(b, 3, seed=2)])
 

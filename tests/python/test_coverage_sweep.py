@@ -182,3 +182,45 @@ def test_the_sample_still_passes(monkeypatch):
     assert sorted(a.name for a in archs) == sorted(SAMPLE)
     failures = [f"{o.name}: {o.status} {o.detail}" for o in run_isolated(archs, timeout_s=240) if not o.passed]
     assert not failures, "\n".join(failures)
+
+
+class _Sine(torch.nn.Module):
+    """loss = sin(w * x * gain): a large gain turns float32's rounding of w * x into a different
+    loss than float64's (gain 1e7: |w x gain| ~ 1e6, float32 spacing there ~ 0.06)."""
+
+    def __init__(self, gain: float):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.tensor([0.1234567, -0.3456789]))
+        self.gain = gain
+
+    def forward(self, x):
+        return type("Output", (), {"loss": torch.sin(self.w * x * self.gain).sum()})()
+
+
+def _float64_verdict(monkeypatch, gain: float, engine_offset: float) -> list[str]:
+    """run._float64_disagreements for _Sine(gain), the engine's losses eager's plus engine_offset."""
+    from trainrt.coverage import run as R
+
+    def build(arch):
+        torch.manual_seed(0)
+        return _Sine(gain), lambda step: {"x": torch.tensor([1.0 + step / 3, 0.5 - step / 7])}
+
+    monkeypatch.setattr(R, "build", build)
+    eager, batches = build(None)
+    before = {n: p.detach().clone() for n, p in eager.named_parameters()}
+    optimizer = R._sgd(eager)
+    losses_e = [R._step(eager, optimizer, batches(i)) for i in range(3)]
+    return R._float64_disagreements(None, batches, 3, losses_e, [x + engine_offset for x in losses_e],
+                                    eager, before)
+
+
+def test_a_disagreement_eager_float32_shares_with_float64_is_rounding(monkeypatch):
+    assert _float64_verdict(monkeypatch, gain=1e7, engine_offset=0.0), "eager float32 departs from float64"
+
+
+def test_an_engine_far_from_float64_stays_a_mismatch(monkeypatch):
+    assert _float64_verdict(monkeypatch, gain=1e7, engine_offset=100.0) == []
+
+
+def test_a_well_conditioned_model_has_no_rounding_excuse(monkeypatch):
+    assert _float64_verdict(monkeypatch, gain=1.0, engine_offset=0.0) == []

@@ -2,7 +2,8 @@
 
 ONNX Reduce* (opset 18+) take the axes as an input; no axes input reduces every axis, which is
 torch's meaning of `dim=None` and of an empty dim list. argmax / argmin and the indices of max.dim /
-min.dim are the engine's ArgMax / ArgMin.
+min.dim are the engine's ArgMax / ArgMin; max.dim's values are gathered at those indices, so that
+their gradient goes where torch's goes.
 """
 
 from __future__ import annotations
@@ -71,8 +72,7 @@ def min_all(ctx: OpContext) -> str:
     return _reduce(ctx, "ReduceMin", None, False)
 
 
-def _first_index_of_extreme(ctx: OpContext, x: TensorValue | str, shape, axis: int, op: str, keepdim: bool,
-                            extreme: str | None = None) -> str:
+def _first_index_of_extreme(ctx: OpContext, x: TensorValue | str, shape, axis: int, op: str, keepdim: bool) -> str:
     """The int64 index along `axis` of the first largest (`op` ReduceMax) or smallest element, as
     torch's argmax / argmin (a NaN's index where there is one): the engine's ArgMax / ArgMin.
     x: (..., n, ...); the result (..., 1, ...) or without the axis. No gradient flows through it."""
@@ -81,16 +81,21 @@ def _first_index_of_extreme(ctx: OpContext, x: TensorValue | str, shape, axis: i
 
 
 def _values_of(ctx: OpContext, op: str) -> list[str | None]:
-    """(values, indices) of max.dim / min.dim: the indices only when read."""
+    """(values, indices) of max.dim / min.dim: values = GatherElements(x, first index of the extreme).
+
+    torch.max(x, dim)'s gradient goes to the one element its indices name, the first of ties
+    (value_selecting_reduction_backward); amax's (a Reduce*, above) is shared evenly among ties.
+    Gathering at the index gives torch's: GatherElements' gradient scatters dY to that element only.
+    x: (..., n, ...); index and values (..., 1, ...), squeezed without keepdim."""
     x = ctx.tensor("self")
     axis = ctx["dim"] + x.rank if ctx["dim"] < 0 else ctx["dim"]
     keepdim = bool(ctx["keepdim"])
-    if 1 not in ctx.used_outputs():
-        return [_reduce(ctx, op, ctx["dim"], keepdim), None]
-    extreme = ctx.emit(op, [x, ctx.ints([axis])], keepdims=1)
-    indices = _first_index_of_extreme(ctx, x, x.shape, axis, op, keepdim, extreme)
-    values = extreme if keepdim else ctx.emit("Squeeze", [extreme, ctx.ints([axis])])
-    return [values, indices]
+    index = _first_index_of_extreme(ctx, x, x.shape, axis, op, keepdim=True)
+    values = ctx.emit("GatherElements", [x, index], axis=axis)
+    if keepdim:
+        return [values, index]
+    squeeze = lambda t: ctx.emit("Squeeze", [t, ctx.ints([axis])])  # noqa: E731
+    return [squeeze(values), squeeze(index) if 1 in ctx.used_outputs() else None]
 
 
 def _arg(ctx: OpContext, op: str) -> str:

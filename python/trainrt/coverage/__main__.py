@@ -8,6 +8,8 @@ and through RTModule with fallback disabled, and prints a row per architecture a
 from __future__ import annotations
 
 import argparse
+import shlex
+import sys
 import time
 
 from trainrt.coverage.architectures import TASKS, architectures
@@ -53,8 +55,8 @@ def main(argv=None) -> list:
         print(row(outcome), flush=True)
     print(f"\n{time.perf_counter() - start:.0f} s")
     print("\n".join(summary(outcomes)))
-    selection = [f"--{k} {v}" for k, v in (("task", args.task), ("only", args.only)) if v and v != parser.get_default(k)]
-    meta = {"command": " ".join(["python -m trainrt.coverage", *selection]),
+    given = sys.argv[1:] if argv is None else list(argv)  # the backlog's header names the command as run
+    meta = {"command": " ".join(["python -m trainrt.coverage", shlex.join(given)]).strip(),
             "transformers": transformers.__version__, "torch": torch.__version__.split("+")[0]}
     if args.json:
         write_json(args.json, outcomes, meta)
