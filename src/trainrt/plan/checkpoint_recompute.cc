@@ -63,7 +63,7 @@ class RegionRecompute {
     for (Value* in : n.inputs()) inputs.push_back(copy_of(in));
     std::vector<std::string> names;
     for (const Value* out : n.outputs()) names.push_back(out ? joint_.unique_name(out->name + "/recompute") : "");
-    Node* copy = joint_.add_node(n.op_type(), inputs, names, n.domain(), n.name() + "/recompute");
+    Node* copy = joint_.add_node(n.op_type(), inputs, names, n.domain(), recompute_node_name(joint_, n.name()));
     for (const auto& [key, value] : n.attrs()) copy->set_attr(key, value);
     for (int o = 0; o < n.num_outputs(); ++o) {
       if (!n.output(o)) continue;
@@ -98,6 +98,15 @@ class RegionRecompute {
 };
 
 }  // namespace
+
+std::string recompute_node_name(const Graph& g, const std::string& name) {
+  std::unordered_set<std::string> taken;
+  for (const Node* n : g.nodes()) taken.insert(n->name());
+  const std::string base = name + "/recompute";
+  std::string candidate = base;
+  for (int i = 1; taken.count(candidate); ++i) candidate = base + "_" + std::to_string(i);
+  return candidate;
+}
 
 int recompute_subgraph(Graph& joint, const GradientResult& gradients, const std::vector<const Node*>& nodes) {
   const std::unordered_set<const Node*> forward(gradients.forward_nodes.begin(), gradients.forward_nodes.end());

@@ -36,6 +36,10 @@ int recompute_checkpoint_regions(Graph& joint, const GradientResult& gradients,
                                  const std::map<std::string, int>& regions,
                                  const std::set<std::string>& kept = {});
 
+// "<name>/recompute" for a copy of node `name`, with "_1", "_2"... when a copy of it is there
+// already (two recompute subgraphs may both copy one node): node names stay unique, as ONNX needs.
+std::string recompute_node_name(const Graph& g, const std::string& name);
+
 // The same copy for one forward subgraph (recompute_subgraphs.h): every backward reader of a value
 // `nodes` make reads a copy computed in the backward from the values they read from outside, which
 // the backward then reads instead; only graph outputs and random nodes' outputs stay read as they

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 
 #include "trainrt/core/testing.h"
 #include "trainrt/train/module_programs.h"
@@ -123,6 +124,9 @@ TEST(RecomputeSubgraphs, TheConfigTurnsPatternsOnAndOffWithTheSameGradientBits) 
   EXPECT_FALSE(saves(extended, "s"));
   EXPECT_FALSE(saves(extended, "y"));
   EXPECT_EQ(row(extended, "MatMul+Softmax+")->applied, 1);
+  // The LayerNorm is copied twice (the default's copy and the extension's): node names stay unique.
+  std::set<std::string> names;
+  for (const Node* n : extended.joint_graph().nodes()) EXPECT_TRUE(names.insert(n->name()).second) << n->name();
   ModulePrograms plain = programs("", /*optimize=*/false);  // no rule, no default recompute
   EXPECT_TRUE(saves(plain, "y"));
   EXPECT_EQ(row(plain, "LayerNormalization+")->applied, 0);

@@ -144,7 +144,7 @@ class SavedValueChooser {
     for (const Use& u : y->uses)
       if (!forward_.count(u.node)) readers.push_back(u);
     Node* copy = joint_.add_node(n.op_type(), {input}, {joint_.unique_name(y->name + "/recompute")}, n.domain(),
-                                 n.name() + "/recompute");
+                                 recompute_node_name(joint_, n.name()));
     for (const auto& [key, value] : n.attrs()) copy->set_attr(key, value);
     copy->output(0)->dtype = y->dtype;
     copy->output(0)->shape = y->shape;
@@ -269,7 +269,7 @@ class SavedValueChooser {
   void recompute_batch_norm_in_backward(const Node& relu) {
     const Node& bn = *relu.input(0)->producer;
     Node* norm = joint_.add_node(bn.op_type(), bn.inputs(), {joint_.unique_name(bn.output(0)->name + "/recompute")},
-                                 bn.domain(), bn.name() + "/recompute");
+                                 bn.domain(), recompute_node_name(joint_, bn.name()));
     for (const auto& [key, value] : bn.attrs()) norm->set_attr(key, value);
     norm->output(0)->dtype = bn.output(0)->dtype;
     norm->output(0)->shape = bn.output(0)->shape;
