@@ -336,6 +336,20 @@ def test_no_grad_block_inside_forward():
     assert_like_torch(Lambda(_normalize_without_grad), lambda b: [randn(b, 5)])
 
 
+def _to_inside_no_grad(x):
+    """`h.to(h.dtype)` inside the block returns h itself; export makes the later `h * 2` read the
+    block's output, which must keep h's gradient (Dots3's sparse-attention indexer: the attention's
+    gate read its input that way, and the engine cut that gradient)."""
+    h = x.tanh()
+    with torch.no_grad():
+        order = h.to(h.dtype).contiguous().argmax(-1, keepdim=True)
+    return (h * 2).gather(-1, order)
+
+
+def test_an_input_a_no_grad_block_returns_as_it_is_keeps_its_gradient():
+    assert_like_torch(Lambda(_to_inside_no_grad), lambda b: [randn(b, 5)])
+
+
 @pytest.mark.parametrize("fn", [
     lambda x: x.unfold(1, 3, 1),  # overlapping windows, the size dim appended after the rest
     lambda x: x.unfold(-1, 2, 2),  # the last dim, disjoint windows

@@ -48,6 +48,25 @@ _SIZE_TYPES = (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)
 _UNTRANSLATED = object()
 
 
+
+# Ops that return their input itself when they change nothing: `x.to(x.dtype)`, `x.contiguous()`
+# of a contiguous x, `x.type_as(x)`. Inside a torch.no_grad() block the result is then still x.
+_SELF_WHEN_NO_OP = {torch.ops.aten.to.dtype, torch.ops.aten.to.dtype_layout, torch.ops.aten.to.device,
+                    torch.ops.aten.to.other, torch.ops.aten.contiguous.default, torch.ops.aten.type_as.default}
+
+
+def _returns_an_input(node) -> bool:
+    """Whether the fx `node` (a no_grad block's output) is one of the block's placeholders, directly
+    or through ops that return their input itself because they change neither dtype nor layout."""
+    while isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target in _SELF_WHEN_NO_OP:
+        source = node.args[0]
+        out, inp = node.meta.get("val"), getattr(source, "meta", {}).get("val")
+        if not (isinstance(out, torch.Tensor) and isinstance(inp, torch.Tensor) and out.dtype == inp.dtype
+                and out.shape == inp.shape and out.stride() == inp.stride()):
+            return False
+        node = source
+    return isinstance(node, torch.fx.Node) and node.op == "placeholder"
+
 class _ReadsUntranslated(Exception):
     """A node's argument is an untranslated value: the node is skipped, its op was already reported."""
 
@@ -185,12 +204,17 @@ class _Translator:
                 self._call_or_record(inner)
             elif inner.op == "output":
                 outputs = inner.args[0]
-        values = self._resolve(outputs if isinstance(outputs, (list, tuple)) else [outputs])
+        outputs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+        values = self._resolve(outputs)
         if enable:
             return list(values)
         self.b.scope = node.name
-        return [TensorValue(self.b.add_node("StopGradient", [v.name], domain="com.trainrt")[0], v.dtype, v.shape)
-                if isinstance(v, TensorValue) and v.dtype.is_floating_point else v for v in values]
+        # An output that is one of the block's inputs itself (`h.to(h.dtype)` inside the block returns
+        # h): export makes the uses of h after the block read that output, and in eager they are h,
+        # with its gradient. Only the values the block computed are cut from the gradient.
+        return [v if _returns_an_input(out) else
+                TensorValue(self.b.add_node("StopGradient", [v.name], domain="com.trainrt")[0], v.dtype, v.shape)
+                if isinstance(v, TensorValue) and v.dtype.is_floating_point else v for out, v in zip(outputs, values)]
 
     def _getitem(self, node: torch.fx.Node):
         seq, index = node.args
