@@ -53,14 +53,18 @@ _SPECS = ("in_spec", "out_spec")
 _announced: set[str] = set()  # warnings given in this process: each once, not once per capture
 
 
-def cache_key(module: torch.nn.Module, schema_key) -> str:
-    """A digest of everything that changes the captured graph. The module's plain attributes count
-    (shared_captures.key_of: the head count of an attention block, which neither repr(module) nor a
-    parameter shape shows); a module with attributes that cannot be described by content is keyed by
-    its repr alone."""
-    from trainrt import shared_captures
+_UNSET = object()
 
-    structure = shared_captures.key_of(module, None)
+
+def cache_key(module: torch.nn.Module, schema_key, structure=_UNSET) -> str:
+    """A digest of everything that changes the captured graph. The module's plain attributes count
+    (`structure`, shared_captures.key_of(module, None) unless the caller has it: the head count of an
+    attention block, which neither repr(module) nor a parameter shape shows); a module with attributes
+    that cannot be described by content is keyed by its repr alone."""
+    if structure is _UNSET:
+        from trainrt import shared_captures
+
+        structure = shared_captures.key_of(module, None)
     h = hashlib.sha256()
     for part in (f"format {_FORMAT}", torch.__version__, trainrt.__version__, repr(module), repr(schema_key),
                  repr(structure)):

@@ -34,7 +34,7 @@ _log = logging.getLogger("trainrt")
 
 def _with_all_patterns(config: str, patterns: list[dict]) -> str:
     """`config` plus "<pattern>:1:-1" for each pattern found and not applied that it does not name."""
-    named = {item.rsplit(":", 2)[0].strip() for item in config.split(",") if item.strip()}
+    named = _C.parse_memory_opt_config(config)
     extra = [f"{p['pattern']}:1:-1" for p in patterns if p["found"] and not p["applied"] and p["pattern"] not in named]
     return ",".join(x for x in [config.strip(" ,"), *extra] if x)
 

@@ -564,14 +564,15 @@ class RTModule(torch.nn.Module):
         start = time.perf_counter()
         functions = FunctionCapture(self._runtime.custom_autograd, self._runtime.skipped_autograd_functions)
         # Which Functions were traced changes the graph (a traced one ignores its custom backward).
-        shared_key = None if self._zero3 or self._fsdp else \
-            shared_captures.key_of(self._module, (self._schema_key(args, kwargs), functions))
+        structure = shared_captures.key_of(self._module, None)  # the module's part of both keys
+        shared_key = None if self._zero3 or self._fsdp or structure is None else \
+            (*structure[:-1], (self._schema_key(args, kwargs), functions))
         cache, key = None, None
         if self._runtime.cache_dir:
             from trainrt.export_cache import ExportCache, cache_key
 
             cache = ExportCache(self._runtime.cache_dir, self._runtime.cache_allow_shared)
-            key = cache_key(self._module, (self._schema_key(args, kwargs, shapes=True), functions))
+            key = cache_key(self._module, (self._schema_key(args, kwargs, shapes=True), functions), structure)
         try:
             captured = shared_captures.find(shared_key, shapes)
             source = "shared with an earlier RTModule of this structure" if captured else None

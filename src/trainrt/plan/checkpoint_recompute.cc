@@ -18,6 +18,14 @@ bool is_random(const Node& n) {
   return !schema || !schema->deterministic;
 }
 
+// "<name>/recompute", or with "_1", "_2"... the first that `taken` does not hold.
+std::string unique_recompute_name(const std::unordered_set<std::string>& taken, const std::string& name) {
+  const std::string base = name + "/recompute";
+  std::string candidate = base;
+  for (int i = 1; taken.count(candidate); ++i) candidate = base + "_" + std::to_string(i);
+  return candidate;
+}
+
 // One region's copies: made on demand, producers first, so their creation order is a schedule.
 class RegionRecompute {
  public:
@@ -63,7 +71,11 @@ class RegionRecompute {
     for (Value* in : n.inputs()) inputs.push_back(copy_of(in));
     std::vector<std::string> names;
     for (const Value* out : n.outputs()) names.push_back(out ? joint_.unique_name(out->name + "/recompute") : "");
-    Node* copy = joint_.add_node(n.op_type(), inputs, names, n.domain(), recompute_node_name(joint_, n.name()));
+    if (node_names_.empty())
+      for (const Node* m : joint_.nodes()) node_names_.insert(m->name());
+    const std::string name = unique_recompute_name(node_names_, n.name());
+    node_names_.insert(name);
+    Node* copy = joint_.add_node(n.op_type(), inputs, names, n.domain(), name);
     for (const auto& [key, value] : n.attrs()) copy->set_attr(key, value);
     for (int o = 0; o < n.num_outputs(); ++o) {
       if (!n.output(o)) continue;
@@ -95,6 +107,7 @@ class RegionRecompute {
   const bool forward_reads_keep_;
   std::unordered_map<const Value*, Value*> copied_;
   std::vector<Node*> copies_;
+  std::unordered_set<std::string> node_names_;  // the graph's, filled at the first copy
 };
 
 }  // namespace
@@ -102,10 +115,7 @@ class RegionRecompute {
 std::string recompute_node_name(const Graph& g, const std::string& name) {
   std::unordered_set<std::string> taken;
   for (const Node* n : g.nodes()) taken.insert(n->name());
-  const std::string base = name + "/recompute";
-  std::string candidate = base;
-  for (int i = 1; taken.count(candidate); ++i) candidate = base + "_" + std::to_string(i);
-  return candidate;
+  return unique_recompute_name(taken, name);
 }
 
 int recompute_subgraph(Graph& joint, const GradientResult& gradients, const std::vector<const Node*>& nodes) {
