@@ -159,6 +159,17 @@ void bind_module_programs(nb::module_& m) {
            "recompute_regions: forward node name -> checkpoint region, recomputed in the backward; layers: "
            "forward node name -> repeated layer, which memory_level 1 or 2 recomputes (plan/layer_recompute.h); "
            "memory_config: ORTModule's MEMORY_OPT_CONFIG string (plan/recompute_subgraphs.h).")
+      .def_prop_ro("forward_pass_report", [](const ModulePrograms& p) {
+        nb::list rows;
+        for (const PassOutcome& o : p.forward_pass_report()) {
+          nb::dict row;
+          row["pass"] = o.pass;
+          row["changed"] = o.changed;
+          row["nodes_removed"] = o.nodes_removed;
+          rows.append(row);
+        }
+        return rows;
+      }, "Each forward graph pass in order: {pass, changed, nodes_removed}.")
       .def_prop_ro("recompute_patterns", [](const ModulePrograms& p) {
         nb::list rows;
         for (const RecomputePattern& r : p.recompute_patterns()) {

@@ -7,10 +7,15 @@
 //
 //   PassPipeline pipeline;
 //   pipeline.add(std::make_unique<MatMulBiasFusion>());
-//   pipeline.run(graph);   // each pass once, in order; true when any changed the graph
+//   std::vector<PassOutcome> report;
+//   pipeline.run(graph, &report);   // each pass once, in order; true when any changed the graph
+//
+// The report gives each pass of the pipeline and the nodes it took from the graph (a fusion or an
+// elimination removes nodes; a rewrite that keeps the count only "changed"); it is logged at INFO.
 #pragma once
 
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -34,10 +39,18 @@ bool is_graph_output(const Graph& graph, const Value* v);
 // Whether some node or the graph's outputs read one of `n`'s outputs (else a pass may remove it).
 bool is_read(const Graph& graph, const Node& n);
 
+// What one pass of a pipeline did to a graph.
+struct PassOutcome {
+  std::string pass;
+  bool changed = false;
+  int64_t nodes_removed = 0;  // negative when the pass added nodes
+};
+
 class PassPipeline {
  public:
   void add(std::unique_ptr<Pass> pass) { passes_.push_back(std::move(pass)); }
-  bool run(Graph& graph) const;
+  // `report`, when given, gets one PassOutcome per pass, in order.
+  bool run(Graph& graph, std::vector<PassOutcome>* report = nullptr) const;
 
  private:
   std::vector<std::unique_ptr<Pass>> passes_;

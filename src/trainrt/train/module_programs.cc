@@ -5,6 +5,7 @@
 #include "trainrt/autodiff/gradient_builder.h"
 #include "trainrt/core/error.h"
 #include "trainrt/ops/op_schema.h"
+#include "trainrt/passes/common_subexpression_elimination.h"
 #include "trainrt/passes/label_sparsity.h"
 #include "trainrt/passes/matmul_bias_fusion.h"
 #include "trainrt/passes/zero_input_elimination.h"
@@ -28,6 +29,7 @@ bool overlaps(const Tensor& a, const Tensor& b) {
 const PassPipeline& forward_passes() {
   static const PassPipeline pipeline = [] {
     PassPipeline p;
+    p.add(std::make_unique<CommonSubexpressionElimination>());
     p.add(std::make_unique<MatMulBiasFusion>());
     return p;
   }();
@@ -47,7 +49,7 @@ ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::st
                             graph_->name);
   num_outputs_ = graph_->outputs().size();
   infer_graph_shapes(*joint_);  // the passes match on dims
-  if (optimize) forward_passes().run(*joint_);
+  if (optimize) forward_passes().run(*joint_, &forward_pass_report_);
   if (label_sparsity_) {
     for (const Node* n : joint_->nodes()) sparse_losses_ -= n->op_type() == "ValidRows";
     LabelSparsity().apply(*joint_);

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "trainrt/ir/graph.h"
+#include "trainrt/passes/pass.h"
 #include "trainrt/plan/layer_recompute.h"
 #include "trainrt/plan/partition.h"
 #include "trainrt/runtime/session.h"
@@ -93,6 +94,8 @@ class ModulePrograms {
   int nodes_recomputed() const { return nodes_recomputed_; }
   // The memory optimizer's recompute subgraphs: each pattern found, how often, and how often applied.
   const std::vector<RecomputePattern>& recompute_patterns() const { return recompute_patterns_; }
+  // What each pass of the forward pipeline (CSE, fusions; before autodiff) did; empty unoptimized.
+  const std::vector<PassOutcome>& forward_pass_report() const { return forward_pass_report_; }
   size_t num_wrt() const { return wrt_.size(); }
   // The forward inputs (indices) the backward reads in place (W in dX = dY W^T): a caller checks
   // they were not written in place between forward() and backward().
@@ -138,6 +141,7 @@ class ModulePrograms {
   std::vector<std::string> unreached_;
   int layers_recomputed_ = 0, nodes_recomputed_ = 0, sparse_losses_ = 0;
   std::vector<RecomputePattern> recompute_patterns_;
+  std::vector<PassOutcome> forward_pass_report_;
   bool label_sparsity_ = false;
   size_t saved_bytes_ = 0;
   std::set<std::string> donated_;  // backward inputs that are saved values: written over in place
