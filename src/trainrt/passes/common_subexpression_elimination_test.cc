@@ -7,26 +7,15 @@
 #include "trainrt/core/testing.h"
 #include "trainrt/ir/verifier.h"
 #include "trainrt/ops/op_schema.h"
+#include "trainrt/passes/pass_testing.h"
 #include "trainrt/runtime/session.h"
 
 namespace trainrt {
 namespace {
 
+using testing::count;
 using testing::expect_close;
 using testing::random_tensor;
-
-int count(const Graph& g, const std::string& op) {
-  int n = 0;
-  for (const Node* node : g.nodes()) n += node->op_type() == op;
-  return n;
-}
-
-std::shared_ptr<Graph> new_graph() {
-  auto g = std::make_shared<Graph>();
-  g->set_opset("", 18);
-  g->set_opset(std::string(kTrainrtDomain), 1);
-  return g;
-}
 
 Node* cast(Graph& g, Value* x, DType to, const std::string& out) {
   Node* n = g.add_node("Cast", {x}, {out});
@@ -37,7 +26,7 @@ Node* cast(Graph& g, Value* x, DType to, const std::string& out) {
 // x (3, 4) f32: a = Cast(x, f64), b = Cast(x, f64) (a duplicate), ea = Exp(a), eb = Exp(b) (a
 // duplicate once b is merged), out = Sub(ea, eb) + Cast(x, i64) back to f64 (another attribute).
 std::shared_ptr<Graph> duplicated_chain() {
-  auto g = new_graph();
+  auto g = testing::graph_with_opsets();
   Value* x = g->add_input("x", DType::kF32, Shape({3, 4}));
   Value* a = cast(*g, x, DType::kF64, "a")->output(0);
   Value* b = cast(*g, x, DType::kF64, "b")->output(0);
@@ -68,7 +57,7 @@ TEST(CommonSubexpressionElimination, MergesDuplicateCastsAndTheChainsBuiltOnThem
 }
 
 TEST(CommonSubexpressionElimination, LeavesRandomOpsOtherAttributesAndGraphOutputsAlone) {
-  auto g = new_graph();
+  auto g = testing::graph_with_opsets();
   Value* x = g->add_input("x", DType::kF32, Shape({8}));
   // Two Dropouts of x draw two masks: never one.
   Value* d1 = g->add_node("Dropout", {x}, {"d1"})->output(0);
@@ -91,7 +80,7 @@ TEST(CommonSubexpressionElimination, LeavesRandomOpsOtherAttributesAndGraphOutpu
 }
 
 TEST(CommonSubexpressionElimination, MergesEqualTensorAttributesOnly) {
-  auto g = new_graph();
+  auto g = testing::graph_with_opsets();
   auto constant = [&](float v, const std::string& name) {
     Tensor t = Tensor::empty(DType::kF32, {2});
     t.data<float>()[0] = v, t.data<float>()[1] = 2.f;

@@ -7,28 +7,17 @@
 #include "trainrt/core/testing.h"
 #include "trainrt/ir/verifier.h"
 #include "trainrt/ops/op_schema.h"
+#include "trainrt/passes/pass_testing.h"
 #include "trainrt/ops/valid_rows.h"
 #include "trainrt/runtime/session.h"
 
 namespace trainrt {
 namespace {
 
+using testing::count;
 using testing::expect_close;
 using testing::make_tensor;
 using testing::random_tensor;
-
-int count(const Graph& g, const std::string& op) {
-  int n = 0;
-  for (const Node* node : g.nodes()) n += node->op_type() == op;
-  return n;
-}
-
-std::shared_ptr<Graph> new_graph() {
-  auto g = std::make_shared<Graph>();
-  g->set_opset("", 18);
-  g->set_opset(std::string(kTrainrtDomain), 1);
-  return g;
-}
 
 std::vector<int64_t> rows_of(const std::vector<int64_t>& labels, int64_t multiple) {
   const Tensor t = make_tensor<int64_t>({static_cast<int64_t>(labels.size())}, labels);
@@ -48,7 +37,7 @@ TEST(ValidRows, KeepsTheCountedRowsInOrderAndPadsWithAnIgnoredOne) {
 // h (2, 3, 4) -> FusedMatMul(w (4, 6) with bias) -> Gelu -> Reshape (6, 6) -> SCE(labels, mean)
 // with `logits_is_output`: the product (2, 3, 6) is a graph output too.
 std::shared_ptr<Graph> lm_head(bool logits_is_output, const std::string& reduction = "mean") {
-  auto g = new_graph();
+  auto g = testing::graph_with_opsets();
   Value* h = g->add_input("h", DType::kF32, Shape({2, 3, 4}));
   Value* w = g->add_input("w", DType::kF32, Shape({4, 6}));
   Value* b = g->add_input("b", DType::kF32, Shape({6}));
@@ -137,7 +126,7 @@ TEST(LabelSparsity, LeavesPerRowLossesAlone) {
 // A backward's scatter of the valid rows' gradient dv (R, 6) into (6, 6), read through a Reshape
 // to (2, 3, 6) by dX = s W^T (FusedMatMul), dW = Flatten(s)^T H (Gemm) and db (ReduceSumToShape).
 std::shared_ptr<Graph> scatter_readers() {
-  auto g = new_graph();
+  auto g = testing::graph_with_opsets();
   Value* rows = g->add_input("labels/valid_rows", DType::kI64, Shape({Dim::symbolic("r")}));
   Value* dv = g->add_input("dv", DType::kF32, Shape({Dim::symbolic("r"), 6}));
   Value* w = g->add_input("w", DType::kF32, Shape({4, 6}));

@@ -7,11 +7,13 @@
 #include "trainrt/core/testing.h"
 #include "trainrt/ir/verifier.h"
 #include "trainrt/ops/op_schema.h"
+#include "trainrt/passes/pass_testing.h"
 #include "trainrt/runtime/session.h"
 
 namespace trainrt {
 namespace {
 
+using testing::count;
 using testing::expect_close;
 using testing::random_tensor;
 
@@ -23,9 +25,7 @@ struct LinearSpec {
 
 // z = Add(FusedMatMul(x, w, transB = 1), bias): x (2, 3, 4), w (5, 4) -> z (2, 3, 5), then Relu.
 std::shared_ptr<Graph> linear_graph(const LinearSpec& spec = {}) {
-  auto g = std::make_shared<Graph>();
-  g->set_opset("", 18);
-  g->set_opset(std::string(kTrainrtDomain), 1);
+  auto g = testing::graph_with_opsets();
   Value* x = g->add_input("x", DType::kF32, Shape({2, 3, 4}));
   Value* w = g->add_input("w", DType::kF32, Shape({5, 4}));
   Value* b = g->add_input("b", DType::kF32, Shape::of(spec.bias_dims));
@@ -42,12 +42,6 @@ std::shared_ptr<Graph> linear_graph(const LinearSpec& spec = {}) {
 
 std::vector<Tensor> linear_inputs(const LinearSpec& spec = {}) {
   return {random_tensor({2, 3, 4}, 1), random_tensor({5, 4}, 2), random_tensor(spec.bias_dims, 3)};
-}
-
-int count(const Graph& g, const std::string& op) {
-  int n = 0;
-  for (const Node* node : g.nodes()) n += node->op_type() == op;
-  return n;
 }
 
 TEST(MatMulBiasFusion, FoldsTheBiasAddIntoTheProductAndComputesTheSame) {

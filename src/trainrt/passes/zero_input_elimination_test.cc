@@ -8,27 +8,21 @@
 #include "trainrt/core/testing.h"
 #include "trainrt/ir/verifier.h"
 #include "trainrt/ops/op_schema.h"
+#include "trainrt/passes/pass_testing.h"
 #include "trainrt/runtime/session.h"
 
 namespace trainrt {
 namespace {
 
+using testing::count;
 using testing::expect_close;
 using testing::random_tensor;
-
-int count(const Graph& g, const std::string& op) {
-  int n = 0;
-  for (const Node* node : g.nodes()) n += node->op_type() == op;
-  return n;
-}
 
 // dlogits = Sum(dz (absent: zeros), dpath), both (2, 3, 5); dx = dlogits w (2, 3, 4);
 // dw = Flatten(dlogits)^T Flatten(x) (5, 4); db = Add(dz, bias) (broadcast: kept);
 // dr = Relu(dz) (not in the table: kept); dz itself is also a graph output.
 std::shared_ptr<Graph> backward_like_graph() {
-  auto g = std::make_shared<Graph>();
-  g->set_opset("", 18);
-  g->set_opset(std::string(kTrainrtDomain), 1);
+  auto g = testing::graph_with_opsets();
   Value* dz = g->add_input("dz", DType::kF32, Shape({2, 3, 5}));
   Value* dpath = g->add_input("dpath", DType::kF32, Shape({2, 3, 5}));
   Value* w = g->add_input("w", DType::kF32, Shape({5, 4}));
