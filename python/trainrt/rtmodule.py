@@ -209,14 +209,6 @@ class _RTFunction(torch.autograd.Function):
         return (None, None, *result)
 
 
-def _describe_passes(report: list[dict]) -> str:
-    """The forward pass pipeline's outcome: 'CommonSubexpressionElimination 6 nodes removed, ...'."""
-    if not report:
-        return "off"
-    return ", ".join(f"{r['pass']} " + (f"{r['nodes_removed']} nodes removed" if r["changed"] else "no change")
-                     for r in report)
-
-
 def _check_inputs_in_place(engine: _Engine, views: list, read_at: list[int]) -> None:
     """Raises if an input the engine's backward reads lost the memory it had at the forward: its
     storage resized (freed) or given new memory, as FSDP2 does to a parameter it reshards (fsdp.py)."""
@@ -644,7 +636,7 @@ class RTModule(torch.nn.Module):
                 ("mixed precision", f"{autocast} as torch.autocast runs it" if autocast else "off (f32)"),
                 ("memory planning, in-place reuse, views, constant folding", "on"),
                 ("compute optimizer (fusions, saved-set choice)", "on" if self._runtime.compute_optimizer else "off"),
-                ("graph passes (forward, before autodiff)", _describe_passes(engine.programs.forward_pass_report)),
+                ("graph passes (forward, before autodiff)", engine.programs.forward_pass_summary),
                 ("memory optimizer", _describe_memory(engine, engine.memory_opt_level)),
                 *([("memory budget", self._memory_plan.describe())] if self._memory_plan else []),
                 ("label sparsity", _describe_label_sparsity(engine, self._runtime)),

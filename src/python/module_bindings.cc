@@ -170,6 +170,8 @@ void bind_module_programs(nb::module_& m) {
         }
         return rows;
       }, "Each forward graph pass in order: {pass, changed, nodes_removed}.")
+      .def_prop_ro("forward_pass_summary", [](const ModulePrograms& p) { return describe(p.forward_pass_report()); },
+                   "The forward passes' outcome in words (the start-up table's 'graph passes' row).")
       .def_prop_ro("recompute_patterns", [](const ModulePrograms& p) {
         nb::list rows;
         for (const RecomputePattern& r : p.recompute_patterns()) {

@@ -1,8 +1,8 @@
 #include "trainrt/passes/common_subexpression_elimination.h"
 
-#include <cstring>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "trainrt/ops/op_schema.h"
 
@@ -63,11 +63,11 @@ bool append_attribute(std::string& key, const Attribute& a) {
 
 // What `n` computes, as a string equal for two nodes exactly when they compute the same thing;
 // empty when `n` may not be merged.
-std::string key_of(const Graph& graph, const Node& n) {
+std::string key_of(const std::unordered_set<const Value*>& graph_outputs, const Node& n) {
   const OpSchema* schema = OpRegistry::global().find(n.domain(), n.op_type());
   if (!schema || !schema->deterministic) return {};  // Dropout; PythonOp (the user's Python may keep state)
   for (const Value* v : n.outputs())
-    if (v && is_graph_output(graph, v)) return {};
+    if (v && graph_outputs.count(v)) return {};
   std::string key;
   append_string(key, n.domain());
   append_string(key, n.op_type());
@@ -86,10 +86,11 @@ std::string key_of(const Graph& graph, const Node& n) {
 }  // namespace
 
 bool CommonSubexpressionElimination::apply_impl(Graph& graph) const {
+  const std::unordered_set<const Value*> graph_outputs(graph.outputs().begin(), graph.outputs().end());
   std::unordered_map<std::string, Node*> first;
   std::vector<Node*> duplicates;
   for (Node* n : graph.topological_order()) {
-    std::string key = key_of(graph, *n);
+    std::string key = key_of(graph_outputs, *n);
     if (key.empty()) continue;
     auto [it, inserted] = first.try_emplace(std::move(key), n);
     if (inserted) continue;

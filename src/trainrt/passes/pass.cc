@@ -24,19 +24,25 @@ bool is_read(const Graph& graph, const Node& n) {
                      [&](const Value* v) { return v && (!v->uses.empty() || is_graph_output(graph, v)); });
 }
 
-bool PassPipeline::run(Graph& graph, std::vector<PassOutcome>* report) const {
-  bool modified = false;
-  std::string logged;
-  for (const auto& pass : passes_) {
-    const auto before = static_cast<int64_t>(graph.nodes().size());
-    PassOutcome outcome{std::string(pass->name()), pass->apply(graph), 0};
-    outcome.nodes_removed = before - static_cast<int64_t>(graph.nodes().size());
-    logged += "\n  " + outcome.pass + ": " +
-              (!outcome.changed ? "no change" : std::to_string(outcome.nodes_removed) + " nodes removed");
-    modified = outcome.changed || modified;
-    if (report) report->push_back(std::move(outcome));
+std::string describe(const std::vector<PassOutcome>& report) {
+  std::string out;
+  for (const PassOutcome& o : report) {
+    if (!out.empty()) out += ", ";
+    out += o.pass + " " + (o.changed ? std::to_string(o.nodes_removed) + " nodes removed" : "no change");
   }
-  TRAINRT_LOG(kInfo) << "passes on graph '" << graph.name << "':" << logged;
+  return out.empty() ? "off" : out;
+}
+
+bool PassPipeline::run(Graph& graph, std::vector<PassOutcome>* report) const {
+  std::vector<PassOutcome> outcomes;
+  for (const auto& pass : passes_) {
+    const int before = graph.num_nodes();
+    const bool changed = pass->apply(graph);
+    outcomes.push_back({std::string(pass->name()), changed, before - graph.num_nodes()});
+  }
+  TRAINRT_LOG(kInfo) << "passes on graph '" << graph.name << "': " << describe(outcomes);
+  const bool modified = std::any_of(outcomes.begin(), outcomes.end(), [](const PassOutcome& o) { return o.changed; });
+  if (report) *report = std::move(outcomes);
   return modified;
 }
 

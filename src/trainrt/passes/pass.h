@@ -46,10 +46,13 @@ struct PassOutcome {
   int64_t nodes_removed = 0;  // negative when the pass added nodes
 };
 
+// "CommonSubexpressionElimination 6 nodes removed, MatMulBiasFusion no change"; "off" for none.
+std::string describe(const std::vector<PassOutcome>& report);
+
 class PassPipeline {
  public:
   void add(std::unique_ptr<Pass> pass) { passes_.push_back(std::move(pass)); }
-  // `report`, when given, gets one PassOutcome per pass, in order.
+  // `report`, when given, becomes one PassOutcome per pass, in order.
   bool run(Graph& graph, std::vector<PassOutcome>* report = nullptr) const;
 
  private:
