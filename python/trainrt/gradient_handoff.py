@@ -167,12 +167,12 @@ class GradientHandoff:
             return []
         return self.wrt_indices
 
-    def deliver(self, index: int, array) -> bool:
-        """Called by the engine for each handed-over gradient as it becomes final (the array is the
-        gradient's own storage). False when handing over raised: finish() re-raises that."""
+    def deliver(self, index: int, capsule) -> bool:
+        """Called by the engine for each handed-over gradient as it becomes final (a DLPack capsule of
+        the gradient's own storage). False when handing over raised: finish() re-raises that."""
         try:
             self._params.append(self._index[index])
-            self._grads.append(from_engine(array))  # no other reference to it here: see _HandOver
+            self._grads.append(from_engine(capsule))  # no other reference to it here: see _HandOver
             self._bytes += self._grads[-1].nbytes
             if self._bytes >= GROUP_BYTES:
                 self._flush()

@@ -78,13 +78,13 @@ class EngineCall:
         self.release()
 
 
-def _forward(call_id: int, arrays: list) -> tuple[int, list[torch.Tensor]] | None:
+def _forward(call_id: int, capsules: list) -> tuple[int, list[torch.Tensor]] | None:
     try:
         record = CALLS[call_id]
         grad = _current is not None and _current.grad
         inputs, leaves = [], []
         with torch.enable_grad() if grad else torch.no_grad():  # engine calls run under no_grad
-            for i, t in enumerate(from_engine(a) for a in arrays):
+            for i, t in enumerate(from_engine(c) for c in capsules):
                 if i in record.kept_inputs or i in record.dirty_inputs:
                     t = t.clone()
                 leaf = None
@@ -106,13 +106,13 @@ def _forward(call_id: int, arrays: list) -> tuple[int, list[torch.Tensor]] | Non
         return None
 
 
-def _backward(handle: int, arrays: list) -> list[torch.Tensor | None] | None:
+def _backward(handle: int, capsules: list) -> list[torch.Tensor | None] | None:
     try:
         record = _records.get(handle)
         if record is None:
             raise RuntimeError("PythonOp: the Function's ctx was already freed (backward through it a second time "
                                "without retain_graph?)")
-        grads = [None if a is None else from_engine(a) for a in arrays]
+        grads = [None if c is None else from_engine(c) for c in capsules]
         pairs = [(o, g) for o, g in zip(record.outputs, grads) if g is not None and o.requires_grad]
         wrt = [leaf for leaf in record.leaves if leaf is not None]
         retain = _current is not None and _current.retain

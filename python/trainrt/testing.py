@@ -15,6 +15,7 @@ rank's stderr, where faulthandler wrote each thread's Python stack.
 from __future__ import annotations
 
 import datetime
+import gc
 import faulthandler
 import os
 import socket
@@ -47,6 +48,9 @@ def _rank_main(rank: int, world_size: int, port: int, fn, args, out_dir: str) ->
     except BaseException:  # noqa: BLE001  (reported to the parent, which raises)
         result = ("error", traceback.format_exc())
     finally:
+        # What fn made (a DeepSpeed engine, DDP's reducer, in cycles) goes now, with the process group
+        # and the interpreter up, not from gloo's threads while the interpreter shuts down.
+        gc.collect()
         torch.distributed.destroy_process_group()
     torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
 

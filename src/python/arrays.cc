@@ -1,6 +1,8 @@
 // DLPack <-> Tensor conversion without copies.
 #include <nanobind/ndarray.h>
 
+#include <vector>
+
 #include "bindings.h"
 #include "trainrt/core/error.h"
 #include "trainrt/core/shape.h"
@@ -26,7 +28,9 @@ DType dtype_from_dlpack(nb::dlpack::dtype t) {
   return DType::kUndefined;
 }
 
-nb::dlpack::dtype dlpack_from_dtype(DType t) {
+// `numpy_bf16`: numpy has no bfloat16, so arrays for numpy carry bf16 as uint16 bits; DLPack
+// capsules for torch carry it as bfloat16.
+nb::dlpack::dtype dlpack_from_dtype(DType t, bool numpy_bf16 = true) {
   using nb::dlpack::dtype_code;
   auto make = [](dtype_code c, int bits) {
     nb::dlpack::dtype d;
@@ -39,7 +43,7 @@ nb::dlpack::dtype dlpack_from_dtype(DType t) {
     case DType::kF32: return make(dtype_code::Float, 32);
     case DType::kF64: return make(dtype_code::Float, 64);
     case DType::kF16: return make(dtype_code::Float, 16);
-    case DType::kBF16: return make(dtype_code::UInt, 16);  // numpy has no bf16: a uint16 view
+    case DType::kBF16: return make(numpy_bf16 ? dtype_code::UInt : dtype_code::Bfloat, 16);
     case DType::kI64: return make(dtype_code::Int, 64);
     case DType::kI32: return make(dtype_code::Int, 32);
     case DType::kI8: return make(dtype_code::Int, 8);
@@ -48,6 +52,32 @@ nb::dlpack::dtype dlpack_from_dtype(DType t) {
     case DType::kUndefined: break;
   }
   throw InternalError("tensor without dtype");
+}
+
+// DLPack's DLManagedTensor (dlpack.h, the unversioned ABI torch.from_dlpack takes from a capsule
+// named "dltensor").
+struct ManagedTensor {
+  nb::dlpack::dltensor dl;
+  void* manager_ctx;
+  void (*deleter)(ManagedTensor*);
+};
+
+// What a capsule owns: the engine tensor (a reference on its storage) and the shape DLPack points at.
+struct CapsuleOwner {
+  ManagedTensor managed;
+  Tensor tensor;
+  std::vector<int64_t> shape;
+};
+
+// Plain C++, no Python: torch may free its tensor on any thread (gloo's workers, the autograd
+// engine's), also while the interpreter shuts down, when taking the GIL would end that thread.
+void release_owner(ManagedTensor* m) { delete static_cast<CapsuleOwner*>(m->manager_ctx); }
+
+// A capsule nobody consumed still owns its tensor; torch renames the ones it consumed.
+void release_unconsumed_capsule(PyObject* capsule) {
+  if (!PyCapsule_IsValid(capsule, "dltensor")) return;
+  auto* m = static_cast<ManagedTensor*>(PyCapsule_GetPointer(capsule, "dltensor"));
+  m->deleter(m);
 }
 
 }  // namespace
@@ -83,6 +113,26 @@ nb::object array_from_tensor(Tensor t) {
   nb::ndarray<nb::numpy> array(owner->raw(), shape.size(), shape.data(), deleter, nullptr,
                                 dlpack_from_dtype(owner->dtype()));
   return nb::cast(array, nb::rv_policy::reference);
+}
+
+nb::object capsule_from_tensor(Tensor t) {
+  auto* owner = new CapsuleOwner{{}, std::move(t), {}};
+  owner->shape.assign(owner->tensor.dims().begin(), owner->tensor.dims().end());
+  nb::dlpack::dltensor& dl = owner->managed.dl;
+  dl.data = owner->tensor.raw();
+  dl.device.device_type = 1;  // kDLCPU
+  dl.ndim = static_cast<int32_t>(owner->shape.size());
+  dl.dtype = dlpack_from_dtype(owner->tensor.dtype(), /*numpy_bf16=*/false);
+  dl.shape = owner->shape.data();
+  dl.strides = nullptr;  // compact, row-major
+  owner->managed.manager_ctx = owner;
+  owner->managed.deleter = release_owner;
+  PyObject* capsule = PyCapsule_New(&owner->managed, "dltensor", release_unconsumed_capsule);
+  if (!capsule) {
+    delete owner;
+    throw nb::python_error();
+  }
+  return nb::steal(capsule);
 }
 
 }  // namespace trainrt::python

@@ -22,5 +22,8 @@ Tensor tensor_from_array(const AnyArray& array, const char* what, bool as_bf16 =
 // Hands an engine tensor to numpy without copying; the array keeps the storage alive. bf16 comes
 // out as a uint16 array of the same bits.
 nanobind::object array_from_tensor(Tensor t);
+// Hands an engine tensor to torch without copying: a DLPack capsule for torch.from_dlpack (bf16 as
+// bfloat16). Unlike a numpy array's, the tensor torch makes of it is freed without the GIL.
+nanobind::object capsule_from_tensor(Tensor t);
 
 }  // namespace trainrt::python

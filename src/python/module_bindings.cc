@@ -7,7 +7,7 @@
 //   opt.add_adam(wrt_index, name, param, step, exp_avg, exp_avg_sq, None, adam_options, grad_scale=1.0)
 //   grads = programs.backward(state, output_grads, consumer=opt)   # None where opt stepped
 //   grads = programs.backward(state, output_grads, handed_over=[0, 2], deliver=f)
-//   # f(wrt_index, array) was called for 0 and 2 during the run, each as soon as final; None there
+//   # f(wrt_index, capsule) was called for 0 and 2 during the run, each as soon as final; None there
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -30,9 +30,9 @@ std::vector<Tensor> to_tensors(const std::vector<AnyArray>& arrays, const char* 
   return out;
 }
 
-nb::list to_arrays(std::vector<Tensor>& tensors) {
+nb::list to_capsules(std::vector<Tensor>& tensors) {
   nb::list out;
-  for (Tensor& t : tensors) out.append(t.defined() ? array_from_tensor(std::move(t)) : nb::none());
+  for (Tensor& t : tensors) out.append(t.defined() ? capsule_from_tensor(std::move(t)) : nb::none());
   return out;
 }
 
@@ -66,7 +66,7 @@ nb::dict memory(const MemoryStats& m) {
 }
 
 // Gradients to the step_in_backward optimizer (arena bytes, during the call) or, for the handed-over
-// ones, to Python's deliver(wrt index, array over the gradient's own storage) -> bool, with the GIL
+// ones, to Python's deliver(wrt index, DLPack capsule of the gradient's own storage) -> bool, with the GIL
 // taken only for that call. deliver returns False when the Python it ran raised: the Python side
 // keeps that exception and re-raises it once the engine call has unwound; the run stops here.
 class GradientHandoff : public OutputConsumer {
@@ -80,7 +80,7 @@ class GradientHandoff : public OutputConsumer {
   void consume(size_t output, const Tensor& value) override {
     if (!handed(output)) return optimizer_->consume(output, value);
     nb::gil_scoped_acquire gil;
-    if (!nb::cast<bool>(deliver_(output, array_from_tensor(value))))
+    if (!nb::cast<bool>(deliver_(output, capsule_from_tensor(value))))
       throw Error(fmt("the Python that took the gradient of wrt entry ", output, " raised (the exception reaches "
                       "the caller)"));
   }
@@ -130,7 +130,7 @@ void bind_module_programs(nb::module_& m) {
       .def("stepped", &OptimizerInBackward::stepped, nb::arg("index"))
       .def("momentum_buffer", [](const OptimizerInBackward& o, size_t index) -> nb::object {
         const Tensor& t = o.momentum_buffer(index);
-        return t.defined() ? array_from_tensor(t) : nb::none();
+        return t.defined() ? capsule_from_tensor(t) : nb::none();
       }, nb::arg("index"), "The momentum buffer the first SGD step created (engine memory), or None.");
   m.def("parse_memory_opt_config", [](const std::string& text) {
     nb::dict out;
@@ -206,7 +206,7 @@ void bind_module_programs(nb::module_& m) {
                nb::gil_scoped_release release;
                out = p.forward(tensors, state, seed);
              }
-             return to_arrays(out);
+             return to_capsules(out);
            },
            nb::arg("inputs"), nb::arg("state"), nb::arg("seed"))
       .def("backward",
@@ -226,13 +226,13 @@ void bind_module_programs(nb::module_& m) {
                nb::gil_scoped_release release;
                out = p.backward(state, tensors, consumers, retain);
              }
-             return to_arrays(out);
+             return to_capsules(out);
            },
            nb::arg("state"), nb::arg("output_grads"), nb::arg("consumer").none() = nb::none(),
            nb::arg("retain") = false, nb::arg("handed_over") = std::vector<size_t>{},
            nb::arg("deliver").none() = nb::none(),
            "Gradients per wrt entry; None for those `consumer` (an OptimizerInBackward) stepped during the run "
-           "and for those in `handed_over`, given to deliver(wrt index, array) -> bool as each became final "
+           "and for those in `handed_over`, given to deliver(wrt index, DLPack capsule) -> bool as each became final "
            "(False: the Python it ran raised). `retain` keeps the state for another backward (retain_graph).")
       .def("infer",
            [](ModulePrograms& p, const std::vector<AnyArray>& inputs, uint64_t seed) {
@@ -242,7 +242,7 @@ void bind_module_programs(nb::module_& m) {
                nb::gil_scoped_release release;
                out = p.infer(tensors, seed);
              }
-             return to_arrays(out);
+             return to_capsules(out);
            },
            nb::arg("inputs"), nb::arg("seed"))
       .def_prop_ro("unreached", &ModulePrograms::unreached)

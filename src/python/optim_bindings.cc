@@ -7,7 +7,7 @@
 // views and the step runs on the thread pool with the GIL released. The step counts live in the
 // caller's 0-d f32 / f64 arrays (torch keeps state["step"] that way) and are incremented in place.
 // A state buffer passed as None is created by the step (zeros, or torch.optim.SGD's first-step
-// momentum buffer) and handed back as a numpy array that owns engine memory (bf16 as uint16 bits).
+// momentum buffer) and handed back as a DLPack capsule that owns engine memory (for torch.from_dlpack).
 // bf16 arrays cross as DLPack bfloat16 (torch tensors); the parameter's dtype is that of its array.
 //
 //   options = _C.AdamOptions(); options.lr = 1e-3; options.mode = _C.WeightDecayMode.DECOUPLED
@@ -94,7 +94,7 @@ struct GroupViews {
     nb::list out;
     for (size_t i = 0; i < passed.size(); ++i) {
       Tensor& t = states[i].*buffer;
-      out.append(passed[i].is_none() && t.defined() ? array_from_tensor(t) : nb::none());
+      out.append(passed[i].is_none() && t.defined() ? capsule_from_tensor(t) : nb::none());
     }
     return out;
   }

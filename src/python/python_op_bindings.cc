@@ -4,7 +4,7 @@
 // The engine never includes Python. This file, in the binding layer, adds the two kernels to the
 // CPU kernel table (kernels/cpu/host_kernels.h) when trainrt._C is imported, and trainrt.python_op
 // hands it the two Python callbacks (set_python_op_callbacks). A kernel takes the GIL only while it
-// calls back (the engine calls release it). Inputs cross as zero-copy views of engine memory, valid
+// calls back (the engine calls release it). Inputs cross as zero-copy DLPack capsules of engine memory, valid
 // during the call; the callback copies what the Function keeps (trainrt/python_op.py). Outputs are
 // copied into the buffers the plan sized from the capture's shapes, after a check that names the
 // Function, the output and both shapes.
@@ -41,7 +41,7 @@ Callbacks& callbacks() {
 nb::list input_views(const KernelContext& ctx, size_t begin, size_t end) {
   nb::list views;
   for (size_t i = begin; i < end; ++i)
-    views.append(ctx.has_in(static_cast<int>(i)) ? array_from_tensor(ctx.in(static_cast<int>(i))) : nb::none());
+    views.append(ctx.has_in(static_cast<int>(i)) ? capsule_from_tensor(ctx.in(static_cast<int>(i))) : nb::none());
   return views;
 }
 

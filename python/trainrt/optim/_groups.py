@@ -29,6 +29,7 @@ from typing import Callable, NamedTuple, Sequence
 import torch
 from torch.utils.dlpack import to_dlpack
 
+from trainrt.engine_arrays import from_engine
 from trainrt.optim import step_in_backward as in_backward
 
 try:
@@ -145,14 +146,11 @@ def step_with_state(optimizer_state: dict, group: dict, indices: Sequence[int], 
 
 
 def adopt(created, states: list[dict], key: str, params: list[torch.Tensor]) -> None:
-    """Stores the buffers the engine created (numpy arrays over engine memory) as torch tensors, in
-    the states of `params` (DTensors for DTensor parameters).
-
-    A bf16 buffer comes as uint16 bits (numpy has no bfloat16); no parameter is uint16."""
-    for array, state, p in zip(created, states, params):
-        if array is not None:
-            t = torch.from_numpy(array)
-            state[key] = like(p, t.view(torch.bfloat16) if t.dtype == torch.uint16 else t)
+    """Stores the buffers the engine created (DLPack capsules of engine memory) as torch tensors, in
+    the states of `params` (DTensors for DTensor parameters)."""
+    for capsule, state, p in zip(created, states, params):
+        if capsule is not None:
+            state[key] = like(p, from_engine(capsule))
 
 
 class FusedOptimizer(torch.optim.Optimizer):
