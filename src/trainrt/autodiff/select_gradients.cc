@@ -15,10 +15,14 @@
 //   Embedding(W, indices, padding_idx)
 //                                dW = GatherGrad(dims(W), indices, dY, axis=0, padding_idx): row
 //                                padding_idx gets no gradient (torch's embedding_backward)
+//   Resize(X, roi, scales, sizes), Upsample(X, scales)
+//                                dX = ResizeGrad(dY, dims(X), roi, scales, sizes): each dY element
+//                                spread over the pixels it was interpolated from, same weights
 // Integer inputs (indices, sizes, bounds) get no gradient; the builder never asks for one.
 #include "trainrt/autodiff/grad_context.h"
 #include "trainrt/autodiff/tensor_gradients.h"
 #include "trainrt/core/error.h"
+#include "trainrt/ops/resize_args.h"
 
 namespace trainrt {
 namespace {
@@ -194,6 +198,24 @@ void embedding_grad(GradContext& ctx) {
   ctx.set_input_grad(0, with_shape_of(dw, w));
 }
 
+// ResizeGrad takes Resize-11's inputs and the node's attributes; the older forms (Upsample, Resize-10)
+// get their asymmetric, floor-rounding mapping spelled out.
+void resize_grad(GradContext& ctx) {
+  const Node& n = ctx.node();
+  const ResizeArgs args = resize_args(n);
+  auto input = [&](int i) { return i >= 0 ? n.input(i) : nullptr; };
+  std::vector<Value*> inputs = {ctx.output_grad(0), dims_of(ctx, ctx.input(0)), input(args.roi_input),
+                                input(args.scales_input), input(args.sizes_input)};
+  while (inputs.back() == nullptr) inputs.pop_back();
+  std::map<std::string, Attribute> attrs = n.attrs();
+  if (args.coordinates == ResizeCoordinates::kAsymmetric && args.nearest == NearestRounding::kFloor) {
+    attrs["coordinate_transformation_mode"] = Attribute::of_string("asymmetric");
+    attrs["nearest_mode"] = Attribute::of_string("floor");
+  }
+  Value* dx = ctx.emit("ResizeGrad", inputs, attrs, kTrainrtDomain);
+  ctx.set_input_grad(0, with_shape_of(dx, ctx.input(0)));
+}
+
 }  // namespace
 
 void register_select_gradients(GradientRegistry& r) {
@@ -205,6 +227,8 @@ void register_select_gradients(GradientRegistry& r) {
   r.add("", "GatherND", gather_nd_grad);
   r.add("", "ScatterND", scatter_nd_grad);
   r.add("", "Pad", pad_grad);
+  r.add("", "Resize", resize_grad);
+  r.add("", "Upsample", resize_grad);
   r.add("", "TopK", top_k_grad);
   r.add("", "ScatterElements", scatter_elements_grad);
   r.add(kTrainrtDomain, "Embedding", embedding_grad);

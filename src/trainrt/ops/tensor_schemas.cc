@@ -16,6 +16,7 @@ void register_tensor_schemas(OpRegistry& r) {
   register_arg_reduce_schemas(r);
   register_pad_schemas(r);
   register_top_k_schema(r);
+  register_resize_schemas(r);
 }
 
 ArgState read_ints_arg(const InferenceContext& ctx, int input, const std::string& attr,

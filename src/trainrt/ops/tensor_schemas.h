@@ -35,6 +35,7 @@ void register_gather_nd_schemas(OpRegistry& r);       // GatherND, GatherNDGrad
 void register_arg_reduce_schemas(OpRegistry& r);      // ArgMax, ArgMin
 void register_pad_schemas(OpRegistry& r);             // Pad, PadGrad
 void register_top_k_schema(OpRegistry& r);            // TopK
+void register_resize_schemas(OpRegistry& r);          // Resize, Upsample, ResizeGrad
 
 enum class ArgState { kAbsent, kUnknown, kKnown };
 

@@ -5,6 +5,7 @@
 
 #include <limits>
 
+#include "trainrt/core/testing.h"
 #include "trainrt/ops/op_schema.h"
 
 namespace trainrt {
@@ -235,6 +236,36 @@ TEST(TensorSchemas, CumSumKeepsShapeAndDTypeAndChecksTheAxis) {
   EXPECT_THROW(n.shape_of("CumSum", {x, n.ints({0, 1})}), ShapeError);
   EXPECT_THROW(n.shape_of("CumSum", {x, n.input(DType::kF32, Shape())}), ShapeError);
   EXPECT_THROW(n.shape_of("CumSum", {n.input(DType::kBool, Shape({3})), n.ints({0})}), ShapeError);
+}
+
+TEST(TensorSchemas, ResizeKeepsSymbolicDimsItDoesNotResize) {
+  OneNode n;
+  Value* x = n.input(DType::kF32, Shape({kBatch, 3, 4, 6}));
+  auto scales = [&](std::vector<float> v) {
+    return n.constant(testing::make_tensor<float>({static_cast<int64_t>(v.size())}, v));
+  };
+  auto str = [](const char* s) { return Attribute::of_string(s); };
+  EXPECT_EQ(n.shape_of("Resize", {x, nullptr, scales({1, 1, 2, 1.5f})}), "(batch, 3, 8, 9)");
+  EXPECT_EQ(n.shape_of("Resize", {x, nullptr, scales({1, 1, 0.6f, 0.5f})}), "(batch, 3, 2, 3)");  // floor(in * scale)
+  EXPECT_EQ(n.shape_of("Resize", {x, nullptr, nullptr, n.ints({5, 7})}, {{"axes", Attribute::of_ints({2, 3})}}),
+            "(batch, 3, 5, 7)");
+  // keep_aspect_ratio_policy: one scale for both axes, min(8 / 4, 9 / 6) = 1.5.
+  EXPECT_EQ(n.shape_of("Resize", {x, nullptr, nullptr, n.ints({8, 9})},
+                       {{"axes", Attribute::of_ints({-2, -1})}, {"keep_aspect_ratio_policy", str("not_larger")}}),
+            "(batch, 3, 6, 9)");
+  // A resized batch is dynamic; scales known only at run time keep the rank.
+  EXPECT_EQ(n.shape_of("Resize", {x, nullptr, scales({2, 1, 1, 1})}), "(?, 3, 4, 6)");
+  EXPECT_EQ(n.shape_of("Resize", {x, nullptr, n.input(DType::kF32, Shape({4}))}), "(?, ?, ?, ?)");
+  EXPECT_EQ(n.shape_of("Upsample", {x, scales({1, 1, 2, 2})}, {{"mode", str("linear")}}), "(batch, 3, 8, 12)");
+  EXPECT_THROW(n.shape_of("Resize", {x, nullptr, scales({2, 2})}), ShapeError);  // one per axis
+  EXPECT_THROW(n.shape_of("Resize", {x, nullptr, scales({1, 1, 2, 2}), n.ints({1, 3, 8, 12})}), ShapeError);
+  EXPECT_THROW(n.shape_of("Resize", {x}), ShapeError);  // neither scales nor sizes
+  EXPECT_THROW(n.shape_of("Resize", {x, nullptr, scales({1, 1, 2, 2})}, {{"mode", str("area")}}), UnsupportedOp);
+  EXPECT_THROW(n.shape_of("Resize", {n.input(DType::kI64, Shape({1, 1, 2, 2})), nullptr, scales({1, 1, 2, 2})},
+                          {{"mode", str("linear")}}),
+               ShapeError);  // linear needs float data; nearest takes any dtype
+  EXPECT_EQ(n.shape_of("Resize", {n.input(DType::kI64, Shape({1, 1, 2, 2})), nullptr, scales({1, 1, 2, 2})}),
+            "(1, 1, 4, 4)");
 }
 
 TEST(TensorSchemas, ErrorsNameTheNodeAndOp) {

@@ -168,6 +168,7 @@ void register_tensor_kernels(KernelTable& t) {
   register_arg_reduce_kernels(t);
   register_pad_kernels(t);
   register_top_k_kernels(t);
+  register_resize_kernels(t);
 }
 
 }  // namespace trainrt

@@ -33,6 +33,7 @@ void register_gather_nd_kernels(KernelTable& t);        // GatherND, GatherNDGra
 void register_arg_reduce_kernels(KernelTable& t);       // ArgMax, ArgMin
 void register_pad_kernels(KernelTable& t);              // Pad, PadGrad
 void register_top_k_kernels(KernelTable& t);            // TopK
+void register_resize_kernels(KernelTable& t);           // Resize, Upsample, ResizeGrad
 // tensor_kernels.cc itself: Reshape, Flatten, Squeeze, Unsqueeze, Shape, Size, Constant,
 // ConstantOfShape, Range, Trilu.
 
