@@ -13,9 +13,16 @@
 //   [+ bias (N)]; dBias = dY summed over every axis but the last;
 //   the gradients are FusedMatMuls with the transposes arranged so nothing is materialized, and a
 //   2-D B (a weight) gets its gradient from one Gemm over the flattened rows, as for MatMul.
+// Einsum (ops/einsum_equation.h): dX_i = Einsum(dY, X_j for j != i) with X_i's labels as output,
+//   those only X_i has (summed in the forward) added back by Unsqueeze + Expand to X_i's dims, and
+//   an ellipsis dim X_i broadcast summed back (ReduceSumToShape). A label repeated within X_i (a
+//   diagonal) has no rule: UnsupportedOp names the node.
+#include <algorithm>
+
 #include "trainrt/autodiff/grad_context.h"
 #include "trainrt/autodiff/register_gradients.h"
 #include "trainrt/core/error.h"
+#include "trainrt/ops/einsum_equation.h"
 
 namespace trainrt {
 namespace {
@@ -128,12 +135,79 @@ void fused_matmul_grad(GradContext& ctx) {
     ctx.set_input_grad(2, ctx.reduce_to_shape_of(g, ctx.input(2)));
 }
 
+
+void einsum_grad(GradContext& ctx) {
+  const Node& n = ctx.node();
+  std::vector<int64_t> ranks;
+  for (Value* x : n.inputs()) {
+    if (!x->shape.rank_known) throw UnsupportedOp(fmt(n.describe(), ": no gradient for an input of unknown rank"));
+    ranks.push_back(x->shape.rank());
+  }
+  const EinsumEquation e = parse_einsum(n.describe(), n.attr_string("equation", ""), ranks);
+  for (int i = 0; i < n.num_inputs(); ++i) {
+    if (!ctx.needs_input_grad(i)) continue;
+    const std::vector<int>& mine = e.operands[static_cast<size_t>(i)];
+    std::vector<int> elsewhere(e.output);  // labels the gradient einsum's inputs have
+    std::vector<Value*> inputs = {ctx.output_grad(0)};
+    std::vector<std::vector<int>> terms = {e.output};
+    for (int j = 0; j < n.num_inputs(); ++j) {
+      if (j == i) continue;
+      inputs.push_back(ctx.input(j));
+      terms.push_back(e.operands[static_cast<size_t>(j)]);
+      elsewhere.insert(elsewhere.end(), terms.back().begin(), terms.back().end());
+    }
+    // The gradient's labels: X_i's, its ellipsis run widened to every ellipsis dim (those X_i lacks
+    // or broadcast are summed back below); a label only X_i has is put back by Unsqueeze + Expand.
+    std::vector<int> kept, all_dims;
+    for (int l = 0; l < e.num_labels; ++l)
+      if (e.ellipsis_label[static_cast<size_t>(l)]) all_dims.push_back(l);
+    std::vector<int64_t> dropped_axes;
+    bool broadcasts = false;
+    int64_t position = 0;
+    const int64_t own_dims = std::count_if(mine.begin(), mine.end(), [&](int l) { return e.ellipsis_label[static_cast<size_t>(l)]; });
+    if (own_dims < static_cast<int64_t>(all_dims.size())) {
+      // X_i broadcast over leading ellipsis dims: they lead the gradient too, to be summed away.
+      if (own_dims > 0 && !e.ellipsis_label[static_cast<size_t>(mine.front())])
+        throw UnsupportedOp(fmt(n.describe(), ": no gradient for input ", i, ", whose ellipsis is not its term's first "
+                                "axes and covers fewer dims than another input's"));
+      kept = all_dims;
+      position = static_cast<int64_t>(all_dims.size());
+      broadcasts = true;
+    }
+    for (size_t a = 0; a < mine.size(); ++a) {
+      const int l = mine[a];
+      if (std::count(mine.begin(), mine.end(), l) > 1)
+        throw UnsupportedOp(fmt(n.describe(), ": no gradient for input ", i, ", whose equation term repeats a label "
+                                "(a diagonal)"));
+      if (e.ellipsis_label[static_cast<size_t>(l)]) {
+        if (!broadcasts) {  // X_i's run, widened to every ellipsis dim (the same ones when it has them all)
+          kept.insert(kept.end(), all_dims.begin(), all_dims.end());
+          position += static_cast<int64_t>(all_dims.size());
+        }
+        broadcasts = true;
+        continue;
+      }
+      if (std::find(elsewhere.begin(), elsewhere.end(), l) != elsewhere.end()) kept.push_back(l);
+      else dropped_axes.push_back(position);
+      ++position;
+    }
+    Value* g = ctx.emit("Einsum", inputs, {{"equation", Attribute::of_string(to_equation(e, terms, kept))}});
+    Value* x = ctx.input(i);
+    if (!dropped_axes.empty()) {
+      g = ctx.emit("Unsqueeze", {g, ctx.const_i64(dropped_axes)});
+      g = ctx.emit("Expand", {g, ctx.shape_of(x)});
+    }
+    ctx.set_input_grad(i, broadcasts ? ctx.reduce_to_shape_of(g, x) : g);
+  }
+}
+
 }  // namespace
 
 void register_matmul_gradients(GradientRegistry& r) {
   r.add("", "MatMul", matmul_grad);
   r.add("", "Gemm", gemm_grad);
   r.add(kTrainrtDomain, "FusedMatMul", fused_matmul_grad);
+  r.add("", "Einsum", einsum_grad);
 }
 
 }  // namespace trainrt

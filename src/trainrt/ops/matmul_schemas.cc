@@ -97,6 +97,7 @@ void register_matmul_schemas(OpRegistry& r) {
          .inplace = {}});
   r.add({.domain = "", .name = "Gemm", .min_inputs = 2, .max_inputs = 3, .infer = infer_gemm,
          .inplace = {}});
+  register_einsum_schema(r);
 }
 
 }  // namespace trainrt

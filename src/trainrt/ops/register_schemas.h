@@ -7,7 +7,8 @@ class OpRegistry;
 
 void register_elementwise_schemas(OpRegistry& r);  // unary, binary, compare, logical, Cast, Clip, ...
 void register_reduction_schemas(OpRegistry& r);    // Reduce*, Softmax, LogSoftmax, norms, losses
-void register_matmul_schemas(OpRegistry& r);       // MatMul, Gemm
+void register_matmul_schemas(OpRegistry& r);       // MatMul, Gemm, Einsum
+void register_einsum_schema(OpRegistry& r);        // (called by register_matmul_schemas)
 void register_tensor_schemas(OpRegistry& r);       // shape and data movement, Constant, Dropout, ...
 void register_conv_schemas(OpRegistry& r);         // Conv and its gradient ConvGrad
 // TrainRT-domain gradient ops used by the autodiff (ReluGrad, SoftmaxGrad, GatherGrad, ...).

@@ -268,6 +268,21 @@ TEST(TensorSchemas, ResizeKeepsSymbolicDimsItDoesNotResize) {
             "(1, 1, 4, 4)");
 }
 
+TEST(EinsumSchema, SymbolicDimsFollowTheirLabels) {
+  OneNode n;
+  auto eq = [](const char* s) { return std::map<std::string, Attribute>{{"equation", Attribute::of_string(s)}}; };
+  Value* q = n.input(DType::kF32, Shape({kBatch, 4, kSeq, 8}));
+  Value* k = n.input(DType::kF32, Shape({kBatch, 4, kSeq, 8}));
+  EXPECT_EQ(n.shape_of("Einsum", {q, k}, eq("bhqd,bhkd->bhqk")), "(batch, 4, seq, seq)");
+  EXPECT_EQ(n.shape_of("Einsum", {q}, eq("...d->...")), "(batch, 4, seq)");
+  EXPECT_EQ(n.shape_of("Einsum", {q, k}, eq("abcd,abcd")), "()");  // implicit: nothing used once
+  // An ellipsis dim of 1 broadcasts against the other input's.
+  Value* a = n.input(DType::kF32, Shape({1, kSeq, 3})), *b = n.input(DType::kF32, Shape({5, 3, 2}));
+  EXPECT_EQ(n.shape_of("Einsum", {a, b}, eq("...ij,...jk->...ik")), "(5, seq, 2)");
+  EXPECT_THROW(n.shape_of("Einsum", {a, b}, eq("ij,jk->ik")), InvalidModel);  // terms do not fit the ranks
+  EXPECT_THROW(n.shape_of("Einsum", {b, n.input(DType::kF32, Shape({4, 3}))}, eq("ijk,lk->il")), ShapeError);  // k: 2, 3
+}
+
 TEST(TensorSchemas, ErrorsNameTheNodeAndOp) {
   OneNode n;
   Value* x = n.input(DType::kF32, Shape({kBatch, 6}));

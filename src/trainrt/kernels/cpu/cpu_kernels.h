@@ -11,6 +11,7 @@ class KernelTable;
 void register_elementwise_kernels(KernelTable& t);
 void register_reduction_kernels(KernelTable& t);
 void register_matmul_kernels(KernelTable& t);
+void register_einsum_kernels(KernelTable& t);  // called by register_matmul_kernels
 void register_tensor_kernels(KernelTable& t);
 void register_conv_kernels(KernelTable& t);  // Conv on oneDNN
 // TrainRT-domain gradient ops used by the autodiff.

@@ -299,6 +299,7 @@ void register_matmul_kernels(KernelTable& t) {
   add_kernels<Half>(t);
   add_kernels<int32_t>(t);
   add_kernels<int64_t>(t);
+  register_einsum_kernels(t);
 }
 
 }  // namespace trainrt
