@@ -1,7 +1,7 @@
-"""The ops of mixture-of-experts layers, composed from engine ops, through RTModule against torch:
-forward values and the gradients of loss = sum(output * w), with fallback disabled.
+"""The ops of mixture-of-experts layers, as engine ops, through RTModule against torch: forward
+values and the gradients of loss = sum(output * w), with fallback disabled.
 
-topk and sort (a rank per element from pairwise comparisons, GatherElements of the values),
+topk and sort (the engine's TopK: ties in index order, NaN above every number),
 histc (bins from linspace edges, counted), scatter with a value or a src (Where over a one-hot
 of the index), index_put of integers (an inverse permutation), transformers' grouped matmul
 (one MatMul against every expert, each row keeping its own), and the grouped_mm experts layer of
