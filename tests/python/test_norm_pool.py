@@ -98,6 +98,11 @@ POOLS = [
     (nn.AvgPool2d(3, 2, 1, ceil_mode=True, count_include_pad=False), (2, 3, 8, 8)),
     (nn.AvgPool2d(3, 3, 1, ceil_mode=True, count_include_pad=True), (1, 2, 8, 7)),
     (nn.AvgPool3d(2, 1), (1, 2, 3, 4, 3)),
+    # A window longer than the input in ceil mode: one output pooling what it covers (EfficientNet's
+    # pooler, AvgPool2d(hidden_dim, ceil_mode=True) on a 2 x 2 map).
+    (nn.AvgPool2d(16, ceil_mode=True), (2, 3, 5, 6)),
+    (nn.AvgPool2d(16, ceil_mode=True, count_include_pad=False), (2, 3, 5, 6)),
+    (nn.MaxPool2d(8, ceil_mode=True), (2, 3, 5, 6)),
     (nn.AdaptiveAvgPool2d(1), (2, 3, 5, 7)),
     (nn.AdaptiveAvgPool2d((2, 3)), (2, 3, 4, 6)),
     (nn.AdaptiveAvgPool1d(1), (2, 3, 5)),

@@ -68,7 +68,9 @@ int64_t PoolAttributes::output_size(int64_t i, int64_t d) const {
   if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") return (d + stride(i) - 1) / stride(i);
   const auto [begin, end] = padding(i, d);
   const int64_t span = d + begin + end - window(i);
-  if (span < 0) return 0;
+  // A window longer than the padded input: none, or in ceil mode one clipped window where it is
+  // shorter by less than a stride (ceil(span / stride + 1) == 1; torch pools what the window covers).
+  if (span < 0) return ceil_mode && auto_pad != "VALID" && span + stride(i) > 0 ? 1 : 0;
   if (auto_pad == "VALID" || !ceil_mode) return span / stride(i) + 1;
   int64_t out = (span + stride(i) - 1) / stride(i) + 1;
   if ((out - 1) * stride(i) >= d + begin) --out;  // the last window would start in the end padding
