@@ -97,7 +97,8 @@ def test_repeat_interleave_of_key_value_heads_as_gpt_j_and_llama_do():
     (lambda: nn.GroupNorm(4, 4), (3, 3)),  # instance-norm like: one channel per group
     (lambda: nn.GroupNorm(1, 6, affine=False), (2, 3)),  # layer-norm like, no weight or bias
     (lambda: nn.GroupNorm(2, 4, eps=1e-3), (7,)),  # (N, C, L): Wav2Vec2's first feature conv layer
-], ids=["2d", "per-channel", "no-affine", "1d"])
+    (lambda: nn.GroupNorm(2, 4), ()),  # (N, C): groups of two channels, nothing spatial
+], ids=["2d", "per-channel", "no-affine", "1d", "no-spatial"])
 def test_group_norm(make, shape):
     torch.manual_seed(0)
     norm = make()

@@ -79,3 +79,27 @@ def test_a_dynamo_export_with_einsum_and_upsampling_runs_in_session(tmp_path):
     program.save(str(path))
     (y,) = trainrt.Session(path).run([x.numpy()])
     np.testing.assert_allclose(y, model(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_an_exported_group_norm_trains_with_torchs_gradients(tmp_path):
+    """torch.onnx writes GroupNorm as InstanceNormalization over the groups, then the per-channel
+    affine through Unsqueezes whose axes it computes (so their rank is unknown at plan time): the
+    broadcast gradients must still be summed back to (C,)."""
+    torch.manual_seed(0)
+    norm = torch.nn.GroupNorm(2, 4)
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 2), norm.bias.uniform_(-1, 1)
+    x = torch.randn(3, 4, 2, 5)
+    program = torch.onnx.export(norm, (x,), dynamo=True, optimize=False)
+    assert "InstanceNormalization" in {n.op_type for n in program.model_proto.graph.node}
+    program.save(str(tmp_path / "norm.onnx"))
+    label = torch.randn(3, 4, 2, 5)
+    trainer = trainrt.TrainingSession(str(tmp_path / "norm.onnx"), append_loss="mse",
+                                      output=program.model_proto.graph.output[0].name, label="label",
+                                      optimizer="sgd", lr=0.0)
+    loss = trainer.train_step([x.numpy(), label.numpy()])
+    expected = F.mse_loss(norm(x), label)
+    expected.backward()
+    assert loss == pytest.approx(expected.item(), rel=1e-5)
+    np.testing.assert_allclose(trainer.gradient("weight"), norm.weight.grad.numpy(), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(trainer.gradient("bias"), norm.bias.grad.numpy(), rtol=1e-4, atol=1e-6)

@@ -60,15 +60,21 @@ def rms_norm(ctx: OpContext) -> str:
 
 def _group_norm(ctx: OpContext, x: TensorValue, groups: int, weight, bias, eps: float) -> str:
     """torch.nn.GroupNorm (Wu & He 2018): x (N, C, *spatial) seen as (N, G, C / G * prod(spatial)),
-    each group normalized with its mean and biased variance, then back to x's shape and scaled and
+    each group normalized with its mean and biased variance (InstanceNormalization of the groups as
+    channels, with unit scale; composed for 16-bit inputs), then back to x's shape and scaled and
     shifted per channel by weight and bias (C,), broadcast as (C, 1, ..., 1)."""
     channels = _channels(ctx, x)
     grouped = reshape_to(ctx, x, [x.shape[0], groups, channels // groups * math.prod(x.shape[2:])])
-    axes = ctx.ints([2])
-    centered = ctx.emit("Sub", [grouped, ctx.emit("ReduceMean", [grouped, axes], keepdims=1)])
-    var = ctx.emit("ReduceMean", [ctx.emit("Mul", [centered, centered]), axes], keepdims=1)  # (N, G, 1)
-    inv_std = ctx.emit("Reciprocal", [ctx.emit("Sqrt", [ctx.emit("Add", [var, ctx.const(eps, x.dtype)])])])
-    y = reshape_to(ctx, ctx.emit("Mul", [centered, inv_std]), x.shape)
+    if x.dtype in (torch.float32, torch.float64):  # the engine's fused kernel: each (n, g) plane at once
+        ones, zeros = ctx.b.const([1.0] * groups, x.dtype), ctx.b.const([0.0] * groups, x.dtype)
+        normalized = ctx.emit("InstanceNormalization", [grouped, ones, zeros], epsilon=float(eps))
+    else:
+        axes = ctx.ints([2])
+        centered = ctx.emit("Sub", [grouped, ctx.emit("ReduceMean", [grouped, axes], keepdims=1)])
+        var = ctx.emit("ReduceMean", [ctx.emit("Mul", [centered, centered]), axes], keepdims=1)  # (N, G, 1)
+        inv_std = ctx.emit("Reciprocal", [ctx.emit("Sqrt", [ctx.emit("Add", [var, ctx.const(eps, x.dtype)])])])
+        normalized = ctx.emit("Mul", [centered, inv_std])
+    y = reshape_to(ctx, normalized, x.shape)
 
     def per_channel(p: TensorValue) -> str:  # (C,) -> (C, 1, ..., 1)
         return ctx.emit("Unsqueeze", [p, ctx.ints(range(1, x.rank - 1))]) if x.rank > 2 else p.name

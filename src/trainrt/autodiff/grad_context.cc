@@ -66,7 +66,7 @@ Value* GradContext::const_i64(const std::vector<int64_t>& values) {
 Value* GradContext::shape_of(Value* v) { return emit("Shape", {v}); }
 
 Value* GradContext::reduce_to_shape_of(Value* grad, Value* like) {
-  if (grad->shape == like->shape) return grad;
+  if (grad->shape.known_equal(like->shape)) return grad;
   Value* reduced = emit("ReduceSumToShape", {grad, shape_of(like)}, {}, kTrainrtDomain);
   reduced->shape = like->shape;  // keeps the symbolic dims inference cannot see through Shape
   return reduced;

@@ -1,5 +1,5 @@
-// Gradient rules of Softmax, LogSoftmax, LayerNormalization and BatchNormalization: each emits one
-// fused TrainRT op.
+// Gradient rules of Softmax, LogSoftmax, LayerNormalization, BatchNormalization and
+// InstanceNormalization: each emits one fused TrainRT op.
 //
 // Softmax / LogSoftmax: dX = SoftmaxGrad(dY, Y) / LogSoftmaxGrad(dY, Y) along the node's axis
 //   (PyTorch _softmax_backward_data; ONNX Runtime SoftmaxGrad). Before opset 13 the forward
@@ -13,6 +13,8 @@
 //   node untouched, and costs two passes over rows the backward has in cache anyway. dScale and
 //   dBias come out in the normalized shape and are summed to the scale's and bias's own shapes.
 //   Gradients flowing into Mean or InvStdDev are not supported (UnsupportedOp naming the node).
+// InstanceNormalization: (dX, dScale, dB) = InstanceNormalizationGrad(dY, X, scale), the plane
+//   statistics taken from X again (kernels/cpu/instance_norm_kernels.cc has the formulas).
 // BatchNormalization: (dX, dScale, dBias) = BatchNormalizationGrad(dY, X, scale, [mean, inv_std])
 //   (PyTorch batch_norm_backward). In training mode the kernel takes the batch statistics from X
 //   again (ONNX's node has no saved-statistics outputs) and the running stats get no gradient
@@ -97,6 +99,17 @@ void layer_norm_grad(GradContext& ctx) {
   if (g[2]) ctx.set_input_grad(2, to_param_shape(ctx, g[2], bias, axis));
 }
 
+// dX, dScale, dB = InstanceNormalizationGrad(dY, X, scale): the plane statistics recomputed from X.
+void instance_norm_grad(GradContext& ctx) {
+  const Node& n = ctx.node();
+  const std::vector<bool> wanted{ctx.needs_input_grad(0), ctx.needs_input_grad(1), ctx.needs_input_grad(2)};
+  std::vector<Value*> g = ctx.emit_multi("InstanceNormalizationGrad", {ctx.output_grad(0), ctx.input(0), ctx.input(1)},
+                                         3, {{"epsilon", Attribute::of_float(n.attr_float("epsilon", 1e-5f))}},
+                                         kTrainrtDomain, wanted);
+  for (int i = 0; i < 3; ++i)
+    if (g[static_cast<size_t>(i)]) ctx.set_input_grad(i, g[static_cast<size_t>(i)]);
+}
+
 void batch_norm_grad(GradContext& ctx) {
   const Node& n = ctx.node();
   if (ctx.output_grad(1) || ctx.output_grad(2))
@@ -142,6 +155,7 @@ void register_normalization_gradients(GradientRegistry& r) {
   r.add("", "LogSoftmax", softmax_grad);
   r.add("", "LayerNormalization", layer_norm_grad);
   r.add("", "BatchNormalization", batch_norm_grad);
+  r.add("", "InstanceNormalization", instance_norm_grad);
 }
 
 }  // namespace trainrt

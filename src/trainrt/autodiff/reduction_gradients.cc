@@ -67,7 +67,7 @@ class ReducedAxes {
 // v broadcast to X's shape.
 Value* expand_to_input(GradContext& ctx, Value* v) {
   Value* x = ctx.input(0);
-  if (v->shape == x->shape) return v;
+  if (v->shape.known_equal(x->shape)) return v;
   Value* e = ctx.emit("Expand", {v, ctx.shape_of(x)});
   e->shape = x->shape;  // inference cannot see through Shape(X) when X has symbolic dims
   return e;

@@ -45,7 +45,7 @@ Attribute ints(std::vector<int64_t> v) { return Attribute::of_ints(std::move(v))
 void reshape_like_grad(GradContext& ctx) {
   Value* x = ctx.input(0);
   Value* dy = ctx.output_grad(0);
-  if (x->shape.rank_known && dy->shape == x->shape) {
+  if (dy->shape.known_equal(x->shape)) {
     ctx.set_input_grad(0, dy);
     return;
   }

@@ -50,6 +50,9 @@ struct Shape {
   std::vector<int64_t> concrete() const;     // requires is_static()
   std::optional<int64_t> numel() const;      // when static
   bool operator==(const Shape& o) const { return rank_known == o.rank_known && dims == o.dims; }
+  // Whether the two are known to be the same shape: rank known, each dim static or the same symbol
+  // (operator== also calls two unknown ranks equal, which says nothing about the tensors).
+  bool known_equal(const Shape& o) const { return rank_known && o.rank_known && dims == o.dims; }
 };
 
 std::string to_string(const Dim& d);

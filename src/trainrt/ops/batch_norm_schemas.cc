@@ -8,6 +8,10 @@
 //     dX X's shape, dScale and dBias (C); attributes epsilon and training_mode as on the forward.
 //     dX may be written over dY: the kernel reads a channel's dY for its sums before writing its dX,
 //     element by element (the ResNet stem's backward then needs no second (N, C, H, W) buffer).
+//   InstanceNormalization(X, scale, B) -> Y: each (n, c) plane of X (N, C, d1, ..., dk), k >= 1,
+//     normalized by its own mean and biased variance, then scaled and shifted per channel (C).
+//   InstanceNormalizationGrad(dY, X, scale) -> (dX, [dScale], [dB]), attribute epsilon as on the
+//     forward (the plane statistics are recomputed from X).
 // All tensors share X's dtype (ONNX allows other types for scale and the stats; TrainRT does not).
 #include "trainrt/ops/op_schema.h"
 #include "trainrt/ops/register_schemas.h"
@@ -74,9 +78,35 @@ void infer_batch_norm_grad(InferenceContext& ctx) {
   ctx.set_output(2, t, channel_shape(ctx, 1));
 }
 
+void infer_instance_norm(InferenceContext& ctx) {
+  ctx.expect_dtype(0, {DType::kF32, DType::kF64});
+  const Shape& x = ctx.input_shape(0);
+  if (x.rank_known && x.rank() < 3)
+    ctx.fail(fmt("input 0 has shape ", to_string(x), ", expected (N, C, d1, ..., dk) with k >= 1"));
+  const char* names[] = {"scale", "B"};
+  expect_per_channel(ctx, 0, 1, 2, names);
+  ctx.set_output(0, ctx.input_dtype(0), x);
+}
+
+void infer_instance_norm_grad(InferenceContext& ctx) {
+  ctx.expect_dtype(0, {DType::kF32, DType::kF64});
+  if (ctx.input_dtype(1) != ctx.input_dtype(0))
+    ctx.fail(fmt("input 1 (X) has dtype ", dtype_name(ctx.input_dtype(1)), ", expected ",
+                 dtype_name(ctx.input_dtype(0)), " like input 0"));
+  const char* names[] = {"scale"};
+  expect_per_channel(ctx, 1, 2, 2, names);
+  const DType t = ctx.input_dtype(0);
+  ctx.set_output(0, t, ctx.input_shape(1));
+  ctx.set_output(1, t, channel_shape(ctx, 1));
+  ctx.set_output(2, t, channel_shape(ctx, 1));
+}
+
 }  // namespace
 
 void register_batch_norm_schemas(OpRegistry& r) {
+  r.add({.name = "InstanceNormalization", .min_inputs = 3, .max_inputs = 3, .infer = infer_instance_norm});
+  r.add({.domain = std::string(kTrainrtDomain), .name = "InstanceNormalizationGrad", .min_inputs = 3,
+         .max_inputs = 3, .min_outputs = 1, .max_outputs = 3, .infer = infer_instance_norm_grad});
   r.add({.name = "BatchNormalization", .min_inputs = 5, .max_inputs = 5, .min_outputs = 1, .max_outputs = 3,
          .infer = infer_batch_norm, .inplace = {{0, 0}}});
   r.add({.domain = std::string(kTrainrtDomain), .name = "BatchNormalizationGrad", .min_inputs = 3, .max_inputs = 5,

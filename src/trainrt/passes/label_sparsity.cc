@@ -58,7 +58,7 @@ int row_input(const Node& p) {
     return 0;
   if (p.domain() == kOnnxDomain && (op == "Add" || op == "Sub" || op == "Mul" || op == "Div") && p.num_inputs() == 2) {
     for (int i = 0; i < 2; ++i)
-      if (p.input(i)->shape == out->shape && per_feature(p.input(1 - i), out)) return i;
+      if (p.input(i)->shape.known_equal(out->shape) && per_feature(p.input(1 - i), out)) return i;
     return -1;
   }
   const bool product = is_ours(p, "FusedMatMul") || is_onnx(p, "MatMul") || is_onnx(p, "Gemm");

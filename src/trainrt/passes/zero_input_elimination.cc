@@ -44,7 +44,7 @@ bool makes_zero(const Node& n, const std::set<const Value*>& zero) {
 }
 
 bool same_type(const Value* a, const Value* b) {
-  return a->dtype == b->dtype && a->shape.rank_known && b->shape.rank_known && a->shape == b->shape;
+  return a->dtype == b->dtype && a->shape.known_equal(b->shape);
 }
 
 // Makes `node`'s result `v` instead: readers read v, or an Identity keeps a graph output's value.

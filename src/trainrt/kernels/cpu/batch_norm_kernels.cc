@@ -425,6 +425,7 @@ void register_batch_norm_kernels(KernelTable& t) {
   t.add("", "BatchNormalization", DType::kF64, make_batch_norm<double>);
   t.add(kTrainrtDomain, "BatchNormalizationGrad", DType::kF32, make_batch_norm_grad<float>);
   t.add(kTrainrtDomain, "BatchNormalizationGrad", DType::kF64, make_batch_norm_grad<double>);
+  register_instance_norm_kernels(t);
 }
 
 }  // namespace trainrt

@@ -20,6 +20,7 @@ void register_reduction_grad_kernels(KernelTable& t);
 void register_tensor_grad_kernels(KernelTable& t);
 void register_conv_grad_kernels(KernelTable& t);
 void register_batch_norm_kernels(KernelTable& t);  // BatchNormalization and BatchNormalizationGrad
+void register_instance_norm_kernels(KernelTable& t);  // InstanceNormalization[Grad], by the above
 void register_pool_kernels(KernelTable& t);        // MaxPool, AveragePool, Global*Pool and their gradients
 void register_attention_kernels(KernelTable& t);  // ScaledDotProductAttention and its Grad
 
