@@ -167,6 +167,42 @@ void cos_grad(GradContext& ctx) {
   ctx.set_input_grad(0, ctx.emit("Neg", {g}));
 }
 
+// The inverse and hyperbolic functions (dX = dY f'(X)):
+//   tan 1 + y^2, asin 1 / sqrt(1 - x^2), acos -1 / sqrt(1 - x^2), atan 1 / (1 + x^2),
+//   sinh cosh x, cosh sinh x, asinh 1 / sqrt(x^2 + 1), acosh 1 / sqrt(x^2 - 1), atanh 1 / (1 - x^2).
+void tan_grad(GradContext& ctx) {
+  Value* y = ctx.output(0);
+  Value* d = ctx.emit("Add", {ctx.scalar_like(y, 1), ctx.emit("Mul", {y, y})});
+  ctx.set_input_grad(0, ctx.emit("Mul", {ctx.output_grad(0), d}));
+}
+
+// dY / d with d = 1 - x^2 (one_minus) or 1 + x^2, square-rooted or not, the result negated or not.
+void over_square_grad(GradContext& ctx, bool one_minus, bool root, bool negate) {
+  Value* x = ctx.input(0);
+  Value* sq = ctx.emit("Mul", {x, x});
+  Value* d = ctx.emit(one_minus ? "Sub" : "Add", {ctx.scalar_like(x, 1), sq});
+  if (root) d = ctx.emit("Sqrt", {d});
+  Value* g = ctx.emit("Div", {ctx.output_grad(0), d});
+  ctx.set_input_grad(0, negate ? ctx.emit("Neg", {g}) : g);
+}
+
+void asin_grad(GradContext& ctx) { over_square_grad(ctx, true, true, false); }
+void acos_grad(GradContext& ctx) { over_square_grad(ctx, true, true, true); }
+void atan_grad(GradContext& ctx) { over_square_grad(ctx, false, false, false); }
+void asinh_grad(GradContext& ctx) { over_square_grad(ctx, false, true, false); }
+void atanh_grad(GradContext& ctx) { over_square_grad(ctx, true, false, false); }
+void acosh_grad(GradContext& ctx) {  // 1 / sqrt(x^2 - 1)
+  Value* x = ctx.input(0);
+  Value* d = ctx.emit("Sqrt", {ctx.emit("Sub", {ctx.emit("Mul", {x, x}), ctx.scalar_like(x, 1)})});
+  ctx.set_input_grad(0, ctx.emit("Div", {ctx.output_grad(0), d}));
+}
+void sinh_grad(GradContext& ctx) {
+  ctx.set_input_grad(0, ctx.emit("Mul", {ctx.output_grad(0), ctx.emit("Cosh", {ctx.input(0)})}));
+}
+void cosh_grad(GradContext& ctx) {
+  ctx.set_input_grad(0, ctx.emit("Mul", {ctx.output_grad(0), ctx.emit("Sinh", {ctx.input(0)})}));
+}
+
 void sqrt_grad(GradContext& ctx) {
   Value* y = ctx.output(0);
   ctx.set_input_grad(0, ctx.emit("Div", {ctx.output_grad(0), ctx.emit("Mul", {y, ctx.scalar_like(y, 2)})}));
@@ -267,6 +303,15 @@ void register_elementwise_gradients(GradientRegistry& r) {
   r.add("", "Sqrt", sqrt_grad);
   r.add("", "Sin", sin_grad);
   r.add("", "Cos", cos_grad);
+  r.add("", "Tan", tan_grad);
+  r.add("", "Asin", asin_grad);
+  r.add("", "Acos", acos_grad);
+  r.add("", "Atan", atan_grad);
+  r.add("", "Sinh", sinh_grad);
+  r.add("", "Cosh", cosh_grad);
+  r.add("", "Asinh", asinh_grad);
+  r.add("", "Acosh", acosh_grad);
+  r.add("", "Atanh", atanh_grad);
   r.add("", "Reciprocal", reciprocal_grad);
   r.add("", "Sum", sum_grad);
   r.add("", "Mean", mean_grad);

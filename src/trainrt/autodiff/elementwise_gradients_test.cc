@@ -99,6 +99,9 @@ TEST(ElementwiseGradients, UnaryMath) {
     for (const char* op : {"Log", "Sqrt"}) worst.check({.op = op}, {random_f64(dims, seed++, 0.2, 2)});
     worst.check({.op = "Reciprocal"}, {random_f64(dims, seed++, 0.5, 2)});
     worst.check({.op = "Reciprocal"}, {random_f64(dims, seed++, -2, -0.5)});
+    for (const char* op : {"Tan", "Asin", "Acos", "Atanh"}) worst.check({.op = op}, {random_f64(dims, seed++, -0.8, 0.8)});
+    for (const char* op : {"Atan", "Sinh", "Cosh", "Asinh"}) worst.check({.op = op}, {random_f64(dims, seed++, -2, 2)});
+    worst.check({.op = "Acosh"}, {random_f64(dims, seed++, 1.2, 3)});
   }
 }
 

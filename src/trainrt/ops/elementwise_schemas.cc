@@ -184,7 +184,8 @@ void register_elementwise_schemas(OpRegistry& r) {
   for (const char* name : {"IsNaN", "IsInf"})  // bool outputs: no in-place alias
     r.add({.domain = "", .name = name, .min_inputs = 1, .max_inputs = 1, .infer = infer_float_class});
   for (const char* name : {"Exp", "Log", "Sqrt", "Reciprocal", "Floor", "Ceil", "Sigmoid", "Tanh", "Erf",
-                           "Sin", "Cos", "Softplus", "LeakyRelu", "HardSigmoid", "HardSwish", "Elu", "Selu"})
+                           "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh",
+                           "Softplus", "LeakyRelu", "HardSigmoid", "HardSwish", "Elu", "Selu"})
     add_unary(r, name, infer_unary<Types::kFloat>);
   add_unary(r, "Gelu", infer_gelu);
   add_unary(r, "Cast", infer_cast);

@@ -41,8 +41,7 @@ void infer_gather_nd_grad(InferenceContext& ctx) {
   ctx.expect_dtype(0, {DType::kI64});
   ctx.expect_dtype(1, {DType::kI64});
   ctx.expect_dtype(2, {DType::kF32, DType::kF64});
-  const Tensor* dims = ctx.input_value(0);
-  Shape dx = dims && dims->defined() ? Shape::of(dims->to_i64_vector()) : dynamic_shape(static_length(ctx, 0));
+  Shape dx = shape_of_dims_input(ctx, 0);
   if (dx.rank_known) {
     const Shape want = gather_nd_shape(ctx, dx, ctx.input_shape(1));
     const Shape& dy = ctx.input_shape(2);

@@ -62,9 +62,7 @@ void infer_pad_grad(InferenceContext& ctx) {
   check_mode(ctx);
   ctx.expect_dtype(1, {DType::kI64});
   ctx.expect_dtype(2, {DType::kI64});
-  const Tensor* dims = ctx.input_value(1);
-  Shape dx = dims && dims->defined() ? Shape::of(dims->to_i64_vector()) : dynamic_shape(static_length(ctx, 1));
-  ctx.set_output(0, ctx.input_dtype(0), std::move(dx));
+  ctx.set_output(0, ctx.input_dtype(0), shape_of_dims_input(ctx, 1));
 }
 
 }  // namespace

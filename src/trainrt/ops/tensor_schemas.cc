@@ -17,6 +17,7 @@ void register_tensor_schemas(OpRegistry& r) {
   register_pad_schemas(r);
   register_top_k_schema(r);
   register_resize_schemas(r);
+  register_non_zero_schema(r);
 }
 
 ArgState read_ints_arg(const InferenceContext& ctx, int input, const std::string& attr,
@@ -51,6 +52,11 @@ std::optional<int64_t> static_length(const InferenceContext& ctx, int input) {
 Shape dynamic_shape(std::optional<int64_t> rank) {
   if (!rank) return Shape::unknown_rank();
   return Shape(std::vector<Dim>(static_cast<size_t>(*rank)));
+}
+
+Shape shape_of_dims_input(const InferenceContext& ctx, int input) {
+  const Tensor* dims = ctx.input_value(input);
+  return dims && dims->defined() ? Shape::of(dims->to_i64_vector()) : dynamic_shape(static_length(ctx, input));
 }
 
 Dim dim_product(const std::vector<Dim>& dims, size_t begin, size_t end) {

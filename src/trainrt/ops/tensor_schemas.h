@@ -36,6 +36,7 @@ void register_arg_reduce_schemas(OpRegistry& r);      // ArgMax, ArgMin
 void register_pad_schemas(OpRegistry& r);             // Pad, PadGrad
 void register_top_k_schema(OpRegistry& r);            // TopK
 void register_resize_schemas(OpRegistry& r);          // Resize, Upsample, ResizeGrad
+void register_non_zero_schema(OpRegistry& r);         // NonZero
 
 enum class ArgState { kAbsent, kUnknown, kKnown };
 
@@ -51,6 +52,9 @@ int64_t checked_axis(const InferenceContext& ctx, int64_t axis, int64_t rank, co
 std::optional<int64_t> static_length(const InferenceContext& ctx, int input);
 // (?, ?, ...) of the given rank, or unknown rank when the rank is not known either.
 Shape dynamic_shape(std::optional<int64_t> rank);
+// The shape a 1-D i64 dims input gives (a gradient op's dims(X)): static when its value is known,
+// else dynamic dims of its length.
+Shape shape_of_dims_input(const InferenceContext& ctx, int input);
 
 // Product of dims[begin, end): static when all are, the one dynamic dim itself when the others
 // multiply to 1, 0 when a static dim is 0, else an unnamed dynamic dim.

@@ -283,6 +283,17 @@ TEST(EinsumSchema, SymbolicDimsFollowTheirLabels) {
   EXPECT_THROW(n.shape_of("Einsum", {b, n.input(DType::kF32, Shape({4, 3}))}, eq("ijk,lk->il")), ShapeError);  // k: 2, 3
 }
 
+TEST(TensorSchemas, NonZeroCountIsSymbolicUntilTheValuesAreKnown) {
+  OneNode n;
+  const auto out = n.infer("NonZero", {n.input(DType::kBool, Shape({kBatch, 5}))})[0];
+  EXPECT_EQ(out.dtype, DType::kI64);
+  ASSERT_EQ(out.shape.rank(), 2);
+  EXPECT_EQ(out.shape.dims[0], Dim(2));
+  EXPECT_FALSE(out.shape.dims[1].is_static());
+  EXPECT_NE(out.shape.dims[1].symbol.find("nonzero_of("), std::string::npos);
+  EXPECT_EQ(n.shape_of("NonZero", {n.ints({0, 3, 0, 7})}), "(1, 2)");
+}
+
 TEST(TensorSchemas, ErrorsNameTheNodeAndOp) {
   OneNode n;
   Value* x = n.input(DType::kF32, Shape({kBatch, 6}));

@@ -135,6 +135,24 @@ struct CosOp {
   T operator()(T x) const { return std::cos(x); }
 };
 
+// The rest of the trigonometric and hyperbolic family (ONNX Tan, Asin, ... Atanh), std's functions.
+#define TRAINRT_STD_UNARY(Name, fn)                       \
+  struct Name {                                           \
+    static constexpr DTypeSet kTypes = kFloatTypes;       \
+    template <typename T>                                 \
+    T operator()(T x) const { return std::fn(x); }        \
+  };
+TRAINRT_STD_UNARY(TanOp, tan)
+TRAINRT_STD_UNARY(AsinOp, asin)
+TRAINRT_STD_UNARY(AcosOp, acos)
+TRAINRT_STD_UNARY(AtanOp, atan)
+TRAINRT_STD_UNARY(SinhOp, sinh)
+TRAINRT_STD_UNARY(CoshOp, cosh)
+TRAINRT_STD_UNARY(AsinhOp, asinh)
+TRAINRT_STD_UNARY(AcoshOp, acosh)
+TRAINRT_STD_UNARY(AtanhOp, atanh)
+#undef TRAINRT_STD_UNARY
+
 // Gelu-20, approximate="none": x Phi(x).
 struct GeluOp {
   static constexpr DTypeSet kTypes = kFloatTypes;
@@ -343,6 +361,15 @@ void register_unary_kernels(KernelTable& t) {
   add_kernels(t, "Erf", ErfOp::kTypes, make_unary<ErfOp>);
   add_kernels(t, "Sin", SinOp::kTypes, make_unary<SinOp>);
   add_kernels(t, "Cos", CosOp::kTypes, make_unary<CosOp>);
+  add_kernels(t, "Tan", TanOp::kTypes, make_unary<TanOp>);
+  add_kernels(t, "Asin", AsinOp::kTypes, make_unary<AsinOp>);
+  add_kernels(t, "Acos", AcosOp::kTypes, make_unary<AcosOp>);
+  add_kernels(t, "Atan", AtanOp::kTypes, make_unary<AtanOp>);
+  add_kernels(t, "Sinh", SinhOp::kTypes, make_unary<SinhOp>);
+  add_kernels(t, "Cosh", CoshOp::kTypes, make_unary<CoshOp>);
+  add_kernels(t, "Asinh", AsinhOp::kTypes, make_unary<AsinhOp>);
+  add_kernels(t, "Acosh", AcoshOp::kTypes, make_unary<AcoshOp>);
+  add_kernels(t, "Atanh", AtanhOp::kTypes, make_unary<AtanhOp>);
   add_kernels(t, "Gelu", kFloatTypes, make_gelu);
   add_kernels(t, "Softplus", SoftplusOp::kTypes, make_unary<SoftplusOp>);
   add_kernels(t, "HardSigmoid", HardSigmoidOp::kTypes, make_unary<HardSigmoidOp>);
