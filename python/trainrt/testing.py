@@ -15,8 +15,8 @@ rank's stderr, where faulthandler wrote each thread's Python stack.
 from __future__ import annotations
 
 import datetime
-import gc
 import faulthandler
+import gc
 import os
 import socket
 import tempfile

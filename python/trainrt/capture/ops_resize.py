@@ -24,13 +24,21 @@ import re
 
 import torch
 
-from trainrt.capture.context import OpContext
+from trainrt.capture.context import OpContext, TensorValue
 from trainrt.capture.registry import translates
 from trainrt.capture.symbolic import is_static
 
 
 def _spatial(ctx: OpContext) -> int:
     return int(re.search(r"(\d)d", str(ctx.node.target)).group(1))
+
+
+def _input(ctx: OpContext) -> tuple[TensorValue, int]:
+    """(x, number of spatial dims) of an upsampling op; x must be (N, C, spatial)."""
+    x, dims = ctx.tensor("input"), _spatial(ctx)
+    if x.rank != dims + 2:
+        raise ctx.unsupported(f"expects an input of {dims + 2} dims (N, C, spatial), got shape {x.shape}")
+    return x, dims
 
 
 def _torch_scales(ctx: OpContext, dims: int) -> list:
@@ -42,10 +50,7 @@ def _torch_scales(ctx: OpContext, dims: int) -> list:
 
 
 def _resize(ctx: OpContext, mode: str, coordinates: str, **attrs) -> str:
-    x = ctx.tensor("input")
-    dims = _spatial(ctx)
-    if x.rank != dims + 2:
-        raise ctx.unsupported(f"expects an input of {dims + 2} dims (N, C, spatial), got shape {x.shape}")
+    x, dims = _input(ctx)
     scales = _torch_scales(ctx, dims)
     axes = list(range(2, dims + 2))
     if all(s is not None for s in scales) and coordinates != "align_corners":
@@ -97,10 +102,7 @@ def _symbolic_nearest_index(ctx: OpContext, n, m, scale, exact: bool, shortcuts:
 
 def _nearest(ctx: OpContext, exact: bool) -> str:
     """Nearest as a Gather per spatial axis of the source indices torch computes."""
-    x = ctx.tensor("input")
-    dims = _spatial(ctx)
-    if x.rank != dims + 2:
-        raise ctx.unsupported(f"expects an input of {dims + 2} dims (N, C, spatial), got shape {x.shape}")
+    x, dims = _input(ctx)
     y = x.name
     shortcuts = dims == 2 and not exact
     for i, (n, m, scale) in enumerate(zip(x.shape[2:], ctx.out.shape[2:], _torch_scales(ctx, dims))):

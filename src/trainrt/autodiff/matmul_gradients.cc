@@ -144,6 +144,9 @@ void einsum_grad(GradContext& ctx) {
     ranks.push_back(x->shape.rank());
   }
   const EinsumEquation e = parse_einsum(n.describe(), n.attr_string("equation", ""), ranks);
+  std::vector<int> all_dims;  // every ellipsis dim's label
+  for (int l = 0; l < e.num_labels; ++l)
+    if (e.ellipsis_label[static_cast<size_t>(l)]) all_dims.push_back(l);
   for (int i = 0; i < n.num_inputs(); ++i) {
     if (!ctx.needs_input_grad(i)) continue;
     const std::vector<int>& mine = e.operands[static_cast<size_t>(i)];
@@ -158,9 +161,7 @@ void einsum_grad(GradContext& ctx) {
     }
     // The gradient's labels: X_i's, its ellipsis run widened to every ellipsis dim (those X_i lacks
     // or broadcast are summed back below); a label only X_i has is put back by Unsqueeze + Expand.
-    std::vector<int> kept, all_dims;
-    for (int l = 0; l < e.num_labels; ++l)
-      if (e.ellipsis_label[static_cast<size_t>(l)]) all_dims.push_back(l);
+    std::vector<int> kept;
     std::vector<int64_t> dropped_axes;
     bool broadcasts = false;
     int64_t position = 0;

@@ -123,24 +123,21 @@ void infer_graph_shapes(Graph& graph) {
     for (int i = 0; i < node->num_inputs(); ++i)
       if (auto it = known.find(node->input(i)); it != known.end() && !inputs[static_cast<size_t>(i)].value)
         inputs[static_cast<size_t>(i)].value = &it->second;
+    const OpSchema& schema = OpRegistry::global().require(*node);
     InferenceContext ctx(*node, std::move(inputs));
-    infer_node(OpRegistry::global().require(*node), ctx);
+    infer_node(schema, ctx);
     for (int i = 0; i < node->num_outputs(); ++i)
       if (Value* out = node->output(i)) {
         out->dtype = ctx.output(i).dtype;
         out->shape = ctx.output(i).shape;
         if (ctx.output(i).value.defined()) known[out] = ctx.output(i).value;
       }
-    // A view op of a known value has that value in its output's shape: the exporters reshape
-    // constant axes (Hiera's ReduceMax over Reshape(Constant)), and the rank of what reads them
-    // follows from the values.
+    // A view op (OpSchema::is_view) of a known value has that value in its output's shape: the
+    // exporters reshape constant axes (Hiera's ReduceMax over Reshape(Constant)), and the rank of
+    // what reads them follows from the values.
     Value* out = node->output(0);
     Value* in = node->input(0);
-    if (!node->domain().empty() || node->num_outputs() != 1 || !out || !in || known.count(out) ||
-        !out->shape.is_static() ||
-        (node->op_type() != "Reshape" && node->op_type() != "Flatten" && node->op_type() != "Squeeze" &&
-         node->op_type() != "Unsqueeze" && node->op_type() != "Identity"))
-      continue;
+    if (!schema.is_view || !out || !in || known.count(out) || !out->shape.is_static()) continue;
     const auto it = known.find(in);
     const Tensor* value = it != known.end() ? &it->second : in->is_initializer() ? &in->data : nullptr;
     if (value && value->numel() <= 4096 && value->numel() == *out->shape.numel())

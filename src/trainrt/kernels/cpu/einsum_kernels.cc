@@ -153,19 +153,17 @@ Operand<W> contract(const Operand<W>& a, const Operand<W>& b, const std::vector<
   return c;
 }
 
-// Element conversions between a tensor's type T and the working type W.
-template <typename T, typename W>
+// An element as the working type W and back: integers directly (exact past 2^53), the floats
+// through element_as_double / element_from_double.
+template <typename W, typename T>
 W widen(T v) {
-  if constexpr (std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>) return static_cast<W>(element_as_double(v));
-  else return static_cast<W>(v);
+  if constexpr (std::is_integral_v<T>) return static_cast<W>(v);
+  else return static_cast<W>(element_as_double(v));
 }
 template <typename T, typename W>
 T narrow(W v) {
-  T t;
-  if constexpr (std::is_same_v<T, BFloat16>) t.bits = f32_to_bf16(static_cast<float>(v));
-  else if constexpr (std::is_same_v<T, Half>) t.bits = f32_to_f16(static_cast<float>(v));
-  else t = static_cast<T>(v);
-  return t;
+  if constexpr (std::is_integral_v<T>) return static_cast<T>(v);
+  else return element_from_double<T>(static_cast<double>(v));
 }
 
 template <typename T>
@@ -178,17 +176,22 @@ void run_einsum(const Node& node, KernelContext& ctx) {
   for (int i = 0; i < n; ++i) ranks.push_back(ctx.in(i).rank()), dims.push_back(ctx.in(i).dims());
   const EinsumEquation e = parse_einsum(node.describe(), node.attr_string("equation", ""), ranks);
   const std::vector<int64_t> size = label_sizes(node.describe(), e, dims);
-  // Each input as W, over its distinct labels (a repeated label: the diagonal, strides added).
+  // Each input as W (read in place when it is W already), over its distinct labels (a repeated
+  // label: the diagonal, strides added).
   std::vector<std::vector<W>> widened(static_cast<size_t>(n));
   std::vector<Operand<W>> ops(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
     const Tensor& x = ctx.in(i);
-    auto& w = widened[static_cast<size_t>(i)];
-    w.resize(static_cast<size_t>(x.numel()));
-    const T* src = x.data<T>();
-    for (int64_t j = 0; j < x.numel(); ++j) w[static_cast<size_t>(j)] = widen<T, W>(src[j]);
     Operand<W>& o = ops[static_cast<size_t>(i)];
-    o.data = w.data();
+    if constexpr (std::is_same_v<T, W>) {
+      o.data = x.data<T>();
+    } else {
+      auto& w = widened[static_cast<size_t>(i)];
+      w.resize(static_cast<size_t>(x.numel()));
+      const T* src = x.data<T>();
+      for (int64_t j = 0; j < x.numel(); ++j) w[static_cast<size_t>(j)] = widen<W>(src[j]);
+      o.data = w.data();
+    }
     int64_t stride = 1;
     std::vector<int64_t> axis_stride(static_cast<size_t>(x.rank()));
     for (int64_t a = x.rank(); a-- > 0;) axis_stride[static_cast<size_t>(a)] = stride, stride *= x.dim(a);
@@ -231,7 +234,7 @@ void run_einsum(const Node& node, KernelContext& ctx) {
   const Operand<W> out = gathered(acc, e.output, size);
   Tensor& y = ctx.out(0);
   T* dst = y.data<T>();
-  for (int64_t j = 0; j < y.numel(); ++j) dst[j] = narrow<T, W>(out.data[j]);
+  for (int64_t j = 0; j < y.numel(); ++j) dst[j] = narrow<T>(out.data[j]);
 }
 
 KernelFn make_einsum(const Node& node) {

@@ -233,20 +233,6 @@ std::vector<E> run_passes(const E* first, std::vector<int64_t> dims, const std::
   return current;
 }
 
-template <typename T, typename W>
-void to_work(const T* x, W* w, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) w[i] = static_cast<W>(element_as_double(x[i]));
-}
-
-template <typename T, typename W>
-void from_work(const W* w, T* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    if constexpr (std::is_same_v<T, BFloat16>) y[i].bits = f32_to_bf16(w[i]);
-    else if constexpr (std::is_same_v<T, Half>) y[i].bits = f32_to_f16(w[i]);
-    else y[i] = static_cast<T>(w[i]);
-  }
-}
-
 // Interpolating passes in W over a T tensor x into y (forward) or dY into dX (reverse).
 template <typename T>
 void interpolate(const Tensor& from, Tensor& to, const std::vector<AxisTaps>& passes, bool reverse, double fill,
@@ -262,7 +248,8 @@ void interpolate(const Tensor& from, Tensor& to, const std::vector<AxisTaps>& pa
     start = from.data<T>();
   } else {
     widened.resize(static_cast<size_t>(from.numel()));
-    to_work<T, W>(from.data<T>(), widened.data(), from.numel());
+    const T* x = from.data<T>();
+    for (int64_t i = 0; i < from.numel(); ++i) widened[static_cast<size_t>(i)] = static_cast<W>(element_as_double(x[i]));
     start = widened.data();
   }
   auto result = run_passes<W>(start, from.dims(), passes, reverse, 1,
@@ -270,16 +257,14 @@ void interpolate(const Tensor& from, Tensor& to, const std::vector<AxisTaps>& pa
                                 if (reverse) backward_pass<W>(in, out, outer, inner, t, pool);
                                 else forward_pass<W>(in, out, outer, inner, t, static_cast<W>(fill), pool);
                               });
-  from_work<T, W>(result.data(), to.data<T>(), to.numel());
+  T* y = to.data<T>();
+  for (int64_t i = 0; i < to.numel(); ++i) y[i] = element_from_double<T>(result[static_cast<size_t>(i)]);
 }
 
 std::vector<std::byte> fill_bytes(DType dtype, double value) {
   std::vector<std::byte> out(dtype_size(dtype));
   visit_dtype(dtype, [&]<typename T>() {
-    T v;
-    if constexpr (std::is_same_v<T, BFloat16>) v.bits = f32_to_bf16(static_cast<float>(value));
-    else if constexpr (std::is_same_v<T, Half>) v.bits = f32_to_f16(static_cast<float>(value));
-    else v = static_cast<T>(value);
+    const T v = element_from_double<T>(value);
     std::memcpy(out.data(), &v, sizeof(T));
   });
   return out;

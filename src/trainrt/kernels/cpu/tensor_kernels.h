@@ -21,6 +21,14 @@ double element_as_double(T v) {
   else return static_cast<double>(v);
 }
 
+// The inverse: a double as an element of T, the 16-bit floats rounded (to nearest even) once.
+template <typename T>
+T element_from_double(double v) {
+  if constexpr (std::is_same_v<T, BFloat16>) return BFloat16{f32_to_bf16(static_cast<float>(v))};
+  else if constexpr (std::is_same_v<T, Half>) return Half{f32_to_f16(static_cast<float>(v))};
+  else return static_cast<T>(v);
+}
+
 class KernelTable;
 
 void register_select_kernels(KernelTable& t);     // Gather, Concat, Split, Slice
