@@ -203,6 +203,9 @@ class RuntimeOptions:
     custom_autograd: bool | None = None  # None: enable_custom_autograd_support's setting
     # Full names (module + __qualname__) of Functions whose forwards are traced instead.
     skipped_autograd_functions: tuple[str, ...] = ()
+    # torch.utils.checkpoint blocks are recomputed in the engine's backward (capture/checkpoint_regions.py);
+    # False keeps their activations like any other's (faster, more memory), without editing the model.
+    allow_autograd_checkpoint: bool = True
     # Each parameter's gradient leaves the engine's backward as soon as it is final, through torch's
     # AccumulateGrad (hooks, DDP's reducer, DeepSpeed's ZeRO hooks see it then): gradient_handoff.py.
     # None: when something watches gradients (torch.distributed initialized, or a hook on a parameter);
@@ -392,6 +395,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("SKIPPED_AUTOGRAD_FUNCTIONS", "SKIPPED_AUTOGRAD_FUNCTIONS", RuntimeOptions, "skipped_autograd_functions",
            _parse_names, "comma-separated full names (`module.Qual.Name`)",
            "Functions whose forwards are traced into the graph instead of running as `PythonOp`."),
+    Option("ALLOW_AUTOGRAD_CHECKPOINT", "ALLOW_AUTOGRAD_CHECKPOINT", RuntimeOptions, "allow_autograd_checkpoint",
+           _parse_flag, _FLAG,
+           "On: blocks run under `torch.utils.checkpoint` (both modes, `checkpoint_sequential`, HF "
+           "`gradient_checkpointing_enable()`) are captured into the engine, which recomputes them in its "
+           "backward and saves only their inputs (never handed back to PyTorch). `0`: the same ops, their "
+           "activations saved as any other's: a faster step for more memory, without changing the model.",
+           default="`1`"),
     Option("ENABLE_MEM_EFFICIENT_GRAD_MGMT", "ENABLE_MEM_EFFICIENT_GRAD_MGMT", RuntimeOptions,
            "mem_efficient_grad_mgmt", _parse_auto_flag, "`auto`, or a flag (" + _FLAG + ")",
            "Each parameter's gradient leaves the engine's backward as soon as it is final, through torch's "
@@ -454,9 +464,6 @@ Example:
 
 # ORTModule variables TrainRT does not read (setting them changes nothing), and why.
 _NOT_READ = (
-    (("ALLOW_AUTOGRAD_CHECKPOINT",),
-     "not needed: `torch.utils.checkpoint` is captured into the engine, which recomputes the checkpointed "
-     "blocks itself"),
     (("ENABLE_EMBEDDING_SPARSE_OPTIMIZER",),
      "not yet: padding tokens still run through the row-wise ops; `TRAINRT_PRINT_INPUT_DENSITY` reports "
      "their share (label sparsity is `TRAINRT_ENABLE_SPARSE_OPTIMIZER`)"),

@@ -61,7 +61,7 @@ class _Engine:
     def __init__(self, captured, module: torch.nn.Module, input_requires_grad: list[bool], profile: bool = False,
                  optimize: bool = True, mem_efficient_grad_mgmt: bool | None = None, zero3_params=None,
                  num_threads: int | None = None, memory_opt_level: int = 0, label_sparsity: bool = True,
-                 memory_opt_config: str = ""):
+                 memory_opt_config: str = "", checkpoint_recompute: bool = True):
         self.captured = captured
         self.memory_opt_level = memory_opt_level
         self.num_threads = num_threads  # the engine's threads; None: torch's (threads.py)
@@ -81,7 +81,8 @@ class _Engine:
         graph_inputs = [n for n, _ in captured.param_inputs] + [n for n, _ in captured.buffer_inputs] + captured.user_inputs
         index = {name: i for i, name in enumerate(graph_inputs)}
         self.programs = _C.ModulePrograms(captured.model.SerializeToString(), self.grad_outputs, self.wrt, profile,
-                                          optimize, captured.recompute_regions, captured.layers, memory_opt_level,
+                                          optimize, captured.recompute_regions if checkpoint_recompute else {},
+                                          captured.layers, memory_opt_level,
                                           label_sparsity, memory_opt_config)
         unreached = set(self.programs.unreached)
         self.wrt_index = [index[name] if name not in unreached else None for name in self.wrt]
@@ -597,7 +598,7 @@ class RTModule(torch.nn.Module):
             return _Engine(captured, self._module, input_requires_grad, self._runtime.profile,
                            self._runtime.compute_optimizer, self._runtime.mem_efficient_grad_mgmt, self._zero3,
                            self._runtime.num_threads, level, label_sparsity=self._runtime.sparse_optimizer,
-                           memory_opt_config=config)
+                           memory_opt_config=config, checkpoint_recompute=self._runtime.allow_autograd_checkpoint)
 
         try:
             if self._runtime.memory_budget_mb is None:

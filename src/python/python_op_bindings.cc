@@ -45,10 +45,12 @@ nb::list input_views(const KernelContext& ctx, size_t begin, size_t end) {
   return views;
 }
 
-// Copies `value` (a torch tensor or array) into `out` after checking dtype and dims.
+// Copies `value` (a DLPack capsule, or a torch tensor) into `out` after checking dtype and dims.
+// `array` owns a capsule's tensor once cast (its deleter frees it), so it lives until the copy is done.
 void copy_result(const nb::handle& value, Tensor& out, const std::string& name, const char* what, size_t index) {
   const std::string where = fmt("Function ", name, " ", what, " ", index);
-  Tensor t = tensor_from_array(nb::cast<AnyArray>(value), where.c_str());
+  const AnyArray array = nb::cast<AnyArray>(value);
+  Tensor t = tensor_from_array(array, where.c_str());
   if (t.dtype() != out.dtype() || t.dims() != out.dims())
     throw ShapeError(fmt(where, " is ", dtype_name(t.dtype()), " ", to_string(t.dims()), ", expected ",
                          dtype_name(out.dtype()), " ", to_string(out.dims())));

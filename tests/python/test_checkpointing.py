@@ -156,3 +156,24 @@ def test_gradient_checkpointing_enabled_after_a_capture_captures_again(monkeypat
     rt.gradient_checkpointing_disable()
     rt(input_ids=ids, labels=ids).loss.backward()
     assert rt.engines[0].programs.nodes_recomputed == 0
+
+
+@pytest.mark.parametrize("variable", ["TRAINRT_ALLOW_AUTOGRAD_CHECKPOINT", "ORTMODULE_ALLOW_AUTOGRAD_CHECKPOINT"])
+def test_allow_autograd_checkpoint_0_saves_the_blocks_activations_as_without_checkpoint(variable, monkeypatch):
+    torch.manual_seed(0)
+    eager = Stack(True, False)
+    plain = trainrt.RTModule(Stack(False))
+    monkeypatch.setenv(variable, "0")
+    kept = trainrt.RTModule(Stack(True, False))
+    for m in (plain, kept):
+        m.load_state_dict(eager.state_dict())
+    x = torch.randn(16, 32, requires_grad=True)
+    for m in (eager, plain, kept):
+        m(x).backward()
+    for pe, pk in zip(eager.parameters(), kept.parameters()):
+        torch.testing.assert_close(pk.grad, pe.grad, rtol=1e-5, atol=1e-6)
+    assert kept.fallback_reason is None
+    assert _saved_bytes(kept) == _saved_bytes(plain)
+    recomputed = [sum("/recompute" in n.name for n in onnx.load_from_string(
+        m.engines[0].programs.backward_graph_onnx()).graph.node) for m in (plain, kept)]
+    assert recomputed[1] == recomputed[0]  # the plain model's own cheap recompute, no more

@@ -280,6 +280,150 @@ def test_a_backward_returning_a_wrong_shape_names_the_function():
         model(torch.randn(3, 4)).sum().backward()
 
 
+class BroadcastGrad(torch.autograd.Function):
+    """A backward whose gradient is broadcast (an extra leading dim) and of another dtype: autograd
+    sums it back to the input's shape and casts it to the input's dtype."""
+
+    @staticmethod
+    def forward(ctx, x, scale: float):
+        ctx.scale = scale
+        return x * scale
+
+    @staticmethod
+    def backward(ctx, g):
+        return (g * ctx.scale).double().expand(2, *g.shape) / 2, None
+
+
+def test_a_broadcast_gradient_of_another_dtype_is_summed_and_cast_as_eager():
+    torch.manual_seed(0)
+    eager = Net(Body(lambda h: BroadcastGrad.apply(h, 3.0)))
+    model = trainrt.RTModule(Net(Body(lambda h: BroadcastGrad.apply(h, 3.0))))
+    model.load_state_dict(eager.state_dict())
+    x = torch.randn(5, 4)
+    for m in (eager, model):
+        m(x).pow(2).sum().backward()
+    for (name, pe), (_, pm) in zip(eager.named_parameters(), model.named_parameters()):
+        torch.testing.assert_close(pm.grad, pe.grad, rtol=1e-5, atol=1e-6, msg=name)
+    assert _python_ops(model) and model.fallback_reason is None
+
+
+def test_the_users_backward_is_called_on_its_ctx_without_autograd_grad(monkeypatch):
+    """Where every output gets a gradient, PythonOpGrad calls the Function's backward on its ctx
+    directly (autograd.grad costs ~25 µs a call); None gradients take autograd's path (above)."""
+    eager, model = _pair("gradient_reversal", trainrt.RTModule)
+    x = torch.randn(5, 4)
+    eager(x).pow(2).sum().backward()
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("torch.autograd.grad called")
+
+    monkeypatch.setattr(torch.autograd, "grad", refuse)
+    model(x).pow(2).sum().backward()
+    for pe, pm in zip(eager.parameters(), model.parameters()):
+        torch.testing.assert_close(pm.grad, pe.grad, rtol=1e-5, atol=1e-6)
+
+
+class TooFewGrads(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, scale: float):
+        return x * scale
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+class GradForAFloat(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, scale: float):
+        return x * scale
+
+    @staticmethod
+    def backward(ctx, g):
+        return g, g
+
+
+@pytest.mark.parametrize("function,match", [(TooFewGrads, "incorrect number of gradients"),
+                                            (GradForAFloat, "not a tensor")])
+def test_a_backward_returning_what_autograd_refuses_raises_as_eager(function, match):
+    x = torch.randn(3, 4)
+    eager = Net(Body(lambda h: function.apply(h, 2.0)))
+    with pytest.raises(RuntimeError):
+        eager(x).sum().backward()
+    model = trainrt.RTModule(Net(Body(lambda h: function.apply(h, 2.0))))
+    with pytest.raises(RuntimeError, match=f"{function.__name__}.*{match}"):
+        model(x).sum().backward()
+    assert _python_ops(model)
+
+
+class MixListed(torch.autograd.Function):
+    """Tensors inside a list argument: inputs of the forward, not of the Function's autograd (eager
+    gives them no gradient). A keyword argument: bound to its position, as torch does; its
+    gradient is broadcast (autograd sums it)."""
+
+    @staticmethod
+    def forward(ctx, x, pair, shift):
+        ctx.save_for_backward(pair[0])
+        return x * pair[0] + pair[1] + shift
+
+    @staticmethod
+    def backward(ctx, g):
+        scale, = ctx.saved_tensors
+        return g * scale, None, g
+
+
+class Scaled(torch.autograd.Function):
+    """New style, with a default and a keyword argument (torch binds them as positional)."""
+
+    @staticmethod
+    def forward(x, scale=2.0, offset=0.0):
+        return x * scale + offset
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.scale = inputs[1]
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * ctx.scale, None, None
+
+
+class ListedNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.scale = nn.Parameter(torch.rand(4) + 0.5)   # read only inside the list: grad None, as in eager
+        self.shift = nn.Parameter(torch.randn(4))
+
+    def forward(self, x):
+        h = self.fc(x)
+        h = MixListed.apply(h, [self.scale, h * 0.5], shift=self.shift)
+        return Scaled.apply(h, offset=1.0) + Scaled.apply(h)
+
+
+@pytest.mark.parametrize("wrap", WRAPPERS)
+def test_tensors_in_lists_and_keyword_arguments_run_as_eager(wrap):
+    torch.manual_seed(0)
+    eager, model = ListedNet(), wrap(ListedNet())
+    model.load_state_dict(eager.state_dict())
+    opt_e = torch.optim.SGD(eager.parameters(), lr=0.05, momentum=0.9)
+    opt_m = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    for step in range(3):
+        x = torch.randn(5, 4)
+        for m, opt in ((eager, opt_e), (model, opt_m)):
+            opt.zero_grad()
+            m(x).pow(2).mean().backward()
+        for (name, pe), (_, pm) in zip(eager.named_parameters(), model.named_parameters()):
+            if pe.grad is None:
+                assert pm.grad is None, f"step {step} {name}: eager has no gradient"
+            else:
+                torch.testing.assert_close(pm.grad, pe.grad, rtol=1e-5, atol=1e-6, msg=f"step {step} {name}")
+        opt_e.step()
+        opt_m.step()
+    assert eager.scale.grad is None and eager.shift.grad is not None  # what the test relies on
+    assert len(_python_ops(model)) == 3 and model.fallback_reason is None
+
+
 def test_skipped_functions_are_traced_through(monkeypatch):
     monkeypatch.setenv("TRAINRT_SKIPPED_AUTOGRAD_FUNCTIONS", f"{__name__}.GradientReversal")
     _, model = _pair("gradient_reversal", trainrt.RTModule)

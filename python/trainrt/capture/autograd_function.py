@@ -27,6 +27,7 @@ FunctionCapture.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 from dataclasses import dataclass, field
 
@@ -89,10 +90,15 @@ class _Slot:
 
 @dataclass
 class FunctionCall:
-    """One apply call seen by the capture: enough to call the Function again at run time."""
+    """One apply call seen by the capture: enough to call the Function again at run time.
+
+    Its tensors are the node's inputs, in order: the tensor arguments, then the tensors inside list,
+    tuple and dict arguments. As in eager, only the positional
+    ones are the Function's autograd inputs (the others get no gradient, and the backward returns
+    None at their argument). Keyword arguments were bound to their positions, as torch's apply does."""
 
     function: type
-    template: list  # the positional arguments, tensors replaced by _Slot
+    template: list  # the positional arguments, tensors (also inside containers) replaced by _Slot
     input_requires_grad: list[bool]
     kept_inputs: set[int] = field(default_factory=set)  # tensor inputs the ctx keeps (saved or set on it)
     dirty_inputs: set[int] = field(default_factory=set)  # tensor inputs changed in place (mark_dirty)
@@ -104,7 +110,15 @@ class FunctionCall:
 
     def arguments(self, tensors: list) -> list:
         """The positional arguments with `tensors` in the slots."""
-        return [tensors[a.index] if isinstance(a, _Slot) else a for a in self.template]
+        return [_fill(a, tensors) for a in self.template]
+
+
+def _fill(argument, tensors: list):
+    if isinstance(argument, _Slot):
+        return tensors[argument.index]
+    if isinstance(argument, (list, tuple, dict)):
+        return pytree.tree_map(lambda a: tensors[a.index] if isinstance(a, _Slot) else a, argument)
+    return argument
 
 
 CALLS: list[FunctionCall] = []  # call_id -> record, for the life of the process
@@ -236,25 +250,37 @@ def _apply(cls, *args, **kwargs):
         return run_reentrant(args)
     if not _opaque(cls):
         return _original_apply(cls, *args, **kwargs)
-    if kwargs:  # traced, its custom backward would be ignored without a word
-        raise CaptureError(f"autograd.Function {full_name(cls)} is applied with keyword arguments "
-                           f"({', '.join(kwargs)}); PythonOp takes positional arguments")
-    if any(not isinstance(a, torch.Tensor) and any(isinstance(x, torch.Tensor) for x in pytree.tree_leaves(a))
-           for a in args):
-        raise CaptureError(f"autograd.Function {full_name(cls)} takes tensors inside a list, tuple or dict argument; "
-                           "PythonOp takes tensors as positional arguments")
-    tensors = [a for a in args if isinstance(a, torch.Tensor)]
-    template, k = [], 0
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            template.append(_Slot(k))
-            k += 1
-        else:
-            template.append(a)
-    record = FunctionCall(cls, template, [t.requires_grad and t.dtype.is_floating_point for t in tensors])
+    if kwargs or _uses_setup_context(cls):
+        args = _bound_positionally(cls, args, kwargs)
+    tensors: list[torch.Tensor] = []
+    requires_grad: list[bool] = []
+
+    def slot(a, differentiable: bool):
+        tensors.append(a)
+        requires_grad.append(differentiable and a.requires_grad and a.dtype.is_floating_point)
+        return _Slot(len(tensors) - 1)
+
+    template: list = [slot(a, True) if isinstance(a, torch.Tensor) else a for a in args]
+    nested = lambda a: slot(a, False) if isinstance(a, torch.Tensor) else a  # noqa: E731
+    template = [pytree.tree_map(nested, a) if isinstance(a, (list, tuple, dict)) else a for a in template]
+    record = FunctionCall(cls, template, requires_grad)
     CALLS.append(record)
     outputs = python_op(tensors, len(CALLS) - 1)
     return outputs[0] if record.single_output else tuple(outputs)
+
+
+def _bound_positionally(cls, args: tuple, kwargs: dict) -> tuple:
+    """Keyword arguments put in their positions, as torch's apply does (so they count among the
+    inputs the backward returns gradients for); defaults are bound too for new-style Functions.
+    A keyword-only parameter fails as in eager."""
+    new_style = _uses_setup_context(cls)
+    signature = inspect.signature(cls.forward)
+    bound = signature.bind(*args, **kwargs) if new_style else signature.bind(None, *args, **kwargs)
+    if new_style:
+        bound.apply_defaults()
+    if bound.kwargs:
+        raise TypeError(f"{full_name(cls)}.forward() got an unexpected keyword argument '{next(iter(bound.kwargs))}'")
+    return bound.args if new_style else bound.args[1:]
 
 
 @contextlib.contextmanager

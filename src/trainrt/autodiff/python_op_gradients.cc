@@ -1,6 +1,8 @@
 // The gradient of PythonOp is the user's own backward: one PythonOpGrad node that hands the
 // Function's ctx (the handle PythonOp wrote) and the outputs' gradients back to Python
-// (ops/python_op_schemas.cc). Only the inputs that need a gradient get an output and a shape.
+// (ops/python_op_schemas.cc). Only the inputs that need a gradient get an output and a shape: those
+// the graph differentiates that the Function also differentiates (input_requires_grad; a tensor
+// inside a list argument is an input of the node but, as in eager, not of the Function's autograd).
 #include "trainrt/autodiff/grad_context.h"
 #include "trainrt/autodiff/register_gradients.h"
 #include "trainrt/core/dtype.h"
@@ -18,10 +20,12 @@ void python_op_grad(GradContext& ctx) {
     any = any || ctx.output_grad(j);
   }
   if (!any) return;  // no gradient reaches an output: the inputs' stay unset (zero)
+  const std::vector<int64_t> differentiable = node.attr_ints("input_requires_grad", {});
   std::vector<bool> wanted;
   std::vector<int64_t> dtypes;
   for (int i = 0; i < node.num_inputs(); ++i) {
-    wanted.push_back(ctx.needs_input_grad(i));
+    const size_t k = static_cast<size_t>(i);
+    wanted.push_back(ctx.needs_input_grad(i) && (k >= differentiable.size() || differentiable[k] != 0));
     inputs.push_back(wanted.back() ? ctx.shape_of(ctx.input(i)) : nullptr);
     dtypes.push_back(dtype_to_onnx(ctx.input(i)->dtype));
   }
