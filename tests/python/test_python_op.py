@@ -133,6 +133,21 @@ def _scope():
 LocalStraightThrough = _scope()
 
 
+class SavesItsView(torch.autograd.Function):
+    """Saves its output, a view of its input: the engine must not reuse that input's memory."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = x.view_as(x)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        y, = ctx.saved_tensors
+        return g * y
+
+
 class Net(nn.Module):
     """Two Linears around `body(h)`."""
 
@@ -156,6 +171,7 @@ CASES = {
     "none_grads": lambda h: ScaledSum.apply(h, torch.sigmoid(h), 1.0, (0,), False),
     "nested": lambda h: Outer.apply(h),
     "engine_lacks_op": lambda h: Cube.apply(h),
+    "saves_its_view": lambda h: torch.tanh(torch.relu(SavesItsView.apply(h)) * 3 + 1) * 2,
 }
 
 

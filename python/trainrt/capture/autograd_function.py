@@ -100,7 +100,7 @@ class FunctionCall:
     function: type
     template: list  # the positional arguments, tensors (also inside containers) replaced by _Slot
     input_requires_grad: list[bool]
-    kept_inputs: set[int] = field(default_factory=set)  # tensor inputs the ctx keeps (saved or set on it)
+    kept_inputs: set[int] = field(default_factory=set)  # tensor inputs the ctx keeps (saved, set on it, viewed by a kept output)
     dirty_inputs: set[int] = field(default_factory=set)  # tensor inputs changed in place (mark_dirty)
     single_output: bool = True  # forward returned one tensor, not a tuple
 
@@ -191,6 +191,10 @@ def _python_op_fake(inputs, call_id):
     kept = [t for t in ctx._saved if isinstance(t, torch.Tensor)]
     kept += [v for v in vars(ctx).values() if isinstance(v, torch.Tensor)]
     record.kept_inputs = {position[id(t)] for t in kept if id(t) in position}
+    # An output the ctx keeps may view any input (x.view_as(x), saved): then every input is copied
+    # at run time, since the engine reuses an input's memory once the node has read it.
+    if any(id(t) in {id(o) for o in outputs} for t in kept):
+        record.kept_inputs = set(range(len(clones)))
     record.dirty_inputs = {position[id(t)] for t in ctx._dirty if id(t) in position}
     return [o.clone() for o in outputs]
 
