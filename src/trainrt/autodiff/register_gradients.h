@@ -13,6 +13,7 @@ void register_conv_gradients(GradientRegistry& r);         // Conv
 void register_pool_gradients(GradientRegistry& r);         // MaxPool, AveragePool, Global*Pool
 void register_attention_gradients(GradientRegistry& r);    // ScaledDotProductAttention
 void register_python_op_gradients(GradientRegistry& r);    // PythonOp: the user's backward
+void register_spectral_gradients(GradientRegistry& r);     // DFT
 
 inline void register_all_gradients(GradientRegistry& r) {
   register_elementwise_gradients(r);
@@ -23,6 +24,7 @@ inline void register_all_gradients(GradientRegistry& r) {
   register_pool_gradients(r);
   register_attention_gradients(r);
   register_python_op_gradients(r);
+  register_spectral_gradients(r);
 }
 
 }  // namespace trainrt

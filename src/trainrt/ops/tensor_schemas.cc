@@ -17,6 +17,7 @@ void register_tensor_schemas(OpRegistry& r) {
   register_pad_schemas(r);
   register_top_k_schema(r);
   register_resize_schemas(r);
+  register_dft_schemas(r);
   register_non_zero_schema(r);
 }
 

@@ -37,6 +37,7 @@ void register_pad_schemas(OpRegistry& r);             // Pad, PadGrad
 void register_top_k_schema(OpRegistry& r);            // TopK
 void register_resize_schemas(OpRegistry& r);          // Resize, Upsample, ResizeGrad
 void register_non_zero_schema(OpRegistry& r);         // NonZero
+void register_dft_schemas(OpRegistry& r);             // DFT, DFTGrad
 
 enum class ArgState { kAbsent, kUnknown, kKnown };
 

@@ -169,6 +169,7 @@ void register_tensor_kernels(KernelTable& t) {
   register_pad_kernels(t);
   register_top_k_kernels(t);
   register_resize_kernels(t);
+  register_dft_kernels(t);
   register_non_zero_kernels(t);
 }
 

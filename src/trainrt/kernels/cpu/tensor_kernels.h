@@ -43,6 +43,7 @@ void register_pad_kernels(KernelTable& t);              // Pad, PadGrad
 void register_top_k_kernels(KernelTable& t);            // TopK
 void register_resize_kernels(KernelTable& t);           // Resize, Upsample, ResizeGrad
 void register_non_zero_kernels(KernelTable& t);         // NonZero
+void register_dft_kernels(KernelTable& t);              // DFT, DFTGrad
 // tensor_kernels.cc itself: Reshape, Flatten, Squeeze, Unsqueeze, Shape, Size, Constant,
 // ConstantOfShape, Range, Trilu.
 
