@@ -15,7 +15,9 @@ first: the engine reuses an input's memory once the node has read it. Others cro
 
 Records live while the engine call that made them can still be differentiated: an `EngineCall`
 scope collects the handles of one engine forward and drops them when its autograd node is freed
-(or after a backward that does not retain the graph).
+(or after a backward that does not retain the graph). The scope is per thread: the engine runs a
+call's nodes on the thread that made it, so two Python threads in engine calls at once (a
+DataParallel-style replica per thread) each see their own call and their own pending errors.
 
 An exception raised in the user's code is kept here and re-raised by `EngineCall` once the engine
 call has unwound (the C++ run stops with an Error first); the engine stays usable.
@@ -24,6 +26,7 @@ call has unwound (the C++ run stops with an Error first); the engine stays usabl
 from __future__ import annotations
 
 import itertools
+import threading
 
 import torch
 from torch.autograd.function import BackwardCFunction
@@ -35,8 +38,18 @@ from trainrt.engine_arrays import from_engine
 
 _records: dict[int, "_Applied"] = {}
 _handles = itertools.count(1)
-_current: "EngineCall | None" = None  # the engine call now running (PythonOp kernels run inside it)
-_pending: list[BaseException] = []
+
+
+class _ThreadState(threading.local):
+    """This thread's engine call now running (PythonOp kernels run inside it) and the exceptions its
+    user code raised, to be re-raised when the call unwinds."""
+
+    def __init__(self):
+        self.current: EngineCall | None = None
+        self.pending: list[BaseException] = []
+
+
+_state = _ThreadState()
 
 
 class _Applied:
@@ -60,16 +73,14 @@ class EngineCall:
         self.handles: list[int] = []
 
     def __enter__(self):
-        global _current
-        self._outer, _current = _current, self
+        self._outer, _state.current = _state.current, self
         return self
 
     def __exit__(self, kind, value, tb):
-        global _current
-        _current = self._outer
-        if _pending:
-            error = _pending.pop()
-            _pending.clear()
+        _state.current = self._outer
+        if _state.pending:
+            error = _state.pending.pop()
+            _state.pending.clear()
             if value is not None:
                 raise error.with_traceback(error.__traceback__) from None
         return False
@@ -86,7 +97,8 @@ class EngineCall:
 def _forward(call_id: int, capsules: list) -> tuple[int, list[torch.Tensor]] | None:
     try:
         record = CALLS[call_id]
-        grad = _current is not None and _current.grad
+        current = _state.current
+        grad = current is not None and current.grad
         inputs, leaves = [], []
         was_enabled = torch.is_grad_enabled()
         torch._C._set_grad_enabled(grad)  # engine calls run under no_grad; the Function records when differentiable
@@ -108,10 +120,10 @@ def _forward(call_id: int, capsules: list) -> tuple[int, list[torch.Tensor]] | N
         if grad and any(leaf is not None for leaf in leaves):
             handle = next(_handles)
             _records[handle] = _Applied(record, outputs, leaves)
-            _current.handles.append(handle)
+            current.handles.append(handle)
         return handle, [to_dlpack(o if o.is_contiguous() else o.contiguous()) for o in outputs]
     except BaseException as err:  # noqa: BLE001  (re-raised by EngineCall in the caller)
-        _pending.append(err)
+        _state.pending.append(err)
         return None
 
 
@@ -122,7 +134,7 @@ def _backward(handle: int, capsules: list) -> list[torch.Tensor | None] | None:
             raise RuntimeError("PythonOp: the Function's ctx was already freed (backward through it a second time "
                                "without retain_graph?)")
         grads = [None if c is None else from_engine(c) for c in capsules]
-        retain = _current is not None and _current.retain
+        retain = _state.current is not None and _state.current.retain
         node = _function_node(applied, grads)
         if node is not None:
             with torch.no_grad():
@@ -133,7 +145,7 @@ def _backward(handle: int, capsules: list) -> list[torch.Tensor | None] | None:
             _records.pop(handle, None)
         return [None if g is None else to_dlpack(g if g.is_contiguous() else g.contiguous()) for g in result]
     except BaseException as err:  # noqa: BLE001  (re-raised by EngineCall in the caller)
-        _pending.append(err)
+        _state.pending.append(err)
         return None
 
 

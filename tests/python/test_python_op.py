@@ -3,6 +3,8 @@ eager (losses and gradients within 1e-5 relative, step after step), ctx features
 is disabled and each test checks the graph holds the PythonOp (the engine ran it, the forward was
 not traced through)."""
 
+import threading
+
 import pytest
 import torch
 import torch.nn as nn
@@ -288,6 +290,58 @@ def test_an_exception_in_the_users_code_reaches_the_caller_and_the_engine_stays_
     model.zero_grad()
     model(x).sum().backward()
     assert model.fc1.weight.grad is not None and model.fallback_reason is None
+
+
+class MeetsTheOtherThread(torch.autograd.Function):
+    """Waits in its forward until the other thread's engine call is inside its own forward too; the
+    thread named `fail_on` then raises."""
+
+    barrier, fail_on = None, None
+
+    @staticmethod
+    def forward(ctx, x):
+        if not isinstance(x, torch._subclasses.FakeTensor) and MeetsTheOtherThread.barrier is not None:
+            MeetsTheOtherThread.barrier.wait(timeout=30)
+            if threading.current_thread().name == MeetsTheOtherThread.fail_on:
+                raise ValueError("user forward failed on this thread")
+        return x * 3
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 3
+
+
+def test_engine_calls_on_two_threads_at_once_keep_their_own_records_and_errors(monkeypatch):
+    """Two replicas called from two threads, both inside an engine forward at the same moment: the one
+    whose Function raises gets its own exception, the other trains as eager."""
+    torch.manual_seed(0)
+    eager = Net(Body(lambda h: MeetsTheOtherThread.apply(h)))
+    replicas = [trainrt.RTModule(Net(Body(lambda h: MeetsTheOtherThread.apply(h)))) for _ in range(2)]
+    x = torch.randn(3, 4)
+    for r in replicas:
+        r.load_state_dict(eager.state_dict())
+        r(x)  # captured on this thread, before the barrier is set
+    eager(x).pow(2).sum().backward()
+    monkeypatch.setattr(MeetsTheOtherThread, "barrier", threading.Barrier(2))
+    monkeypatch.setattr(MeetsTheOtherThread, "fail_on", "replica0")
+    outcome = {}
+
+    def step(i):
+        try:
+            replicas[i](x).pow(2).sum().backward()
+            outcome[i] = "trained"
+        except ValueError as err:
+            outcome[i] = str(err)
+
+    threads = [threading.Thread(target=step, args=(i,), name=f"replica{i}") for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert outcome == {0: "user forward failed on this thread", 1: "trained"}
+    for (name, pe), (_, pm) in zip(eager.named_parameters(), replicas[1].named_parameters()):
+        torch.testing.assert_close(pm.grad, pe.grad, rtol=1e-5, atol=1e-6, msg=name)
+    assert all(r.fallback_reason is None for r in replicas)
 
 
 def test_a_backward_returning_a_wrong_shape_names_the_function():
