@@ -30,6 +30,13 @@ that the outputs require grad when nothing else does. At the backward, all of th
 loss.backward(), none for torch.autograd.grad or backward(inputs=[...]) (which then name inputs or
 other leaves: autograd runs the engine call only on a path to those).
 
+The reentrant backward runs without the `contextvars` copy that `torch.autograd.backward` stashes
+in the thread's state (for autograd's device threads; ours run on this one). Work that DDP or ZeRO
+launches from the hooks carries a copy of that state, and gloo's thread that frees the finished work
+would drop the copy's last reference and take the GIL; after the script's last step that could
+happen while the interpreter shuts down, when taking the GIL ends the thread inside C++ and aborts
+the process ("terminate called without an active exception", seen in 1 of ~20 two-rank runs).
+
 Gradients are handed over in groups of at least `GROUP_BYTES` (and the rest at the end): one
 reentrant backward costs ~11 us on this machine whatever it carries, and DDP's buckets are larger
 than a group anyway (its first is 1 MiB).
@@ -118,6 +125,27 @@ def _stepped_in_engine(p: torch.Tensor) -> bool:
     return optimizer is not None and optimizer._engine_can_step(p)
 
 
+def _backward_without_context_stash(root: torch.Tensor, grad: torch.Tensor) -> None:
+    """torch.autograd.backward(root, grad), less the Python object it stashes in the thread's state
+    (see the module's docstring); the caller's stash, if any, is put back after. Where torch lacks
+    these entry points, the plain call."""
+    C = torch._C
+    run = getattr(getattr(torch.autograd.Variable, "_execution_engine", None), "run_backward", None)
+    if run is None or not all(hasattr(C, f) for f in ("_is_key_in_tls", "_get_obj_in_tls", "_remove_obj_from_tls",
+                                                      "_stash_obj_in_tls")):
+        torch.autograd.backward(root, grad)
+        return
+    outer = C._get_obj_in_tls("context") if C._is_key_in_tls("context") else None
+    if outer is not None:
+        C._remove_obj_from_tls("context")
+    try:
+        # (tensors, grad_tensors, keep_graph, create_graph, inputs, allow_unreachable, accumulate_grad)
+        run((root,), (grad,), False, False, (), True, True)
+    finally:
+        if outer is not None:
+            C._stash_obj_in_tls("context", outer)
+
+
 class GradientHandoff:
     """The hand-over of one engine call's parameter gradients, from its forward to its backward."""
 
@@ -187,7 +215,7 @@ class GradientHandoff:
         with torch.enable_grad():
             root = _HandOver.apply(grads, *params)
         del grads  # the node holds the only list of them now
-        torch.autograd.backward(root, root.new_empty(0))
+        _backward_without_context_stash(root, root.new_empty(0))
 
     def finish(self) -> None:
         """After the engine call: hands over what is left; raises what handing over raised."""

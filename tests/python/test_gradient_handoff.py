@@ -92,6 +92,22 @@ def test_parameter_hooks_run_during_the_engine_backward(monkeypatch):
         assert (events[-1] == "input") == params_first, (mode, events)
 
 
+def test_hooks_see_no_python_object_in_the_thread_state_and_the_outer_one_comes_back(monkeypatch):
+    """What DDP and ZeRO launch from a hook copies the thread's state; a Python object in it (the
+    contextvars copy torch.autograd.backward stashes) would be freed by gloo's thread, which aborts
+    the process if that happens while the interpreter shuts down. The caller's stash is restored."""
+    model = _wrapped(monkeypatch, "1")
+    seen, outer = [], []
+    for p in model.parameters():
+        p.register_post_accumulate_grad_hook(lambda p: seen.append(torch._C._is_key_in_tls("context")))
+    x = torch.randn(8, 16, requires_grad=True)
+    x.register_hook(lambda g: outer.append(torch._C._is_key_in_tls("context")))  # after every hand-over
+    model(x).sum().backward()
+    assert model.fallback_reason is None
+    assert len(seen) == len(list(model.parameters())) and not any(seen), seen
+    assert outer == [True]  # the outer backward's own stash is back once the hand-over is done
+
+
 def test_default_hands_over_when_a_parameter_has_a_post_accumulate_hook(monkeypatch):
     monkeypatch.delenv("TRAINRT_ENABLE_MEM_EFFICIENT_GRAD_MGMT", raising=False)
     model = trainrt.RTModule(_mlp())
