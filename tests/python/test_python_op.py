@@ -218,6 +218,36 @@ def test_function_parity_with_eager_over_steps(case, wrap):
     assert ops, "the Function was traced through, not kept as a PythonOp"
 
 
+class TakesEverything(torch.autograd.Function):
+    """Non-tensor arguments of every kind the node's `arguments` attribute writes."""
+
+    @staticmethod
+    def forward(ctx, x, alpha, dims, flag, nothing, mode, pair, options, limit, dtype, scales):
+        ctx.alpha = alpha
+        return x * alpha
+
+    @staticmethod
+    def backward(ctx, g):
+        return (g * ctx.alpha,) + (None,) * 10
+
+
+def test_non_tensor_arguments_are_the_nodes_arguments_attribute():
+    import json
+
+    def body(h):
+        return TakesEverything.apply(h, 0.5, (1, 2), True, None, "fast", [3, 4.5], {"k": 1}, float("inf"),
+                                     torch.float32, [h, h])
+
+    model = trainrt.RTModule(Net(Body(body)))
+    model(torch.randn(2, 4)).sum().backward()
+    node = next(n for n in model.engines[0].captured.model.graph.node if n.op_type == "PythonOp")
+    arguments = json.loads(next(a.s for a in node.attribute if a.name == "arguments"))
+    assert arguments == [{"tensor": 0}, 0.5, {"tuple": [1, 2]}, True, None, "fast", [3, 4.5],
+                         {"dict": [["k", 1]]}, {"float": "inf"}, {"object": "torch.dtype"},
+                         [{"tensor": 1}, {"tensor": 2}]]
+    assert model.fallback_reason is None
+
+
 def test_same_named_functions_are_told_apart_by_full_name():
     _, model = _pair("two_same_named", trainrt.RTModule)
     model(torch.randn(2, 4))

@@ -8,7 +8,9 @@
 //   y_j      dtype output_dtypes[j-1]; shape output_shapes[j-1]: comma-separated dims, each an
 //            int or "i<k>.<d>" for dim d of input k (how symbolic dims flow through), "" for 0-d.
 //   attrs    function (the Function's module + __qualname__), call_id (the capture's record of the
-//            call: the class and its non-tensor arguments), input_requires_grad (ints per input).
+//            call: the class and its non-tensor arguments), input_requires_grad (ints per input),
+//            arguments (the positional arguments as JSON, tensors as {"tensor": k}: what the saved
+//            graph tells a reader; capture/ops_python.py writes it, no kernel reads it).
 //   Never folded, deduplicated or recomputed (deterministic = false): the user's forward runs
 //   once per step, as in eager.
 // PythonOpGrad(ctx, dy_1 .. dy_M, shape_0 .. shape_{N-1}) -> (dx_0 .. dx_{N-1})
