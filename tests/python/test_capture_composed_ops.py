@@ -359,3 +359,20 @@ def test_an_input_a_no_grad_block_returns_as_it_is_keeps_its_gradient():
 ], ids=["overlap", "last", "gaps", "batch"])
 def test_unfold(fn):
     assert_like_torch(Lambda(fn), lambda b: [randn(b, 7, 4)])
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: x.var(0),  # over the symbolic batch: N is computed in the graph
+    lambda x: x.var((0, 2), keepdim=True),
+    lambda x: x.var(-1, correction=0),
+    lambda x: x.var(1, correction=2),
+    lambda x: x.var(),
+    lambda x: x.std(-1),
+    lambda x: x.std((0, 1), correction=0, keepdim=True),
+    lambda x: torch.cat([t.flatten() for t in torch.var_mean(x, 1)]),
+    lambda x: torch.cat([t.flatten() for t in torch.std_mean(x, (0, 2), keepdim=True)]),
+], ids=["var-batch", "var-keepdim", "var-biased", "var-correction-2", "var-all", "std", "std-biased-keepdim",
+        "var_mean", "std_mean"])
+def test_variance_and_standard_deviation(fn):
+    """sum((x - mean)^2) / max(0, N - correction), as torch.var and torch.std define them."""
+    assert_like_torch(Lambda(fn), lambda b: [randn(b, 4, 6, seed=b) * 3 + 1], rtol=1e-5, atol=1e-5)

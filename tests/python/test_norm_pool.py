@@ -134,9 +134,49 @@ def test_pooling_forms_without_an_equivalent_are_refused_by_name(module, shape, 
         capture(module, (torch.randn(shape),), {})
 
 
-def test_cumulative_batch_norm_is_refused_clearly():
-    with pytest.raises(CaptureError, match="momentum=None"):
-        capture(nn.Sequential(nn.BatchNorm1d(3, momentum=None)), (torch.randn(4, 3),), {})
+@pytest.mark.parametrize("make, shapes", [
+    (lambda: nn.BatchNorm1d(6, momentum=None), [(8, 6), (5, 6), (8, 6)]),
+    (lambda: nn.BatchNorm1d(4, momentum=None, affine=False), [(5, 4, 7), (3, 4, 9)]),
+    (lambda: nn.Sequential(nn.Conv2d(3, 5, 3), nn.BatchNorm2d(5, momentum=None), nn.ReLU()), [(4, 3, 8, 8), (2, 3, 8, 8)]),
+    (lambda: nn.BatchNorm3d(2, momentum=None), [(2, 2, 3, 4, 5)]),
+], ids=["1d", "1d-seq-no-affine", "conv-2d", "3d"])
+def test_cumulative_batch_norm_trains_in_the_engine_as_eager(make, shapes):
+    """momentum=None: the running stats are the average over every batch seen (factor 1 / count, in
+    the graph). Over SGD-momentum steps at several batch sizes: outputs, gradients, running stats and
+    the batch count as eager; then eval mode reads the same running stats."""
+    torch.manual_seed(0)
+    eager = make()
+    ours_inner = copy.deepcopy(eager)
+    ours = trainrt.RTModule(ours_inner)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9) if list(m.parameters()) else None
+            for m in (eager, ours)]
+    for step, shape in enumerate(shapes * 2):
+        x = torch.randn(shape) * 3 + 1
+        results = []
+        for m, opt in zip((eager, ours), opts):
+            xi = x.clone().requires_grad_(True)
+            out = m(xi)
+            (out * out.detach().sign()).sum().backward()
+            results.append((out.detach(), xi.grad, {n: p.grad.clone() for n, p in m.named_parameters()}))
+            if opt:
+                opt.step()
+                opt.zero_grad()
+        assert_same(*results)
+        for (name, be), (_, bo) in zip(eager.named_buffers(), ours_inner.named_buffers()):
+            torch.testing.assert_close(bo, be, rtol=1e-4, atol=1e-5, msg=f"step {step} {name}")
+    assert ours._fallback_reason is None, ours._fallback_reason
+    eager.eval(), ours.eval()
+    x = torch.randn(shapes[0])
+    torch.testing.assert_close(ours(x), eager(x), rtol=1e-5, atol=1e-5)
+
+
+def test_a_batch_norm_subclass_with_its_own_forward_and_momentum_none_is_refused_clearly():
+    class OwnForward(nn.BatchNorm1d):
+        def forward(self, x):
+            return super().forward(x) * 2
+
+    with pytest.raises(CaptureError, match="'0' is a BatchNorm subclass with its own forward and momentum=None"):
+        capture(nn.Sequential(OwnForward(3, momentum=None)), (torch.randn(4, 3),), {})
 
 
 def train_both(make, batches, steps=20, lr=1e-3):

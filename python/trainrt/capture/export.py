@@ -11,7 +11,8 @@ Symbolic dims come in three levels, tried in this order by capture (api.py):
   symbolic (capture retries at this level when translating "all" fails).
 - "none": static shapes.
 A dynamic export that fails (a constraint violation, a model that only traces with known sizes) is
-retried with static shapes. The exported training IR keeps in-place ops (BatchNorm's running stats,
+retried with static shapes. BatchNorms with momentum=None run a traceable forward while exporting
+(cumulative_batch_norm.py). The exported training IR keeps in-place ops (BatchNorm's running stats,
 `add_` on buffers); those that write a tensor the forward just made, and BatchNorm's writes of its
 buffers, become functional in place (inplace.py); for graphs with others, functionalization (`run_decompositions({})`, which decomposes
 nothing else) turns them into values the graph signature lists as buffer mutations.
@@ -42,6 +43,7 @@ from torch.utils import _pytree as pytree
 
 from trainrt.capture.autograd_function import FunctionCapture, keep_functions_opaque
 from trainrt.capture.checkpoint_regions import capture_checkpoints
+from trainrt.capture.cumulative_batch_norm import traceable_cumulative_batch_norms, untraceable_batch_norms
 from trainrt.capture.errors import CaptureError
 from trainrt.capture.inplace import functionalize_buffer_writes, functionalize_fresh_writes
 
@@ -54,18 +56,19 @@ def export_program(module: torch.nn.Module, args: tuple, kwargs: dict, symbolic:
     """The functional ExportedProgram of module(*args, **kwargs) with the symbolic dims of
     `symbolic` (one of SYMBOLIC_LEVELS), or static shapes when export refuses them; the
     placeholders' shapes say which dims are symbolic."""
-    _refuse_cumulative_batch_norm(module)
+    _refuse_untraceable_batch_norms(module)
     register_hf_cache_pytree()
-    try:
-        ep = _export_at_level(module, args, kwargs, symbolic, functions)
-    except _UnflattenableCache as e:
-        if "use_cache" in kwargs or "use_cache" not in inspect.signature(module.forward).parameters:
-            raise CaptureError(f"torch.export failed for {type(module).__name__}: {e}") from e
-        _log.warning("trainrt: %s returns a cache that torch.export cannot flatten (%s); captured with "
-                     "use_cache=False, so the engine's outputs hold no past_key_values (pass use_cache=False "
-                     "to the model to say so)", type(module).__name__, _first_line(e))
-        kwargs = {**kwargs, "use_cache": False}
-        ep = _export_at_level(module, args, kwargs, symbolic, functions)
+    with traceable_cumulative_batch_norms(module):
+        try:
+            ep = _export_at_level(module, args, kwargs, symbolic, functions)
+        except _UnflattenableCache as e:
+            if "use_cache" in kwargs or "use_cache" not in inspect.signature(module.forward).parameters:
+                raise CaptureError(f"torch.export failed for {type(module).__name__}: {e}") from e
+            _log.warning("trainrt: %s returns a cache that torch.export cannot flatten (%s); captured with "
+                         "use_cache=False, so the engine's outputs hold no past_key_values (pass use_cache=False "
+                         "to the model to say so)", type(module).__name__, _first_line(e))
+            kwargs = {**kwargs, "use_cache": False}
+            ep = _export_at_level(module, args, kwargs, symbolic, functions)
     # inplace.py: what torch's retrace would do, locally (both run: no short-circuit)
     if functionalize_fresh_writes(ep.graph) | functionalize_buffer_writes(ep):
         ep.graph_module.recompile()
@@ -145,16 +148,15 @@ def _register_encoder_decoder_cache(cls) -> None:
                                             None))
 
 
-def _refuse_cumulative_batch_norm(module: torch.nn.Module) -> None:
-    """BatchNorm with momentum=None in training averages its running stats over all batches with a
-    factor 1 / num_batches_tracked that it reads as a Python float: torch.export fails on it with a
-    data-dependent guard error. Say so plainly instead."""
-    for name, m in module.named_modules():
-        if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.training and m.track_running_stats \
-                and m.momentum is None:
-            raise CaptureError(f"{type(m).__name__} '{name or type(module).__name__}' has momentum=None (a cumulative "
-                               "moving average), which torch.export cannot trace; give it a momentum (e.g. 0.1) "
-                               "or capture it in eval mode")
+def _refuse_untraceable_batch_norms(module: torch.nn.Module) -> None:
+    """A momentum=None BatchNorm in training reads its batch count as a Python float, on which
+    torch.export fails; cumulative_batch_norm.py stands in for torch's own forward, not for a
+    subclass's (SyncBatchNorm): say so plainly for those."""
+    names = untraceable_batch_norms(module)
+    if names:
+        raise CaptureError(f"'{names[0]}' is a BatchNorm subclass with its own forward and momentum=None (a "
+                           "cumulative moving average), which torch.export cannot trace; give it a momentum "
+                           "(e.g. 0.1) or capture it in eval mode")
 
 
 def _mutates(ep: ExportedProgram) -> bool:

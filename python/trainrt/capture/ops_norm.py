@@ -5,8 +5,8 @@ LayerNormalization and BatchNormalization have fused gradients in the engine. RM
 and weight norm are written with ops it differentiates (ReduceMean, ReduceL2, Mul, Sqrt, Reciprocal). BatchNorm follows torch.nn.BatchNorm1d's
 documentation: in training, normalize with the batch's mean and biased variance and update the running
 stats with the unbiased variance, running = (1 - momentum) * running + momentum * batch_stat; in eval,
-normalize with the running stats. momentum=None (a cumulative average) fails in torch.export itself
-(it reads num_batches_tracked as a Python float); capture reports it before exporting.
+normalize with the running stats. momentum=None (a cumulative average) reaches here as a BatchNorm
+without running stats plus the averaging written out (cumulative_batch_norm.py).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Reductions: sum, mean, amax/amin, max/min over dims with their indices, argmax/argmin.
+"""Reductions: sum, mean, amax/amin, max/min over dims with their indices, argmax/argmin,
+variance and standard deviation.
 
 ONNX Reduce* (opset 18+) take the axes as an input; no axes input reduces every axis, which is
 torch's meaning of `dim=None` and of an empty dim list. argmax / argmin and the indices of max.dim /
@@ -10,10 +11,12 @@ from __future__ import annotations
 
 import math
 
+import sympy
 import torch
 
 from trainrt.capture.context import OpContext, TensorValue
 from trainrt.capture.registry import translates
+from trainrt.capture.symbolic import sym_expr
 
 
 def _reduce(ctx: OpContext, op: str, dims, keepdim: bool) -> str:
@@ -110,6 +113,59 @@ def _arg(ctx: OpContext, op: str) -> str:
         return ctx.emit("Reshape", [index, ctx.ints([1] * x.rank if keepdim else [])])
     axis = dim + x.rank if dim < 0 else dim
     return _first_index_of_extreme(ctx, x, x.shape, axis, op, keepdim)
+
+
+def _variance(ctx: OpContext, with_mean: bool = False) -> tuple[str, str | None]:
+    """(variance, mean if with_mean) of self over dim (all dims when None or empty), torch.var's definition:
+    sum((x - mean)^2) / max(0, N - correction), N the count of reduced elements (symbolic with the
+    batch), correction 1 when not given (the .dim and .default overloads say unbiased instead:
+    correction 1 or 0). Spelled with ops the engine differentiates."""
+    x = ctx.tensor("self")
+    names = ctx.args.keys()  # every argument of the overload's schema, defaults bound
+    dims = ctx["dim"] if "dim" in names else None
+    dims = [dims] if isinstance(dims, int) else list(dims or [])
+    axes = [d % x.rank for d in dims] if dims else list(range(x.rank))
+    keepdim = int(bool(ctx["keepdim"])) if "keepdim" in names else 0
+    if "correction" in names:
+        correction = 1.0 if ctx["correction"] is None else float(ctx["correction"])
+    else:
+        correction = 1.0 if ctx["unbiased"] else 0.0
+    axes_value = ctx.ints(axes) if axes else None
+    mean = ctx.emit("ReduceMean", [x, axes_value], keepdims=1)
+    centered = ctx.emit("Sub", [x, mean])
+    squares = ctx.emit("ReduceSum", [ctx.emit("Mul", [centered, centered]), axes_value], keepdims=keepdim)
+    n = sympy.Mul(*[sym_expr(x.shape[a]) for a in axes])
+    if n.is_number:
+        divisor = ctx.const(max(0.0, int(n) - correction), x.dtype)
+    else:
+        count = ctx.emit("Reshape", [ctx.symbols.lower(n), ctx.b.const([], torch.int64)])  # () int64
+        count = ctx.cast_to(count, torch.int64, x.dtype)
+        divisor = ctx.emit("Relu", [ctx.emit("Sub", [count, ctx.const(correction, x.dtype)])])
+    variance = ctx.emit("Div", [squares, divisor])
+    if with_mean and not keepdim:
+        mean = ctx.emit("Squeeze", [mean, axes_value or ctx.ints(range(x.rank))])
+    return variance, mean if with_mean else None
+
+
+@translates("aten.var.correction", "aten.var.dim", "aten.var.default")
+def var(ctx: OpContext) -> str:
+    return _variance(ctx)[0]
+
+
+@translates("aten.std.correction", "aten.std.dim", "aten.std.default")
+def std(ctx: OpContext) -> str:
+    return ctx.emit("Sqrt", [_variance(ctx)[0]])
+
+
+@translates("aten.var_mean.correction", "aten.var_mean.dim")
+def var_mean(ctx: OpContext) -> list[str]:
+    return list(_variance(ctx, with_mean=True))
+
+
+@translates("aten.std_mean.correction", "aten.std_mean.dim")
+def std_mean(ctx: OpContext) -> list[str]:
+    variance, mean = _variance(ctx, with_mean=True)
+    return [ctx.emit("Sqrt", [variance]), mean]
 
 
 @translates("aten.linalg_vector_norm.default")
