@@ -376,3 +376,19 @@ def test_unfold(fn):
 def test_variance_and_standard_deviation(fn):
     """sum((x - mean)^2) / max(0, N - correction), as torch.var and torch.std define them."""
     assert_like_torch(Lambda(fn), lambda b: [randn(b, 4, 6, seed=b) * 3 + 1], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8])
+def test_bitwise_ops_on_integers(dtype):
+    """|, &, ^ and ~ on integer tensors (tensor and scalar operands): ONNX BitwiseOr / And / Xor / Not,
+    read as masks and position flags the way CPM-Ant's attention mask is built."""
+    def fn(x, a, b):
+        bits = ((a | b) ^ (a & 5)) | (~b & 3)
+        return x * bits.float() + (torch.bitwise_xor(a, 6) == torch.bitwise_or(b, 1)).float()
+
+    def inputs(batch):
+        g = torch.Generator().manual_seed(batch)
+        return [randn(batch, 5), torch.randint(0, 100, (batch, 5), generator=g).to(dtype),
+                torch.randint(0, 100, (1, 5), generator=g).to(dtype)]
+
+    assert_like_torch(Lambda(fn), inputs)

@@ -280,17 +280,20 @@ for _aten, (_op, _negate) in {"eq": ("Equal", False), "ne": ("Equal", True), "lt
 
 def _logical(op: str, bitwise: bool):
     def translate(ctx: OpContext) -> str:
-        if bitwise and ctx.out_dtype != torch.bool:  # integer bit operations have no engine op
-            raise ctx.unsupported(f"on {ctx.out_dtype} has no TrainRT translation (bool only)")
+        if bitwise and ctx.out_dtype != torch.bool:  # integers: ONNX BitwiseAnd / BitwiseOr / BitwiseXor
+            return ctx.emit(f"Bitwise{op}", [ctx.operand(ctx["self"], ctx.out_dtype),
+                                             ctx.operand(ctx["other"], ctx.out_dtype)])
         return ctx.emit(op, [ctx.operand(ctx["self"], torch.bool), ctx.operand(ctx["other"], torch.bool)])
 
-    translate.__doc__ = f"{op} of both operands read as bool"
+    translate.__doc__ = (f"{op} of both operands read as bool" +
+                         (f"; on integers, Bitwise{op} in the result's dtype" if bitwise else ""))
     return translate
 
 
 for _aten, _op in {"and": "And", "or": "Or", "xor": "Xor"}.items():
     translates(f"aten.logical_{_aten}.default")(_logical(_op, bitwise=False))
-    translates(f"aten.bitwise_{_aten}.Tensor", f"aten.__{_aten}__.Tensor")(_logical(_op, bitwise=True))
+    translates(f"aten.bitwise_{_aten}.Tensor", f"aten.bitwise_{_aten}.Scalar", f"aten.__{_aten}__.Tensor",
+               f"aten.__{_aten}__.Scalar")(_logical(_op, bitwise=True))
 
 
 @translates("aten.logical_not.default")
@@ -300,11 +303,9 @@ def logical_not(ctx: OpContext) -> str:
 
 @translates("aten.bitwise_not.default")
 def bitwise_not(ctx: OpContext) -> str:
-    """~mask on bool tensors; integer bit negation has no engine op."""
+    """~mask on bool tensors (Not), ~x on integers (BitwiseNot)."""
     x = ctx.tensor("self")
-    if x.dtype != torch.bool:
-        raise ctx.unsupported(f"on {x.dtype} has no TrainRT translation (bool only)")
-    return ctx.emit("Not", [x])
+    return ctx.emit("Not" if x.dtype == torch.bool else "BitwiseNot", [x])
 
 
 @translates("aten.where.self", "aten.where.ScalarSelf", "aten.where.ScalarOther", "aten.where.Scalar")

@@ -16,13 +16,14 @@ namespace trainrt {
 namespace {
 
 // Which element types an op accepts (ONNX type constraints restricted to TrainRT's dtypes).
-enum class Types { kFloat, kSigned, kNumeric, kBool, kAll };
+enum class Types { kFloat, kSigned, kNumeric, kInteger, kBool, kAll };
 
 bool accepts(Types types, DType t) {
   switch (types) {
     case Types::kFloat: return is_floating(t);
     case Types::kSigned: return is_floating(t) || (is_integer(t) && t != DType::kU8);
     case Types::kNumeric: return is_floating(t) || is_integer(t);
+    case Types::kInteger: return is_integer(t);
     case Types::kBool: return t == DType::kBool;
     case Types::kAll: return t != DType::kUndefined;
   }
@@ -34,6 +35,7 @@ std::string_view types_name(Types types) {
     case Types::kFloat: return "a floating type";
     case Types::kSigned: return "a floating or signed integer type";
     case Types::kNumeric: return "a numeric type";
+    case Types::kInteger: return "an integer type";
     case Types::kBool: return "bool";
     case Types::kAll: return "any type";
   }
@@ -181,6 +183,7 @@ void register_elementwise_schemas(OpRegistry& r) {
   add_unary(r, "Sign", infer_unary<Types::kNumeric>);
   add_unary(r, "Relu", infer_unary<Types::kSigned>);
   add_unary(r, "Not", infer_unary<Types::kBool>);
+  add_unary(r, "BitwiseNot", infer_unary<Types::kInteger>);
   for (const char* name : {"IsNaN", "IsInf"})  // bool outputs: no in-place alias
     r.add({.domain = "", .name = name, .min_inputs = 1, .max_inputs = 1, .infer = infer_float_class});
   for (const char* name : {"Exp", "Log", "Sqrt", "Reciprocal", "Floor", "Ceil", "Sigmoid", "Tanh", "Erf",
@@ -200,6 +203,8 @@ void register_elementwise_schemas(OpRegistry& r) {
   for (const char* name : {"Less", "LessOrEqual", "Greater", "GreaterOrEqual"})
     add_binary(r, name, infer_binary<Types::kNumeric, true>);
   for (const char* name : {"And", "Or", "Xor"}) add_binary(r, name, infer_binary<Types::kBool, false>);
+  for (const char* name : {"BitwiseAnd", "BitwiseOr", "BitwiseXor"})
+    add_binary(r, name, infer_binary<Types::kInteger, false>);
 
   for (const char* name : {"Sum", "Min", "Max"}) add_variadic(r, name, infer_variadic<Types::kNumeric>);
   add_variadic(r, "Mean", infer_variadic<Types::kFloat>);

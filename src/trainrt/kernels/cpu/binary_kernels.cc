@@ -153,6 +153,25 @@ struct XorOp {
   bool operator()(bool a, bool b) const { return a != b; }
 };
 
+// ONNX BitwiseAnd / BitwiseOr / BitwiseXor (opset 18): on the two's-complement bits of integers.
+struct BitwiseAndOp {
+  static constexpr DTypeSet kTypes = kIntegerTypes;
+  template <typename T>
+  T operator()(T a, T b) const { return static_cast<T>(a & b); }
+};
+
+struct BitwiseOrOp {
+  static constexpr DTypeSet kTypes = kIntegerTypes;
+  template <typename T>
+  T operator()(T a, T b) const { return static_cast<T>(a | b); }
+};
+
+struct BitwiseXorOp {
+  static constexpr DTypeSet kTypes = kIntegerTypes;
+  template <typename T>
+  T operator()(T a, T b) const { return static_cast<T>(a ^ b); }
+};
+
 template <typename Op>
 constexpr bool is_compare() {
   if constexpr (requires { Op::kCompare; }) return Op::kCompare;
@@ -423,6 +442,9 @@ void register_binary_kernels(KernelTable& t) {
   add_kernels(t, "And", AndOp::kTypes, make_binary<AndOp>);
   add_kernels(t, "Or", OrOp::kTypes, make_binary<OrOp>);
   add_kernels(t, "Xor", XorOp::kTypes, make_binary<XorOp>);
+  add_kernels(t, "BitwiseAnd", BitwiseAndOp::kTypes, make_binary<BitwiseAndOp>);
+  add_kernels(t, "BitwiseOr", BitwiseOrOp::kTypes, make_binary<BitwiseOrOp>);
+  add_kernels(t, "BitwiseXor", BitwiseXorOp::kTypes, make_binary<BitwiseXorOp>);
   add_kernels(t, "Sum", kNumericTypes, make_variadic<AddOp, false>);
   add_kernels(t, "Mean", kFloatTypes, make_variadic<AddOp, true>);
   add_kernels(t, "Max", kNumericTypes, make_variadic<MaxOp, false>);

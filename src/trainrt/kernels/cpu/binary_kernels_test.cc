@@ -88,6 +88,18 @@ TEST(BinaryKernels, CompareAndLogical) {
   check_binary("Xor", b, b, [](double x, double y) { return double((x != 0) != (y != 0)); }, 0, 1, 19);
 }
 
+// And, or and xor of the operands' bits, with broadcasting; negative values in two's complement.
+TEST(BinaryKernels, BitwiseOpsOnEveryIntegerDtypeAndBroadcast) {
+  for (DType t : testing::kIntDTypes) {
+    const double lo = t == DType::kU8 ? 0 : -100;
+    check_binary("BitwiseAnd", t, t, [](double a, double b) { return double(int64_t(a) & int64_t(b)); }, lo, 100, 21);
+    check_binary("BitwiseOr", t, t, [](double a, double b) { return double(int64_t(a) | int64_t(b)); }, lo, 100, 22);
+    check_binary("BitwiseXor", t, t, [](double a, double b) { return double(int64_t(a) ^ int64_t(b)); }, lo, 100, 23);
+  }
+  Tensor f = random_of(DType::kF32, {3}, 1);
+  EXPECT_THROW(run_node("BitwiseOr", {f, f}), Error);
+}
+
 TEST(BinaryKernels, IntegerDivTruncatesAndNeverTraps) {
   Tensor x = from_doubles(DType::kI32, {4}, {-3, 3, -3, 3});
   Tensor y = from_doubles(DType::kI32, {4}, {2, 2, -2, -2});

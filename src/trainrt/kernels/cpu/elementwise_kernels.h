@@ -23,6 +23,7 @@ inline constexpr DTypeSet kSignedIntTypes =
     dtype_bit(DType::kI64) | dtype_bit(DType::kI32) | dtype_bit(DType::kI8);
 inline constexpr DTypeSet kSignedTypes = kFloatTypes | kSignedIntTypes;
 inline constexpr DTypeSet kNumericTypes = kSignedTypes | dtype_bit(DType::kU8);
+inline constexpr DTypeSet kIntegerTypes = kSignedIntTypes | dtype_bit(DType::kU8);
 inline constexpr DTypeSet kBoolTypes = dtype_bit(DType::kBool);
 inline constexpr DTypeSet kAllTypes = kNumericTypes | kBoolTypes;
 

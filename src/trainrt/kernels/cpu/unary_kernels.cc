@@ -227,6 +227,13 @@ struct NotOp {
   uint8_t operator()(uint8_t x) const { return x ^ 1u; }
 };
 
+// ONNX BitwiseNot (opset 18): every bit of an integer flipped.
+struct BitwiseNotOp {
+  static constexpr DTypeSet kTypes = kIntegerTypes;
+  template <typename T>
+  T operator()(T x) const { return static_cast<T>(~x); }
+};
+
 // The kernel for `op` on the node's input dtype: y = op(x), same dtype.
 template <typename Op>
 KernelFn unary_kernel(const Node& node, const Op& op) {
@@ -377,6 +384,7 @@ void register_unary_kernels(KernelTable& t) {
   add_kernels(t, "Elu", EluOp::kTypes, make_unary<EluOp>);
   add_kernels(t, "Selu", SeluOp::kTypes, make_unary<SeluOp>);
   add_kernels(t, "Not", kBoolTypes, make_not);
+  add_kernels(t, "BitwiseNot", BitwiseNotOp::kTypes, make_unary<BitwiseNotOp>);
   add_kernels(t, "IsNaN", kFloatTypes, make_float_class);
   add_kernels(t, "IsInf", kFloatTypes, make_float_class);
   add_kernels(t, "Clip", kNumericTypes, make_clip);

@@ -168,6 +168,18 @@ TEST(UnaryKernels, IntegerVariants) {
   EXPECT_EQ(run_node("Abs", {min8})[0].data<int8_t>()[0], -128);
 }
 
+// ~x on the two's-complement bits: -x - 1 for signed types, 255 - x for u8.
+TEST(UnaryKernels, BitwiseNotFlipsEveryBitOfEveryIntegerDtype) {
+  for (DType dtype : testing::kIntDTypes) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const bool is_signed = dtype != DType::kU8;
+    Tensor x = random_of(dtype, {5, 13}, 11, is_signed ? -100 : 0, 100);
+    expect_close(run_node("BitwiseNot", {x})[0],
+                 reference(dtype, {&x}, [&](const double* v) { return is_signed ? -v[0] - 1 : 255 - v[0]; }), 0, 0);
+  }
+  EXPECT_THROW(run_node("BitwiseNot", {random_of(DType::kF32, {3}, 1)}), Error);
+}
+
 TEST(UnaryKernels, NotAndIdentity) {
   Tensor b = random_of(DType::kBool, {4, 33}, 5);
   expect_close(run_node("Not", {b})[0], reference(DType::kBool, {&b}, [](const double* v) { return v[0] == 0 ? 1.0 : 0.0; }));
