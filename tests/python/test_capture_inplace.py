@@ -84,6 +84,23 @@ class RowsUpdatedInPlace(nn.Module):
         return a[..., :, 1:] * 2 + a.sum(-1, keepdim=True)
 
 
+class BucketsUnderNoGrad(nn.Module):
+    """CPM-Ant's relative-position buckets: `buckets += where(...)` on a fresh int tensor inside a
+    torch.no_grad() block, which export keeps as a subgraph of its own (wrap_with_set_grad_enabled)."""
+
+    def __init__(self):
+        super().__init__()
+        self.bias = nn.Embedding(8, 4)
+
+    def forward(self, x):
+        with torch.no_grad():
+            pos = torch.arange(x.shape[1])
+            rel = pos[None, :] - pos[:, None]
+            buckets = (rel > 0).to(torch.int32) * 4
+            buckets += torch.where(rel.abs() < 2, rel.abs().to(torch.int32), torch.full_like(buckets, 3))
+        return x + self.bias(buckets).sum(-1)
+
+
 def _mutable_ops(module, *args):
     """(whether the rewrite changed the graph, the in-place ops left but detach_, which changes
     autograd metadata only and which export.py does not functionalize)."""
@@ -111,7 +128,8 @@ def test_a_write_through_another_view_is_left_in_place():
     (HalvesCopiedIn, lambda: [torch.randn(2, 3, 4), torch.randn(2, 3, 2)]),
     (WriteThroughTranspose, lambda: [torch.randn(3, 4)]),
     (RowsUpdatedInPlace, lambda: [torch.randn(2, 4, 3) * 0.5]),
-], ids=["scaled-embedding", "experts", "halves", "through-transpose", "rows-updated"])
+    (BucketsUnderNoGrad, lambda: [torch.randn(5, 5)]),
+], ids=["scaled-embedding", "experts", "halves", "through-transpose", "rows-updated", "under-no-grad"])
 def test_trains_as_eager(make, inputs):
     torch.manual_seed(0)
     eager = make()

@@ -69,7 +69,11 @@ def export_program(module: torch.nn.Module, args: tuple, kwargs: dict, symbolic:
                          "to the model to say so)", type(module).__name__, _first_line(e))
             kwargs = {**kwargs, "use_cache": False}
             ep = _export_at_level(module, args, kwargs, symbolic, functions)
-    # inplace.py: what torch's retrace would do, locally (both run: no short-circuit)
+    # inplace.py: what torch's retrace would do, locally (both run: no short-circuit); also inside the
+    # subgraphs of higher-order ops (a torch.no_grad() block is a wrap_with_set_grad_enabled subgraph)
+    for sub in _subgraph_modules(ep):
+        if functionalize_fresh_writes(sub.graph):
+            sub.recompile()
     if functionalize_fresh_writes(ep.graph) | functionalize_buffer_writes(ep):
         ep.graph_module.recompile()
     if not _mutates(ep):
@@ -159,13 +163,18 @@ def _refuse_untraceable_batch_norms(module: torch.nn.Module) -> None:
                            "(e.g. 0.1) or capture it in eval mode")
 
 
+def _subgraph_modules(ep: ExportedProgram) -> list[torch.fx.GraphModule]:
+    """The GraphModules of the program's higher-order ops' bodies, nested ones included."""
+    return [m for name, m in ep.graph_module.named_modules() if name and isinstance(m, torch.fx.GraphModule)]
+
+
 def _mutates(ep: ExportedProgram) -> bool:
     """True when the graph has in-place ops; only then is functionalization (a second trace, slower
     than the export itself) needed. aten.batch_norm in training updates its running stats without
     a mutable schema. `detach_` changes autograd metadata, not values: the translator takes it as
     detach (HF's DynamicCache detaches its fresh empty tensors in place; functionalizing that graph
     fails in torch 2.13 on the lifted constants of submodules)."""
-    for n in ep.graph.nodes:
+    for n in [n for g in [ep.graph, *(m.graph for m in _subgraph_modules(ep))] for n in g.nodes]:
         if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload):
             continue
         if n.target._schema.is_mutable and n.target != torch.ops.aten.detach_.default:
