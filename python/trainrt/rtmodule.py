@@ -323,6 +323,7 @@ class RTModule(torch.nn.Module):
         self._fallback_reason: str | None = None  # why the last call ran in PyTorch; None: it ran in the engine
         self._failed_builds: dict = {}  # schema key -> (reason, policy name) of a failed capture or build
         self._announced: set[str] = set()
+        self._said_recapture = False  # a new capture for new shapes is announced loudly once
         self._last_call: tuple | None = None  # (call signature, engine) of the last all-tensor call: _fast_engine
         self._zero3: list | None = None  # ZeRO-3 partitioned parameters, gathered around engine calls; None: not looked yet
         self._fsdp: fsdp.FSDPScope | None = None  # FSDP2 modules whose hooks run around engine calls
@@ -500,6 +501,11 @@ class RTModule(torch.nn.Module):
         key = self._schema_key_of(flat, spec)
         engine = next((e for e in self._engines.get(key, []) if e.captured.accepts(shapes)), None)
         if engine is None:
+            for other in self._engines.get(key, [])[:1]:  # say why a capture of this structure does not serve
+                level = logging.INFO if self._said_recapture else logging.WARNING  # the first time loud, then INFO
+                self._said_recapture = True
+                _log.log(level, "trainrt: %s is captured again for input shapes %s: %s", type(self._module).__name__,
+                         shapes, other.captured.mismatch(shapes))
             reason = _unsupported(self._module.parameters())
             if reason:
                 return self._fall_back_unsupported(reason, args, kwargs)

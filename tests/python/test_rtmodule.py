@@ -146,6 +146,21 @@ def test_batch_and_sequence_length_changes_do_not_recapture():
     assert all(isinstance(d, str) for d in dims)
 
 
+def test_a_batch_of_one_is_captured_again_and_says_why(trainrt_log):
+    """torch.export specializes sizes 0 and 1, so a capture made at batch 4 covers 2 and up; batch 1
+    is captured once more (a model may branch on a size of 1, so the graph of 4 cannot be trusted
+    there), and the first such capture says why at WARNING. Both give eager's loss."""
+    torch.manual_seed(0)
+    model = trainrt.RTModule(TinyGPT())
+    for b in (4, 1, 3, 1):
+        idx = torch.randint(0, 40, (b, 8))
+        torch.testing.assert_close(model(idx, idx), model._module(idx, idx), rtol=1e-5, atol=1e-6)
+    assert model.num_captures == 2
+    said = [r.getMessage() for r in trainrt_log.records if "captured again" in r.getMessage()]
+    assert said == ["trainrt: TinyGPT is captured again for input shapes [(1, 8), (1, 8)]: input 0 dim 0 is 1; "
+                    "the capture covers 2 to any size (torch.export specializes sizes 0 and 1)"], said
+
+
 def test_dropout_is_reproducible_under_manual_seed_and_drops_p():
     class Drop(nn.Module):
         def __init__(self):

@@ -63,29 +63,42 @@ class CapturedGraph:
         return any(isinstance(d, str) for dims in self.input_dims for d in dims)
 
     def accepts(self, shapes: list[tuple[int, ...]]) -> bool:
-        """Whether user inputs of these shapes (pytree order) run on this graph. Called every
-        step: plain symbols are compared by name, only compound expressions go through sympy."""
+        """Whether user inputs of these shapes (pytree order) run on this graph."""
+        return self.mismatch(shapes) is None
+
+    def mismatch(self, shapes: list[tuple[int, ...]]) -> str | None:
+        """Why user inputs of these shapes (pytree order) do not run on this graph; None when they
+        do. Called every step the fast path misses: plain symbols are compared by name, only
+        compound expressions go through sympy, and words are made only for a mismatch."""
         if len(shapes) != len(self.input_dims):
-            return False
+            return f"{len(shapes)} tensor inputs, the capture has {len(self.input_dims)}"
         values: dict[str, int] = {}
+        where: dict[str, str] = {}
         compound = []
-        for dims, shape in zip(self.input_dims, shapes):
+        for i, (dims, shape) in enumerate(zip(self.input_dims, shapes)):
             if len(dims) != len(shape):
-                return False
-            for d, size in zip(dims, shape):
+                return f"input {i} has rank {len(shape)}, the capture's has {len(dims)}"
+            for j, (d, size) in enumerate(zip(dims, shape)):
                 if isinstance(d, int):
                     if d != size:
-                        return False
+                        return (f"input {i} dim {j} is {size}; the model made the capture's a fixed {d} (its "
+                                "code specializes that size)")
                 elif d.isidentifier():
                     if values.setdefault(d, size) != size:
-                        return False
+                        return f"input {i} dim {j} is {size}, but {where[d]} is {values[d]}; the capture has them equal"
+                    where.setdefault(d, f"input {i} dim {j}")
                 else:
-                    compound.append((d, size))
+                    compound.append((d, size, f"input {i} dim {j}"))
         for name, (lower, upper) in self.dim_ranges.items():
             value = values.get(name)
             if value is not None and (value < lower or (upper is not None and value > upper)):
-                return False
-        return all(sympy.sympify(d).subs(values) == size for d, size in compound)
+                why = " (torch.export specializes sizes 0 and 1)" if value < 2 <= lower else ""
+                return (f"{where[name]} is {value}; the capture covers {lower} to "
+                        f"{'any size' if upper is None else upper}{why}")
+        for d, size, at in compound:
+            if sympy.sympify(d).subs(values) != size:
+                return f"{at} is {size}; the capture has it equal to {d} of the other inputs"
+        return None
 
 
 def capture(module: torch.nn.Module, args: tuple, kwargs: dict | None = None,
