@@ -82,20 +82,45 @@ def test_sort_of_integer_expert_ids():
     assert_like_torch(Lambda(route), inputs)
 
 
-def test_topk_of_ties_gives_the_largest_values_and_their_gradient():
-    """torch's topk leaves the order of ties to its kernel (a partial sort); ours takes the lower
-    index first. Both give the same values; the gradient reaches the elements ours picked."""
-    x = (randn(4, 9) * 1.5).round()
-    ours = trainrt.RTModule(Lambda(lambda x: torch.topk(x, 3)[0] * (1 + 0 * torch.topk(x, 3)[1])))
-    xa = x.clone().requires_grad_()
-    values = ours(xa)
-    assert ours.fallback_reason is None
-    torch.testing.assert_close(values, torch.topk(x, 3).values)
-    values.sum().backward()
-    for row, grad in zip(x, xa.grad):
-        picked = grad.nonzero().flatten()
-        assert len(picked) == 3 and torch.equal(grad[picked], torch.ones(3))
-        torch.testing.assert_close(row[picked].sort(descending=True).values, torch.topk(row, 3).values)
+class TopKAndIndexFeature(nn.Module):
+    """torch.topk's values and indices, and a Linear of the indices: a differentiable output even
+    for integer inputs."""
+
+    def __init__(self, k: int, largest: bool, sorted_: bool):
+        super().__init__()
+        self.k, self.largest, self.sorted = k, largest, sorted_
+        self.scale = nn.Linear(1, 1)
+
+    def forward(self, x):
+        values, indices = torch.topk(x, self.k, largest=self.largest, sorted=self.sorted)
+        return values, indices, self.scale(indices.unsqueeze(-1).float())
+
+
+@pytest.mark.parametrize("n, k", [(4, 2), (9, 3), (9, 9), (130, 2), (200, 1), (64, 1), (65, 1)],
+                         ids=["4-2", "9-3", "9-all", "130-2", "200-1", "64-1", "65-1"])  # both of torch's paths: k * 64 <= n or not
+@pytest.mark.parametrize("largest, sorted_", [(True, True), (False, True), (True, False)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64])
+def test_topk_of_ties_picks_the_indices_torch_picks(n, k, largest, sorted_, dtype):
+    """Lines of ties (all equal, a few levels, NaNs): the same values and indices as torch's CPU
+    topk, in its order, and the gradient reaches the elements torch's reaches (AFMoE's router
+    scores are all 0.5 at initialization: eager routes every token to the last experts)."""
+    g = torch.Generator().manual_seed(n * 10 + k)
+    x = torch.cat([torch.zeros(1, n), torch.randint(0, 3, (5, n), generator=g).float()])
+    if dtype.is_floating_point:
+        x[3, ::3] = float("nan")
+    x = x.to(dtype)
+    model = trainrt.RTModule(TopKAndIndexFeature(k, largest, sorted_))
+    xa = x.clone().requires_grad_(dtype.is_floating_point)
+    values, indices, _ = model(xa)
+    assert model.fallback_reason is None
+    want = torch.topk(x, k, largest=largest, sorted=sorted_)
+    assert torch.equal(indices, want.indices), (indices, want.indices)
+    torch.testing.assert_close(values, want.values, equal_nan=True)
+    if dtype.is_floating_point:
+        values.float().nan_to_num().sum().backward()
+        xe = x.clone().requires_grad_()
+        torch.topk(xe, k, largest=largest, sorted=sorted_).values.float().nan_to_num().sum().backward()
+        assert torch.equal(xa.grad, xe.grad)
 
 
 @pytest.mark.parametrize("bins, low, high, scale", [

@@ -230,6 +230,7 @@ void register_select_gradients(GradientRegistry& r) {
   r.add("", "Resize", resize_grad);
   r.add("", "Upsample", resize_grad);
   r.add("", "TopK", top_k_grad);
+  r.add(kTrainrtDomain, "TopKInTorchOrder", top_k_grad);
   r.add("", "ScatterElements", scatter_elements_grad);
   r.add(kTrainrtDomain, "Embedding", embedding_grad);
 }

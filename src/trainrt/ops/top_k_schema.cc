@@ -2,6 +2,11 @@
 // largest (1), sorted (1): the K largest (smallest) elements along axis, in order, ties by lower
 // index first, NaN as the largest (torch's topk). Indices are i64; the gradient flows through the
 // values: dX = GatherElementsGrad(dims(X), Indices, dValues, axis).
+//
+// TopKInTorchOrder (com.trainrt): the same inputs, outputs and attributes, with equal elements in
+// the order torch's CPU topk leaves them (its partial sort or selection, not by index): what
+// RTModule captures torch.topk as, so that a router whose scores tie (a zero-initialized gate)
+// picks the experts eager picks. With sorted = 0 the K come in the order torch's selection leaves.
 #include "trainrt/ops/tensor_schemas.h"
 
 namespace trainrt {
@@ -36,6 +41,8 @@ void infer_top_k(InferenceContext& ctx) {
 void register_top_k_schema(OpRegistry& r) {
   r.add({.domain = "", .name = "TopK", .min_inputs = 2, .max_inputs = 2, .min_outputs = 2, .max_outputs = 2,
          .infer = infer_top_k});
+  r.add({.domain = std::string(kTrainrtDomain), .name = "TopKInTorchOrder", .min_inputs = 2, .max_inputs = 2, .min_outputs = 2,
+         .max_outputs = 2, .infer = infer_top_k});
 }
 
 }  // namespace trainrt
