@@ -392,3 +392,14 @@ def test_bitwise_ops_on_integers(dtype):
                 torch.randint(0, 100, (1, 5), generator=g).to(dtype)]
 
     assert_like_torch(Lambda(fn), inputs)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.cat(torch.tensor_split(x, [1, 4], dim=-1), -1) * 2,
+    lambda x: torch.stack([p.sum(-1) for p in torch.tensor_split(x, [4, 2, 9, -1], dim=2)], -1),  # overlapping, empty, clamped, negative
+    lambda x: torch.cat([p * (i + 1) for i, p in enumerate(torch.tensor_split(x, 3, dim=1))], 1),  # sections
+    lambda x: torch.cat([p * (i + 1) for i, p in enumerate(x.tensor_split([1], dim=0))], 0),  # along the symbolic batch
+], ids=["indices", "odd-indices", "sections", "batch"])
+def test_tensor_split(fn):
+    """torch.tensor_split by indices (Mamba-style mixers split the projection with it) and by sections."""
+    assert_like_torch(Lambda(fn), lambda b: [randn(b, 5, 6)])

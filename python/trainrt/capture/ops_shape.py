@@ -119,7 +119,8 @@ def squeeze(ctx: OpContext) -> str:
     return ctx.emit("Squeeze", [x, ctx.ints(axes)]) if axes else x.name
 
 
-@translates("aten.split.Tensor", "aten.split_with_sizes.default", "aten.chunk.default")
+@translates("aten.split.Tensor", "aten.split_with_sizes.default", "aten.chunk.default",
+            "aten.tensor_split.sections")
 def split(ctx: OpContext) -> list[str]:
     """Split into the output FakeTensors' sizes along dim (whatever the form of the request)."""
     x = ctx.tensor("self")
@@ -128,6 +129,19 @@ def split(ctx: OpContext) -> list[str]:
     if len(sizes) == 1:
         return [x.name]
     return ctx.emit("Split", [x, ctx.ints(sizes)], len(sizes), axis=axis)
+
+
+@translates("aten.tensor_split.indices")
+def tensor_split_at(ctx: OpContext) -> list[str]:
+    """torch.tensor_split(x, indices, dim): x[:i0], x[i0:i1], ..., x[ik:] along dim, each a Slice
+    with Python's slice semantics (ONNX Slice's: negative positions count from the end, positions
+    clamp, a start past the end gives an empty piece), so decreasing or out-of-range indices give
+    torch's pieces, which may overlap (Split cannot say that)."""
+    x = ctx.tensor("self")
+    axis = dim_axis(ctx["dim"], x.rank)
+    bounds = [0, *ctx["indices"], INT64_MAX]
+    return [ctx.emit("Slice", [x, ctx.ints([start]), ctx.ints([end]), ctx.ints([axis]), ctx.ints([1])])
+            for start, end in zip(bounds[:-1], bounds[1:])]
 
 
 @translates("aten.unbind.int")
