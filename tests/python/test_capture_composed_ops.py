@@ -403,3 +403,37 @@ def test_bitwise_ops_on_integers(dtype):
 def test_tensor_split(fn):
     """torch.tensor_split by indices (Mamba-style mixers split the projection with it) and by sections."""
     assert_like_torch(Lambda(fn), lambda b: [randn(b, 5, 6)])
+
+
+class ComplexRotary(nn.Module):
+    """Rotary embedding written with complex numbers, as Llama 4 and DeepSeek-V2 write it: polar,
+    view_as_complex, a complex product, view_as_real; plus a complex times a real tensor and a
+    number, unsqueeze, slicing and a reshape of complex values."""
+
+    def __init__(self):
+        super().__init__()
+        self.q = nn.Linear(8, 8)
+
+    def forward(self, x):  # x: (B, T, 8)
+        B, T, _ = x.shape
+        freqs = torch.outer(torch.arange(T, dtype=torch.float32), 1.0 / 10 ** torch.arange(0, 1, 0.25))  # (T, 4)
+        cis = torch.polar(torch.ones_like(freqs), freqs) * 0.5  # (T, 4) complex
+        q = torch.view_as_complex(self.q(x).float().reshape(B, T, -1, 2))  # (B, T, 4) complex
+        rotated = q * cis[None, :, :] * x[..., :4]  # complex * complex * real
+        rotated = rotated.unsqueeze(1)[:, :, :, 1:].reshape(B, 1, T * 3)
+        return torch.view_as_real(rotated).flatten(2)
+
+
+def test_complex_rotary_embedding():
+    assert_like_torch(ComplexRotary(), lambda b: [randn(b, 5, 8)], rtol=1e-5, atol=1e-5)
+
+
+def test_a_complex_op_without_a_translation_is_named():
+    model = trainrt.RTModule(Lambda(lambda x: torch.view_as_complex(x.reshape(-1, 2)).abs()))
+    with pytest.raises(RuntimeError, match="aten.abs.default .* on complex tensors has no TrainRT translation"):
+        model(randn(3, 4))
+
+
+def test_outer():
+    """torch.outer of two vectors (Llama's precompute_freqs_cis), with both gradients."""
+    assert_like_torch(Lambda(lambda x, y: torch.outer(x.sum(0), y.mean(0))), lambda b: [randn(b, 4, seed=1), randn(b, 3, seed=2)])

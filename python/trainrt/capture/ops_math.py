@@ -43,6 +43,15 @@ def mul(ctx: OpContext) -> str:
     return _arith(ctx, "Mul", ctx["self"], ctx["other"])
 
 
+@translates("aten.outer.default", "aten.ger.default")
+def outer(ctx: OpContext) -> str:
+    """torch.outer(a, b) of vectors (n,) and (m,): a[:, None] * b[None, :], (n, m), in the promoted dtype."""
+    t = ctx.out_dtype
+    column = ctx.emit("Unsqueeze", [ctx.operand(ctx["self"], t), ctx.ints([1])])
+    row = ctx.emit("Unsqueeze", [ctx.operand(ctx["vec2"], t), ctx.ints([0])])
+    return ctx.emit("Mul", [column, row])
+
+
 @translates("aten.div.Tensor", "aten.div.Scalar")
 def div(ctx: OpContext) -> str:
     """True division: integer operands are converted to the float output dtype first."""

@@ -32,6 +32,7 @@ from trainrt.capture.context import OpContext, TensorValue, bind_args, op_name, 
 from trainrt.capture.errors import CaptureError, UnsupportedATenOp, unsupported_ops
 from trainrt.capture.layers import repeated_layers
 from trainrt.capture.onnx_builder import GraphBuilder
+from trainrt.capture.ops_complex import COMPLEX_OPS, touches_complex
 from trainrt.capture.symbolic import SymbolTable
 
 aten = torch.ops.aten
@@ -225,6 +226,12 @@ class _Translator:
 
     def _aten(self, node: torch.fx.Node):
         name = op_name(node)
+        if touches_complex(node):  # complex tensors are carried as (real, imaginary) pairs: ops_complex.py
+            fn = COMPLEX_OPS.get(name)
+            if fn is None:
+                raise UnsupportedATenOp(name, node.name, source_line(node), "on complex tensors has no TrainRT translation")
+            args = bind_args(node, self._resolve(node.args), self._resolve(node.kwargs))
+            return _wrap(fn(OpContext(node, self.b, self.symbols, args)), node.meta["val"])
         fn = ATEN_OPS.get(name)
         if fn is None:
             raise UnsupportedATenOp(name, node.name, source_line(node))

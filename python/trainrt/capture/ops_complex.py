@@ -1,0 +1,127 @@
+"""Complex tensors, as rotary embeddings written with them use them (Llama 4, DeepSeek-V2): the
+engine has no complex dtype, so a complex tensor of shape S is carried as a real one of shape
+S + (2,), (real, imaginary) on the last axis, in the matching real dtype (complex64 as float32).
+Its TensorValue keeps the complex dtype and shape S, so the rest of the capture reads torch's view
+of it; only the translations here, which the translator picks for every node that reads or makes a
+complex tensor, know the layout. Every op they emit is real and differentiable, so gradients flow
+through the rotation as torch's do.
+
+    freqs_cis = torch.polar(ones, freqs)                  # Concat(cos(freqs), sin(freqs)) on a new last axis
+    q_ = torch.view_as_complex(q.reshape(..., -1, 2))     # the same real tensor
+    out = torch.view_as_real(q_ * freqs_cis)              # (ac - bd, ad + bc), the same real tensor
+
+Axes given against the complex shape S are the same axes of the real layout (the pair axis comes
+after all of them) once made non-negative against S's rank.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from trainrt.capture.context import OpContext, TensorValue
+from trainrt.capture.ops_shape import dim_axis
+
+COMPLEX_OPS: dict[str, Callable[[OpContext], object]] = {}
+
+
+def translates_complex(*names: str):
+    def register(fn):
+        for name in names:
+            COMPLEX_OPS[name] = fn
+        return fn
+
+    return register
+
+
+def touches_complex(node: torch.fx.Node) -> bool:
+    """Whether the FX node makes or reads a complex tensor."""
+    def complex_(v) -> bool:
+        if isinstance(v, (list, tuple)):
+            return any(complex_(x) for x in v)
+        return isinstance(v, torch.Tensor) and v.dtype.is_complex
+
+    return complex_(node.meta.get("val")) or any(complex_(a.meta.get("val")) for a in node.all_input_nodes)
+
+
+def _real_dtype(dtype: torch.dtype) -> torch.dtype:
+    return dtype.to_real() if dtype.is_complex else dtype
+
+
+def _parts(ctx: OpContext, z: TensorValue) -> tuple[str, str]:
+    """(real, imaginary) of a complex value, each of shape S + (1,)."""
+    return tuple(ctx.emit("Split", [z.name, ctx.ints([1, 1])], 2, axis=-1))
+
+
+def _pair(ctx: OpContext, re: str, im: str) -> str:
+    return ctx.emit("Concat", [re, im], axis=-1)
+
+
+@translates_complex("aten.view_as_complex.default", "aten.view_as_real.default", "aten.alias.default",
+                    "aten.clone.default", "aten.contiguous.default")
+def same_layout(ctx: OpContext) -> str:
+    """Views between a real (..., 2) tensor and a complex one are the real tensor itself."""
+    return ctx.tensor("self").name
+
+
+@translates_complex("aten.to.dtype", "aten.to.dtype_layout", "aten._to_copy.default", "aten.to.device")
+def to(ctx: OpContext) -> str:
+    """complex64 <-> complex128 is a Cast of both parts; a complex to a real dtype is refused."""
+    x = ctx.tensor("self")
+    if not ctx.out.dtype.is_complex:
+        raise ctx.unsupported("from a complex to a real dtype has no TrainRT translation")
+    return ctx.cast_to(x.name, _real_dtype(x.dtype), _real_dtype(ctx.out.dtype))
+
+
+@translates_complex("aten.polar.default")
+def polar(ctx: OpContext) -> str:
+    """abs * (cos(angle), sin(angle))."""
+    magnitude, angle = ctx.tensor("abs"), ctx.tensor("angle")
+    re = ctx.emit("Mul", [magnitude, ctx.emit("Cos", [angle])])
+    im = ctx.emit("Mul", [magnitude, ctx.emit("Sin", [angle])])
+    return _pair(ctx, ctx.emit("Unsqueeze", [re, ctx.ints([-1])]), ctx.emit("Unsqueeze", [im, ctx.ints([-1])]))
+
+
+@translates_complex("aten.mul.Tensor", "aten.mul.Scalar")
+def mul(ctx: OpContext) -> str:
+    """(a + bi)(c + di) = (ac - bd) + (ad + bc)i; a real tensor or number scales both parts."""
+    x, y = ctx["self"], ctx["other"]
+    complex_x = isinstance(x, TensorValue) and x.dtype.is_complex
+    complex_y = isinstance(y, TensorValue) and y.dtype.is_complex
+    if complex_x and complex_y:
+        (a, b), (c, d) = _parts(ctx, x), _parts(ctx, y)
+        re = ctx.emit("Sub", [ctx.emit("Mul", [a, c]), ctx.emit("Mul", [b, d])])
+        im = ctx.emit("Add", [ctx.emit("Mul", [a, d]), ctx.emit("Mul", [b, c])])
+        return _pair(ctx, re, im)
+    z, r = (x, y) if complex_x else (y, x)
+    real = _real_dtype(ctx.out.dtype)
+    if isinstance(r, TensorValue):
+        scale = ctx.emit("Unsqueeze", [ctx.cast(r, real), ctx.ints([-1])])
+    elif isinstance(r, complex):
+        raise ctx.unsupported("by a Python complex number has no TrainRT translation")
+    else:
+        scale = ctx.const(float(r), real)
+    return ctx.emit("Mul", [ctx.cast_to(z.name, _real_dtype(z.dtype), real), scale])
+
+
+@translates_complex("aten.unsqueeze.default")
+def unsqueeze(ctx: OpContext) -> str:
+    z = ctx.tensor("self")
+    return ctx.emit("Unsqueeze", [z.name, ctx.ints([dim_axis(ctx["dim"], z.rank + 1)])])
+
+
+@translates_complex("aten.slice.Tensor")
+def slice_(ctx: OpContext) -> str:
+    z = ctx.tensor("self")
+    start = 0 if ctx["start"] is None else ctx["start"]
+    end = 2**63 - 1 if ctx["end"] is None else ctx["end"]
+    axis = dim_axis(ctx["dim"], z.rank)
+    return ctx.emit("Slice", [z.name, ctx.ints([start]), ctx.ints([end]), ctx.ints([axis]), ctx.ints([ctx["step"]])])
+
+
+@translates_complex("aten.view.default", "aten.reshape.default", "aten._unsafe_view.default")
+def reshape(ctx: OpContext) -> str:
+    """To the output's complex shape, the pair axis kept last."""
+    z = ctx.tensor("self")
+    return ctx.emit("Reshape", [z.name, ctx.ints([*ctx.out.shape, 2])])
