@@ -72,6 +72,29 @@ def test_a_parameter_read_only_through_detach_gets_grad_none(wrap):
 
 
 @pytest.mark.parametrize("wrap", WRAPPERS)
+def test_a_module_whose_outputs_are_all_integers_runs_in_training_mode(wrap):
+    """Predictions as class ids (argmax) and top-k indices in training mode with grad enabled:
+    nothing to differentiate, so the outputs need no grad and the parameters keep grad None."""
+    class Predict(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(3, 5)
+
+        def forward(self, x):
+            logits = self.fc(x)
+            return logits.argmax(-1), logits.topk(2).indices
+
+    torch.manual_seed(0)
+    eager = Predict()
+    model = wrap(Predict())
+    model.load_state_dict(eager.state_dict())
+    x = torch.randn(4, 3)
+    for got, want in zip(model(x), eager(x)):
+        assert torch.equal(got, want) and not got.requires_grad
+    assert model.fallback_reason is None and model.fc.weight.grad is None
+
+
+@pytest.mark.parametrize("wrap", WRAPPERS)
 def test_in_place_change_of_an_output_the_backward_reads_raises_eagers_error(wrap):
     model = wrap(_tanh_mlp())
     out = model(torch.randn(5, 3))  # Tanh's gradient reads its output

@@ -120,6 +120,17 @@ TEST(GradientBuilder, UnreachedValuesGetZeroGradients) {
   expect_close(out[2], Tensor::zeros(DType::kF64, {5}));
 }
 
+// Nothing to differentiate (a module whose outputs are all integers): every wrt entry is unreached,
+// and the partition gives a backward that saves nothing.
+TEST(GradientBuilder, AnEmptyRequestLeavesEveryValueUnreached) {
+  auto g = fan_out_graph();
+  GradientResult r = build_gradients(*g, {.wrt = {"w", "x"}});
+  EXPECT_EQ(r.unreached, (std::vector<std::string>{"w", "x"}));
+  EXPECT_TRUE(r.output_grad_inputs.empty());
+  TrainingPrograms p = partition_joint_graph(*g, r);
+  EXPECT_TRUE(p.saved.empty());
+}
+
 TEST(Partition, ForwardAndBackwardProgramsGiveTheJointGraphsGradients) {
   auto g = fan_out_graph();
   GradientRequest request{.outputs_with_grad = {"loss"}, .wrt = {"w", "x"}};
