@@ -37,11 +37,12 @@ void order_by_position(const std::vector<V>& line, bool largest, std::vector<int
   });
 }
 
-// Positions of the K first of `line` as torch's CPU topk orders them (see the file comment).
+// Positions of the K first of `line` as torch's CPU topk orders them (see the file comment);
+// `queue` is scratch of the line's length, kept across lines.
 template <typename V>
-void order_as_torch(const std::vector<V>& line, int64_t k, bool largest, bool sorted, std::vector<int64_t>& order) {
+void order_as_torch(const std::vector<V>& line, int64_t k, bool largest, bool sorted,
+                    std::vector<std::pair<V, int64_t>>& queue, std::vector<int64_t>& order) {
   if (k == 0) return;
-  std::vector<std::pair<V, int64_t>> queue(line.size());
   for (size_t j = 0; j < line.size(); ++j) queue[j] = {line[j], static_cast<int64_t>(j)};
   const auto before = [largest](const std::pair<V, int64_t>& x, const std::pair<V, int64_t>& y) {
     return ranks_before(x.first, y.first, largest);
@@ -85,6 +86,7 @@ KernelFn make_top_k_kernel(const Node& node, bool torch_order) {
         const T* p = x.data<T>();
         std::vector<int64_t> order(static_cast<size_t>(n));
         std::vector<V> line(static_cast<size_t>(n));
+        std::vector<std::pair<V, int64_t>> queue(torch_order ? static_cast<size_t>(n) : 0);
         for (int64_t o = 0; o < outer; ++o)
           for (int64_t i = 0; i < inner; ++i) {
             const int64_t base = o * n * inner + i;
@@ -92,7 +94,7 @@ KernelFn make_top_k_kernel(const Node& node, bool torch_order) {
               if constexpr (std::is_same_v<V, int64_t>) line[static_cast<size_t>(j)] = p[base + j * inner];
               else line[static_cast<size_t>(j)] = element_as_double(p[base + j * inner]);
             }
-            if (torch_order) order_as_torch(line, k, largest, sorted, order);
+            if (torch_order) order_as_torch(line, k, largest, sorted, queue, order);
             else order_by_position(line, largest, order);
             for (int64_t j = 0; j < k; ++j) {
               const int64_t at = o * k * inner + j * inner + i;
