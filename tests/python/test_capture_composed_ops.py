@@ -437,3 +437,16 @@ def test_a_complex_op_without_a_translation_is_named():
 def test_outer():
     """torch.outer of two vectors (Llama's precompute_freqs_cis), with both gradients."""
     assert_like_torch(Lambda(lambda x, y: torch.outer(x.sum(0), y.mean(0))), lambda b: [randn(b, 4, seed=1), randn(b, 3, seed=2)])
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.fft.fftn(x, dim=(1, 2)).real,  # FNet's token mixing
+    lambda x: torch.fft.fft(x, dim=-1).imag * 2 + torch.fft.fft(x, dim=1).real,
+    lambda x: torch.view_as_real(torch.fft.fft(x, dim=-1, norm="ortho")).flatten(-2),
+    lambda x: torch.fft.ifft(torch.fft.fft(x.to(torch.complex64), dim=-1, norm="forward") * x[..., :1], dim=-1,
+                             norm="forward").real,
+    lambda x: torch.fft.ifftn(torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2)), dim=(0, 1), norm="ortho").imag,
+], ids=["fftn-real", "fft-imag", "fft-ortho", "ifft-forward", "ifftn-complex-ortho"])
+def test_fourier_transforms(fn):
+    """torch.fft.fft / fftn / ifft / ifftn as ONNX DFT per axis on (real, imaginary) pairs, every norm."""
+    assert_like_torch(Lambda(fn), lambda b: [randn(b, 5, 6)], rtol=1e-5, atol=1e-5)

@@ -38,8 +38,8 @@ SAMPLE = [
     # no_grad block inside forward, an encoder-decoder shifting labels behind its start token.
     "causal-lm/qwen3_moe", "causal-lm/mixtral", "causal-lm/deepseek_v3", "causal-lm/minimax",
     "causal-lm/phi4_multimodal", "seq2seq/t5",
-    # A router whose scores all tie (torch's topk order), complex rotary embeddings, tensor_split.
-    "causal-lm/afmoe", "causal-lm/llama4_text", "causal-lm/mamba",
+    # A router whose scores all tie (torch's topk order), complex rotary embeddings, tensor_split, FFTs.
+    "causal-lm/afmoe", "causal-lm/llama4_text", "causal-lm/mamba", "masked-lm/fnet",
 ]
 
 

@@ -9,6 +9,7 @@ through the rotation as torch's do.
     freqs_cis = torch.polar(ones, freqs)                  # Concat(cos(freqs), sin(freqs)) on a new last axis
     q_ = torch.view_as_complex(q.reshape(..., -1, 2))     # the same real tensor
     out = torch.view_as_real(q_ * freqs_cis)              # (ac - bd, ad + bc), the same real tensor
+    y = torch.fft.fftn(x, dim=(1, 2)).real                # ONNX DFT along each axis, then part 0 (FNet)
 
 Axes given against the complex shape S are the same axes of the real layout (the pair axis comes
 after all of them) once made non-negative against S's rank.
@@ -67,11 +68,67 @@ def same_layout(ctx: OpContext) -> str:
 
 @translates_complex("aten.to.dtype", "aten.to.dtype_layout", "aten._to_copy.default", "aten.to.device")
 def to(ctx: OpContext) -> str:
-    """complex64 <-> complex128 is a Cast of both parts; a complex to a real dtype is refused."""
+    """complex64 <-> complex128 is a Cast of both parts, a real tensor becomes (x, 0); a complex to a
+    real dtype is refused (torch warns it drops the imaginary part: .real says it)."""
     x = ctx.tensor("self")
     if not ctx.out.dtype.is_complex:
-        raise ctx.unsupported("from a complex to a real dtype has no TrainRT translation")
-    return ctx.cast_to(x.name, _real_dtype(x.dtype), _real_dtype(ctx.out.dtype))
+        raise ctx.unsupported("from a complex to a real dtype has no TrainRT translation (take .real)")
+    real = _real_dtype(ctx.out.dtype)
+    if not x.dtype.is_complex:
+        re = ctx.emit("Unsqueeze", [ctx.cast(x, real), ctx.ints([-1])])
+        return _pair(ctx, re, ctx.emit("Mul", [re, ctx.const(0.0, real)]))
+    return ctx.cast_to(x.name, _real_dtype(x.dtype), real)
+
+
+@translates_complex("aten.real.default", "aten.imag.default")
+def part(ctx: OpContext) -> str:
+    """z.real, z.imag: part 0 or 1 of the last axis."""
+    z = ctx.tensor("self")
+    index = 1 if ctx.node.target == torch.ops.aten.imag.default else 0
+    return ctx.emit("Squeeze", [ctx.emit("Slice", [z.name, ctx.ints([index]), ctx.ints([index + 1]), ctx.ints([-1])]),
+                                ctx.ints([-1])])
+
+
+def _pair_layout(ctx: OpContext, x: TensorValue, real: torch.dtype) -> str:
+    """x as ONNX DFT's input: (..., 2) for a complex x, (..., 1) for a real one."""
+    if x.dtype.is_complex:
+        return ctx.cast_to(x.name, _real_dtype(x.dtype), real)
+    return ctx.emit("Unsqueeze", [ctx.cast(x, real), ctx.ints([-1])])
+
+
+def _fft(ctx: OpContext, dims, inverse: bool) -> str:
+    """torch.fft.fft / fftn / ifft / ifftn without `s` / `n`: one ONNX DFT per axis (opset 20: the
+    axis an input), complex out; norm "backward" (the default), "forward" or "ortho" as torch scales."""
+    x = ctx.tensor("self")
+    if ctx.args.get("s") is not None or ctx.args.get("n") is not None:
+        raise ctx.unsupported("with a signal size (s / n) has no TrainRT translation")
+    real = _real_dtype(ctx.out.dtype)
+    axes = [dim_axis(d, x.rank) for d in (dims if dims is not None else range(x.rank))]
+    y = _pair_layout(ctx, x, real)
+    for axis in axes:
+        y = ctx.emit("DFT", [y, None, ctx.const(axis, torch.int64)], inverse=int(inverse), onesided=0)
+    norm = ctx.args.get("norm") or "backward"
+    count = 1
+    for axis in axes:
+        count = count * x.shape[axis]
+    if norm == "backward":  # forward unscaled; the inverse's 1/n is ONNX DFT's own
+        return y
+    scale = ctx.emit("Sqrt", [ctx.operand(count, real)]) if norm == "ortho" else ctx.operand(count, real)
+    if norm == "ortho" and inverse:  # ONNX's inverse divided by n already: times sqrt(n)
+        return ctx.emit("Mul", [y, scale])
+    if norm == "forward" and inverse:  # torch's forward-normed inverse is unscaled
+        return ctx.emit("Mul", [y, scale])
+    return ctx.emit("Div", [y, scale])
+
+
+@translates_complex("aten.fft_fftn.default", "aten.fft_ifftn.default")
+def fftn(ctx: OpContext) -> str:
+    return _fft(ctx, ctx["dim"], inverse=ctx.node.target == torch.ops.aten.fft_ifftn.default)
+
+
+@translates_complex("aten.fft_fft.default", "aten.fft_ifft.default")
+def fft(ctx: OpContext) -> str:
+    return _fft(ctx, [ctx["dim"]], inverse=ctx.node.target == torch.ops.aten.fft_ifft.default)
 
 
 @translates_complex("aten.polar.default")
