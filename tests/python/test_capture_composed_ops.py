@@ -450,3 +450,14 @@ def test_outer():
 def test_fourier_transforms(fn):
     """torch.fft.fft / fftn / ifft / ifftn as ONNX DFT per axis on (real, imaginary) pairs, every norm."""
     assert_like_torch(Lambda(fn), lambda b: [randn(b, 5, 6)], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("fn", [
+    nn.Unfold(kernel_size=(3, 1), padding=(1, 0)),  # ConvBERT's span-based convolution
+    nn.Unfold(kernel_size=2, dilation=(1, 2), padding=1, stride=(2, 1)),
+    lambda x: nn.functional.unfold(x[0], 2),  # unbatched (C, H, W)
+], ids=["convbert", "dilated-strided", "unbatched"])
+def test_unfold(fn):
+    """nn.Unfold (aten.im2col) as a one-hot grouped Conv: columns, and gradients through them."""
+    module = fn if isinstance(fn, nn.Module) else Lambda(fn)
+    assert_like_torch(module, lambda b: [randn(b, 3, 5, 6)])

@@ -5,7 +5,8 @@ aten.conv2d.padding (padding='same' or 'valid'); functionalized graphs and F.con
 aten.convolution.default. torch pads numeric padding p on both sides of an axis; 'same' (stride 1
 only) pads dilation * (kernel - 1) in total, the odd pixel at the end (ONNX SAME_UPPER), and is
 emitted as explicit pads too so the engine never re-derives torch's rule. An unbatched input
-(C, D...) is given a batch of one and has it removed again.
+(C, D...) is given a batch of one and has it removed again. nn.Unfold (aten.im2col) is a Conv too,
+with a constant one-hot weight.
 
 Not translated, with the reason in the UnsupportedATenOp: transposed convolutions (no ConvTranspose
 in the engine yet) and nn.Conv*d's padding modes other than 'zeros' ('reflect', 'replicate' and
@@ -15,8 +16,11 @@ mode only: see ops_shape.constant_pad).
 
 from __future__ import annotations
 
+import torch
+
 from trainrt.capture.context import OpContext
 from trainrt.capture.registry import translates
+from trainrt.capture.symbolic import is_static
 
 
 def _per_axis(ctx: OpContext, name: str, k: int) -> list[int]:
@@ -77,3 +81,28 @@ def convolution(ctx: OpContext) -> str:
 def conv_transpose(ctx: OpContext) -> str:
     raise ctx.unsupported("is a transposed convolution (nn.ConvTranspose*d), which TrainRT does not support yet "
                           "(no ConvTranspose op)")
+
+
+@translates("aten.im2col.default")
+def im2col(ctx: OpContext) -> str:
+    """nn.Unfold / F.unfold: (N, C, H, W) -> (N, C * kh * kw, L), each column one window, channel
+    major then window position. A Conv with a constant one-hot weight, one group per channel: output
+    channel c * kh * kw + i * kw + j reads x[c] at window offset (i, j); dilation, padding and stride
+    are the Conv's own, and so is the gradient (ConvGrad), torch's col2im."""
+    x = ctx.tensor("self")
+    unbatched = x.rank == 3
+    name = ctx.emit("Unsqueeze", [x, ctx.ints([0])]) if unbatched else x.name
+    channels = x.shape[-3]
+    if not is_static(channels):
+        raise ctx.unsupported("with a symbolic channel count has no TrainRT translation")
+    c, (kh, kw) = int(channels), list(ctx["kernel_size"])
+    window = kh * kw
+    weight = torch.zeros(c * window, 1, kh, kw, dtype=x.dtype)
+    for k in range(window):
+        weight[k::window, 0, k // kw, k % kw] = 1
+    w = ctx.b.add_initializer(weight, f"{ctx.node.name}/one_hot")
+    ph, pw = list(ctx["padding"])
+    cols = ctx.emit("Conv", [name, w], kernel_shape=[kh, kw], group=c, dilations=list(ctx["dilation"]),
+                    pads=[ph, pw, ph, pw], strides=list(ctx["stride"]))  # (N, C * kh * kw, H', W')
+    flat = ctx.emit("Reshape", [cols, ctx.ints([0, c * window, -1])])  # (N, C * kh * kw, L); 0 keeps N
+    return ctx.emit("Squeeze", [flat, ctx.ints([0])]) if unbatched else flat
