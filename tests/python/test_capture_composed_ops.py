@@ -461,3 +461,17 @@ def test_unfold(fn):
     """nn.Unfold (aten.im2col) as a one-hot grouped Conv: columns, and gradients through them."""
     module = fn if isinstance(fn, nn.Module) else Lambda(fn)
     assert_like_torch(module, lambda b: [randn(b, 3, 5, 6)])
+
+
+def test_a_number_read_only_by_a_check_needs_no_translation():
+    """XLM's `assert lengths.max().item() <= slen` (a runtime assert in the exported graph, here
+    written with torch._check): the item feeds the assert only (dropped), so the model runs in the
+    engine; an item a computation reads is still named as untranslated."""
+    def checked(x, lengths):
+        torch._check(lengths.max().item() <= x.shape[1])
+        return x * (torch.arange(x.shape[1]) < lengths[:, None]).unsqueeze(-1)
+
+    assert_like_torch(Lambda(checked), lambda b: [randn(b, 5, 3), torch.randint(1, 6, (b,))])
+    used = trainrt.RTModule(Lambda(lambda x: x * x.sum().item()))
+    with pytest.raises(RuntimeError, match=r"aten\.(item|_local_scalar_dense)"):
+        used(randn(2, 3))

@@ -160,10 +160,11 @@ def _input_dims(ep: ExportedProgram, user_inputs: list[str]) -> list[tuple]:
 
 
 def _dim_ranges(ep: ExportedProgram) -> dict[str, tuple[int, int | None]]:
-    """The value range export assumed for each symbol (sizes 0 and 1 are specialized, so >= 2)."""
+    """The value range export assumed for each input dim's symbol (sizes 0 and 1 are specialized, so
+    >= 2); unbacked symbols (a value read with .item()) are no input's and may be unbounded below."""
     ranges = {}
     for symbol, vr in ep.range_constraints.items():
-        if isinstance(symbol, sympy.Symbol):
+        if isinstance(symbol, sympy.Symbol) and vr.lower.is_Integer:  # torch's -int_oo is no Integer
             upper = vr.upper
             ranges[str(symbol)] = (int(vr.lower), None if not upper.is_finite or upper > 2**62 else int(upper))
     return ranges

@@ -68,6 +68,31 @@ def _returns_an_input(node) -> bool:
         node = source
     return isinstance(node, torch.fx.Node) and node.op == "placeholder"
 
+_ITEM_OPS = {aten.item.default, aten._local_scalar_dense.default}
+
+
+def _checked_only(node: torch.fx.Node) -> bool:
+    """A tensor's value read as a Python number (`x.max().item()`) that only checks read: XLM's
+    `assert lengths.max().item() <= slen` becomes a runtime assert on an unbacked symbol, which the
+    engine does not need (the asserts are dropped); any other reader needs the item translated."""
+    if node.target not in _ITEM_OPS:
+        return False
+    pending, seen = list(node.users), set()
+    while pending:
+        user = pending.pop()
+        if user in seen:
+            continue
+        seen.add(user)
+        if user.op == "call_function" and user.target in _ASSERTS:
+            continue
+        if user.op == "call_function" and not isinstance(user.target, torch._ops.OpOverload) \
+                and isinstance(user.meta.get("val"), _SIZE_TYPES):  # arithmetic on the number
+            pending.extend(user.users)
+            continue
+        return False
+    return True
+
+
 class _ReadsUntranslated(Exception):
     """A node's argument is an untranslated value: the node is skipped, its op was already reported."""
 
@@ -185,7 +210,7 @@ class _Translator:
         elif target in _ASSERTS:
             return
         elif target in _SIZE_OPS or (not isinstance(target, torch._ops.OpOverload)
-                                     and isinstance(node.meta.get("val"), _SIZE_TYPES)):
+                                     and isinstance(node.meta.get("val"), _SIZE_TYPES)) or _checked_only(node):
             self.env[node] = node.meta["val"]  # symbolic.py computes it when an op needs it
         else:
             self.env[node] = self._aten(node)
