@@ -475,3 +475,31 @@ def test_a_number_read_only_by_a_check_needs_no_translation():
     used = trainrt.RTModule(Lambda(lambda x: x * x.sum().item()))
     with pytest.raises(RuntimeError, match=r"aten\.(item|_local_scalar_dense)"):
         used(randn(2, 3))
+
+
+def _eos_rows(batch):
+    g = torch.Generator().manual_seed(batch)
+    ids = torch.randint(3, 9, (batch, 7), generator=g)
+    ids[:, 4] = 2  # every row has two <eos> (id 2), as BART's classifiers require
+    ids[:, -1] = 2
+    return [randn(batch, 7, 5, seed=batch), ids]
+
+
+def test_bool_mask_rows_as_bart_picks_its_last_eos_state():
+    """BART's classification head: a check that every row has as many <eos> (unique_consecutive,
+    read only by runtime asserts), then hidden[eos_mask] (K rows, K known when the step runs)
+    viewed per row, the last one taken; gradients flow to the picked rows only."""
+    def head(hidden, ids):
+        eos = ids.eq(2)
+        torch._check(torch.unique_consecutive(eos.sum(1)).numel() == 1)  # transformers' torch_compilable_check
+        return hidden[eos, :].view(hidden.size(0), -1, hidden.size(-1))[:, -1, :] * 3
+
+    assert_like_torch(Lambda(head), _eos_rows)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x, ids: x[ids > 5].sum(0),  # a mask of both leading dims: rows of x's last dim
+    lambda x, ids: x[ids[:, 0] > 4].mean(),  # a mask of the batch dim only
+], ids=["two-dims", "batch-dim"])
+def test_bool_mask_rows(fn):
+    assert_like_torch(Lambda(fn), _eos_rows)

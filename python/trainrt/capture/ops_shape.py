@@ -218,10 +218,12 @@ def index(ctx: OpContext) -> str:
     """x[..., i0, i1, ..., ik, ...] with integer index tensors on adjacent dims a .. a+k (leading
     unindexed dims allowed, as `x[:, i, j]`): the indexed dims are flattened into one, and the
     broadcast indices into one flat index i0 * d1 * .. * dk + ... + ik, then Gather on axis a. The
-    result dims replace the indexed ones in place, as torch does for adjacent indices. A bool
-    mask (data-dependent shape) or indices separated by a full slice have no translation."""
+    result dims replace the indexed ones in place, as torch does for adjacent indices. One bool
+    mask on the leading dims is `_masked_rows`. Indices separated by a full slice have no translation."""
     x = ctx.tensor("self")
     given = [(axis, i) for axis, i in enumerate(ctx["indices"]) if i is not None]
+    if len(given) == 1 and given[0][0] == 0 and given[0][1].dtype == torch.bool:
+        return _masked_rows(ctx, x, given[0][1])
     if not given or any(i.dtype not in (torch.int64, torch.int32) for _, i in given):
         raise ctx.unsupported("with a bool mask or non-integer index has no TrainRT translation")
     axes = [axis for axis, _ in given]
@@ -238,6 +240,19 @@ def index(ctx: OpContext) -> str:
         flat = i if flat is None else ctx.emit("Add", [ctx.emit("Mul", [flat, size]), i])
     merged = reshape_to(ctx, x, [*x.shape[:first], math.prod(x.shape[first:last + 1]), *x.shape[last + 1:]])
     return ctx.emit("Gather", [merged, flat], axis=first)
+
+
+def _masked_rows(ctx: OpContext, x: TensorValue, mask: TensorValue) -> str:
+    """x[mask] for a bool mask of x's first m dims: the K selected rows, (K, *x.shape[m:]), in
+    row-major order as torch gives them. K depends on the mask's values: NonZero sizes it when
+    the step runs, and its symbol (export's unbacked u<k>) is read from the result's dim 0 where a
+    later op needs it (BART-family classifiers take each sequence's last <eos> state this way)."""
+    m = mask.rank
+    flat_mask = reshape_to(ctx, mask, [math.prod(mask.shape)])  # (P,)
+    rows = reshape_to(ctx, ctx.emit("NonZero", [flat_mask]), [-1])  # (K,) positions, ascending
+    picked = ctx.emit("Gather", [reshape_to(ctx, x, [math.prod(x.shape[:m]), *x.shape[m:]]), rows], axis=0)
+    ctx.symbols.add_source(picked, ctx.out.shape)
+    return picked
 
 
 @translates("aten.embedding.default")

@@ -68,14 +68,12 @@ def _returns_an_input(node) -> bool:
         node = source
     return isinstance(node, torch.fx.Node) and node.op == "placeholder"
 
-_ITEM_OPS = {aten.item.default, aten._local_scalar_dense.default}
-
-
 def _checked_only(node: torch.fx.Node) -> bool:
-    """A tensor's value read as a Python number (`x.max().item()`) that only checks read: XLM's
-    `assert lengths.max().item() <= slen` becomes a runtime assert on an unbacked symbol, which the
-    engine does not need (the asserts are dropped); any other reader needs the item translated."""
-    if node.target not in _ITEM_OPS:
+    """A value that only runtime checks read, through its sizes or as a Python number: XLM's
+    `assert lengths.max().item() <= slen`, BART's `len(torch.unique_consecutive(eos_counts)) > 1`.
+    Export leaves them as asserts on unbacked symbols, which the engine does not need (the asserts
+    are dropped), so the value needs no translation; any other reader needs it translated."""
+    if not node.users:
         return False
     pending, seen = list(node.users), set()
     while pending:
@@ -83,11 +81,13 @@ def _checked_only(node: torch.fx.Node) -> bool:
         if user in seen:
             continue
         seen.add(user)
-        if user.op == "call_function" and user.target in _ASSERTS:
+        if user.op != "call_function":
+            return False
+        if user.target in _ASSERTS:
             continue
-        if user.op == "call_function" and not isinstance(user.target, torch._ops.OpOverload) \
-                and isinstance(user.meta.get("val"), _SIZE_TYPES):  # arithmetic on the number
-            pending.extend(user.users)
+        if user.target is operator.getitem or user.target in _SIZE_OPS or (
+                not isinstance(user.target, torch._ops.OpOverload) and isinstance(user.meta.get("val"), _SIZE_TYPES)):
+            pending.extend(user.users)  # an output of it, its size, arithmetic on those
             continue
         return False
     return True
