@@ -510,22 +510,35 @@ class CachingModel(nn.Module):
         return (loss,) if use_cache is False else (loss, StateCache(h.detach()))  # a ModelOutput drops None
 
 
-def test_a_cache_that_cannot_be_flattened_is_captured_without_it(monkeypatch, trainrt_log):
+class CachingHead(nn.Module):
+    """A task head that hands **kwargs on to its base model (Qwen3.5's sequence classifier)."""
+
+    def __init__(self):
+        super().__init__()
+        self.base = CachingModel()
+
+    def forward(self, x, **kwargs):
+        return self.base(x, **kwargs)
+
+
+@pytest.mark.parametrize("make", [CachingModel, CachingHead], ids=["use_cache-argument", "through-kwargs"])
+def test_a_cache_that_cannot_be_flattened_is_captured_without_it(make, monkeypatch, trainrt_log):
     """Capture exports again with use_cache=False, says so, and trains as eager does."""
     monkeypatch.setenv("TRAINRT_FALLBACK_POLICY", "FALLBACK_DISABLE")
     torch.manual_seed(0)
-    eager = CachingModel()
-    ours = trainrt.RTModule(CachingModel())
+    eager = make()
+    ours = trainrt.RTModule(make())
     ours.load_state_dict(eager.state_dict())
     x = torch.randn(3, 4)
     got = ours(x)
     assert ours.fallback_reason is None and len(got) == 1
-    assert any("use_cache=False" in r.getMessage() and "CachingModel" in r.getMessage() for r in trainrt_log.records)
+    assert any("use_cache=False" in r.getMessage() and make.__name__ in r.getMessage() for r in trainrt_log.records)
     want = eager(x)
     torch.testing.assert_close(got[0], want[0])
     got[0].backward()
     want[0].backward()
-    torch.testing.assert_close(ours.proj.weight.grad, eager.proj.weight.grad)
+    for (name, pe), (_, po) in zip(eager.named_parameters(), ours.named_parameters()):
+        torch.testing.assert_close(po.grad, pe.grad, msg=name)
 
 
 def test_a_cache_the_caller_asked_for_fails_export_naming_it():

@@ -25,8 +25,9 @@ cross-attention caches). The cache then leaves the engine as its key/value tenso
 as the same cache in the ModelOutput, as in eager mode, so the user need not pass use_cache=False.
 DynamicCaches of other layer kinds (linear-attention and hybrid models' state layers) and caches of
 a model's own (MiniMaxCache) have no flattening in transformers: for those capture says so and
-exports again with use_cache=False (when forward takes it and the caller did not pass it), so the
-engine's outputs hold no past_key_values; the training computation is the same.
+exports again with use_cache=False (when forward takes it, by name or through **kwargs, and the
+caller did not pass it), so the engine's outputs hold no past_key_values; the training computation
+is the same.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def export_program(module: torch.nn.Module, args: tuple, kwargs: dict, symbolic:
         try:
             ep = _export_at_level(module, args, kwargs, symbolic, functions)
         except _UnflattenableCache as e:
-            if "use_cache" in kwargs or "use_cache" not in inspect.signature(module.forward).parameters:
+            if "use_cache" in kwargs or not _takes_use_cache(module):
                 raise CaptureError(f"torch.export failed for {type(module).__name__}: {e}") from e
             _log.warning("trainrt: %s returns a cache that torch.export cannot flatten (%s); captured with "
                          "use_cache=False, so the engine's outputs hold no past_key_values (pass use_cache=False "
@@ -85,6 +86,13 @@ def export_program(module: torch.nn.Module, args: tuple, kwargs: dict, symbolic:
         except Exception as e:  # noqa: BLE001  (torch's retrace fails in its own ways, e.g. Falcon's lifted constants)
             raise CaptureError(f"torch.export failed for {type(module).__name__} while functionalizing its "
                                f"in-place ops: {e}") from e
+
+
+def _takes_use_cache(module: torch.nn.Module) -> bool:
+    """Whether forward takes use_cache: by name, or through **kwargs that transformers' task heads
+    hand on to their base model (Qwen3.5's sequence classifier)."""
+    parameters = inspect.signature(module.forward).parameters.values()
+    return any(p.name == "use_cache" or p.kind == inspect.Parameter.VAR_KEYWORD for p in parameters)
 
 
 class _UnflattenableCache(CaptureError):
