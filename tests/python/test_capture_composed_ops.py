@@ -503,3 +503,34 @@ def test_bool_mask_rows_as_bart_picks_its_last_eos_state():
 ], ids=["two-dims", "batch-dim"])
 def test_bool_mask_rows(fn):
     assert_like_torch(Lambda(fn), _eos_rows)
+
+
+class AdapterPerLanguage(nn.Module):
+    """X-MOD's language adapters: the rows of each language taken with a mask, put through that
+    language's adapter, and written back into a zeros_like with the same mask."""
+
+    def __init__(self):
+        super().__init__()
+        self.adapters = nn.ModuleList(nn.Linear(5, 5) for _ in range(3))
+
+    def forward(self, hidden, lang):
+        out = torch.zeros_like(hidden)
+        for i, adapter in enumerate(self.adapters):
+            mask = lang == i  # language 2 never occurs: no rows, a write of nothing
+            out[mask] = adapter(hidden[mask])
+        return out
+
+
+def test_rows_written_back_with_a_bool_mask():
+    def inputs(batch):
+        return [randn(batch, 7, 5, seed=batch), torch.randint(0, 2, (batch, 7), generator=torch.Generator().manual_seed(batch))]
+
+    assert_like_torch(AdapterPerLanguage(), inputs)
+
+
+def test_rows_accumulated_with_a_bool_mask():
+    def add_rows(x, ids):
+        mask = ids > 5
+        return torch.index_put(x, (mask,), x[mask] * 2, accumulate=True)
+
+    assert_like_torch(Lambda(add_rows), _eos_rows)

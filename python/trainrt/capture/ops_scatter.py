@@ -3,8 +3,8 @@
 The engine has no ScatterND; the writes are composed from ops it differentiates, so x and v both
 train (the gradient of x is dY where nothing was written, of v the sum of dY over its positions):
 - one bool mask over x's leading dims: Where(mask, v, x), or Where(mask, x + v, x) to accumulate,
-  v broadcast over the masked positions (v may not have one row per masked element: that shape
-  depends on the mask's count);
+  v broadcast over the masked positions; or v with one row per masked element (its count known
+  when the step runs), each position reading its row of v by the running count of the mask;
 - integer index tensors on x's first k dims, broadcast to K positions: each position's flat offset
   f = i0 * d1 * .. * dk-1 + ... + ik-1 (negative indices counted back), compared with the P =
   d0 * .. * dk-1 offsets of x's indexed dims into a one-hot (K, P), then
@@ -50,14 +50,40 @@ def index_put(ctx: OpContext) -> str:
 
 def _put_masked(ctx: OpContext, x: TensorValue, mask: TensorValue, v: TensorValue, values: str,
                 accumulate: bool) -> str:
-    """x[mask] = v for a mask of x's first mask.rank dims; v broadcasts over x's other dims."""
+    """x[mask] = v for a mask of x's first mask.rank dims; v broadcasts over x's other dims, or
+    holds one row per masked element (`_put_masked_rows`)."""
     rest = x.rank - mask.rank
+    if v.rank == rest + 1:
+        return _put_masked_rows(ctx, x, mask, values, accumulate)
     if v.rank > rest:
-        raise ctx.unsupported("with one value per masked element has no TrainRT translation (its "
-                              "shape depends on the mask); a value broadcast over them has one")
+        raise ctx.unsupported(f"with values of rank {v.rank} for a mask of rank {mask.rank} into rank {x.rank} "
+                              "has no TrainRT translation")
     where = ctx.emit("Unsqueeze", [mask, ctx.ints(range(mask.rank, x.rank))]) if rest else mask.name
     new = ctx.emit("Add", [x, values]) if accumulate else values
     return ctx.emit("Where", [where, new, x])
+
+
+def _put_masked_rows(ctx: OpContext, x: TensorValue, mask: TensorValue, values: str, accumulate: bool) -> str:
+    """x[mask] = v with v (K, *rest): the K masked positions, in row-major order, take v's rows in
+    turn (X-MOD writes each language's adapter output back this way). Position p reads row
+    cumsum(mask)[p] of [0-row; v], which is its own row where masked and the zero row elsewhere:
+    a Gather (its gradient puts each row's dY back on v, once) and a Where; no K x P one-hot, and
+    K = 0 needs no special case. x: (*lead, *rest), P = prod(lead)."""
+    m = mask.rank
+    positions = math.prod(x.shape[:m])
+    rest = list(x.shape[m:])
+    flat_mask = reshape_to(ctx, mask, [positions])  # (P,)
+    taken = ctx.emit("CumSum", [ctx.cast_to(flat_mask, torch.bool, torch.int64), ctx.const(0, torch.int64)])
+    row = ctx.emit("Where", [flat_mask, taken, ctx.const(0, torch.int64)])  # (P,) 0: the zero row
+    padded = ctx.emit("Concat", [ctx.emit("Expand", [ctx.const(0, x.dtype), ctx.ints([1, *rest])]), values], axis=0)
+    written = ctx.emit("Gather", [padded, row], axis=0)  # (P, *rest)
+    x_flat = reshape_to(ctx, x, [positions, *rest])
+    if accumulate:
+        y = ctx.emit("Add", [x_flat, written])
+    else:
+        hit = ctx.emit("Unsqueeze", [flat_mask, ctx.ints(range(1, len(rest) + 1))]) if rest else flat_mask
+        y = ctx.emit("Where", [hit, written, x_flat])
+    return reshape_to(ctx, y, x.shape)
 
 
 def _put_at_indices(ctx: OpContext, x: TensorValue, indices: list[TensorValue], v: TensorValue, values: str,
