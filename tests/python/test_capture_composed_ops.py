@@ -534,3 +534,24 @@ def test_rows_accumulated_with_a_bool_mask():
         return torch.index_put(x, (mask,), x[mask] * 2, accumulate=True)
 
     assert_like_torch(Lambda(add_rows), _eos_rows)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "amax", "amin"])
+@pytest.mark.parametrize("include_self", [False, True])
+def test_scatter_reduce(reduce, include_self):
+    """TAPAS's segment reductions: entries of a row sent to segments (one segment left empty), with
+    ties among the extremes; values and the gradients of both the base and the source."""
+    def segments(x, src):
+        index = torch.tensor([0, 2, 2, 0, 3, 2, 0]).expand(src.shape[0], -1)
+        return x.scatter_reduce(1, index, src, reduce=reduce, include_self=include_self) * 2
+
+    assert_like_torch(Lambda(segments), lambda b: [randn(b, 5, seed=1), (randn(b, 7, seed=2) * 2).round()])
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.round(x * 2) + x,  # halves to even; no gradient through the rounding itself
+    lambda x: torch.round(x, decimals=1) * x,
+    lambda x: torch.round(x * 40, decimals=-1) + x,
+], ids=["round", "decimals", "negative-decimals"])
+def test_round(fn):
+    assert_like_torch(Lambda(fn), lambda b: [randn(b, 4, 6) * 3])

@@ -127,6 +127,7 @@ _UNARY = {
     "aten.cos.default": "Cos",
     "aten.floor.default": "Floor",
     "aten.ceil.default": "Ceil",
+    "aten.round.default": "Round",
     "aten.sign.default": "Sign",
 }
 
@@ -141,6 +142,18 @@ def _unary(op: str):
 
 for _name, _op in _UNARY.items():
     translates(_name)(_unary(_op))
+
+
+@translates("aten.round.decimals")
+def round_decimals(ctx: OpContext) -> str:
+    """torch.round(x, decimals=d) as torch's kernel: Round(x * 10^d) / 10^d, for d < 0 Round(x /
+    10^-d) * 10^-d (halves to even)."""
+    t, d = ctx.out_dtype, int(ctx["decimals"])
+    x = ctx.operand(ctx["self"], t)
+    scale = ctx.const(10.0 ** abs(d), t)
+    if d >= 0:
+        return ctx.emit("Div", [ctx.emit("Round", [ctx.emit("Mul", [x, scale])]), scale])
+    return ctx.emit("Mul", [ctx.emit("Round", [ctx.emit("Div", [x, scale])]), scale])
 
 
 @translates("aten.expm1.default")

@@ -186,3 +186,41 @@ def scatter_src(ctx: OpContext) -> str:
     written = ctx.emit("ReduceSum", [ctx.emit("Where", [hits, values, ctx.const(0, x.dtype)]), ctx.ints([axis])],
                        keepdims=0)
     return ctx.emit("Where", [_written(ctx, hits, axis), written, x])
+
+
+@translates("aten.scatter_reduce.two")
+def scatter_reduce(ctx: OpContext) -> str:
+    """torch.scatter_reduce(x, dim, index, src, reduce, include_self): at each position of x along
+    dim, the sum, mean, amax or amin of the src entries index sends there (with x's own value when
+    include_self); positions no entry reaches keep x. Over the one-hot hits (.., k, n, ..): a
+    ReduceSum of Where(hit, src, 0), a count for the mean, a ReduceMax/Min of Where(hit, src, -+inf).
+    The gradients are torch's: amax/amin share dY evenly among equal extremes, as ReduceMax does
+    (TAPAS averages, sums and takes the extremes of table cells this way)."""
+    x, index, src = ctx.tensor("self"), ctx.tensor("index"), ctx.tensor("src")
+    reduce, include_self = ctx["reduce"], bool(ctx["include_self"])
+    if reduce not in ("sum", "mean", "amax", "amin"):
+        raise ctx.unsupported(f"with reduce='{reduce}' has no TrainRT translation (sum, mean, amax, amin)")
+    if tuple(map(str, src.shape)) != tuple(map(str, index.shape)):
+        raise ctx.unsupported(f"with src of shape {src.shape} and index of shape {index.shape} has no TrainRT "
+                              "translation (src must have the index's shape)")
+    axis = x.rank and (ctx["dim"] + x.rank if ctx["dim"] < 0 else ctx["dim"])
+    hits = _scatter_hits(ctx, x, axis, index)  # (.., k, n, ..)
+    values = ctx.emit("Unsqueeze", [ctx.cast(src, x.dtype), ctx.ints([axis + 1])])  # (.., k, 1, ..)
+    reached = _written(ctx, hits, axis)  # (.., n, ..)
+    if reduce in ("sum", "mean"):
+        total = ctx.emit("ReduceSum", [ctx.emit("Where", [hits, values, ctx.const(0, x.dtype)]), ctx.ints([axis])],
+                         keepdims=0)
+        if include_self:
+            total = ctx.emit("Add", [total, x])
+        if reduce == "mean":
+            count = ctx.emit("ReduceSum", [ctx.cast_to(hits, torch.bool, x.dtype), ctx.ints([axis])], keepdims=0)
+            if include_self:
+                count = ctx.emit("Add", [count, ctx.const(1, x.dtype)])
+            total = ctx.emit("Div", [total, ctx.emit("Max", [count, ctx.const(1, x.dtype)])])
+    else:
+        op, far = ("ReduceMax", float("-inf")) if reduce == "amax" else ("ReduceMin", float("inf"))
+        candidates = ctx.emit("Where", [hits, values, ctx.const(far, x.dtype)])
+        if include_self:
+            candidates = ctx.emit("Concat", [candidates, ctx.emit("Unsqueeze", [x, ctx.ints([axis])])], axis=axis)
+        total = ctx.emit(op, [candidates, ctx.ints([axis])], keepdims=0)
+    return ctx.emit("Where", [reached, total, x])

@@ -325,7 +325,7 @@ void register_elementwise_gradients(GradientRegistry& r) {
   // Piecewise constant (zero gradient almost everywhere, as torch gives for floor / ceil / sign)
   // or with bool outputs: the builder skips them, and a value reached only through them gets a
   // zero gradient.
-  for (const char* op : {"Floor", "Ceil", "Sign", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual",
+  for (const char* op : {"Floor", "Ceil", "Round", "Sign", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual",
                          "Not", "And", "Or", "Xor"})
     r.add_non_differentiable("", op);
   register_activation_gradients(r);

@@ -186,7 +186,7 @@ void register_elementwise_schemas(OpRegistry& r) {
   add_unary(r, "BitwiseNot", infer_unary<Types::kInteger>);
   for (const char* name : {"IsNaN", "IsInf"})  // bool outputs: no in-place alias
     r.add({.domain = "", .name = name, .min_inputs = 1, .max_inputs = 1, .infer = infer_float_class});
-  for (const char* name : {"Exp", "Log", "Sqrt", "Reciprocal", "Floor", "Ceil", "Sigmoid", "Tanh", "Erf",
+  for (const char* name : {"Exp", "Log", "Sqrt", "Reciprocal", "Floor", "Ceil", "Round", "Sigmoid", "Tanh", "Erf",
                            "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh",
                            "Softplus", "LeakyRelu", "HardSigmoid", "HardSwish", "Elu", "Selu"})
     add_unary(r, name, infer_unary<Types::kFloat>);

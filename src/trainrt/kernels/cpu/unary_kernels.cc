@@ -97,6 +97,14 @@ struct FloorOp {
   double operator()(double x) const { return std::floor(x); }
 };
 
+// ONNX Round: to the nearest integer, halves to even (std::nearbyint in the default rounding mode),
+// as torch.round.
+struct RoundOp {
+  static constexpr DTypeSet kTypes = kFloatTypes;
+  template <typename T>
+  T operator()(T x) const { return std::nearbyint(x); }
+};
+
 struct CeilOp {
   static constexpr DTypeSet kTypes = kFloatTypes;
   float operator()(float x) const { return ceil_f32(x); }
@@ -362,6 +370,7 @@ void register_unary_kernels(KernelTable& t) {
   add_kernels(t, "Sqrt", SqrtOp::kTypes, make_unary<SqrtOp>);
   add_kernels(t, "Reciprocal", ReciprocalOp::kTypes, make_unary<ReciprocalOp>);
   add_kernels(t, "Floor", FloorOp::kTypes, make_unary<FloorOp>);
+  add_kernels(t, "Round", RoundOp::kTypes, make_unary<RoundOp>);
   add_kernels(t, "Ceil", CeilOp::kTypes, make_unary<CeilOp>);
   add_kernels(t, "Sigmoid", SigmoidOp::kTypes, make_unary<SigmoidOp>);
   add_kernels(t, "Tanh", TanhOp::kTypes, make_unary<TanhOp>);

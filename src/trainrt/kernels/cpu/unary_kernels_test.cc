@@ -94,6 +94,18 @@ TEST(UnaryKernels, FloatOpsMatchDoubleReferenceForEveryFloatDtypeAndSize) {
   }
 }
 
+// Halves go to the even neighbour (torch.round, numpy.round, ONNX Round); every float dtype.
+TEST(UnaryKernels, RoundTakesHalvesToEven) {
+  const std::vector<double> x = {-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 0.49, -0.51, 3.7, -3.2, 1e20, kInf, -kInf};
+  const std::vector<double> want = {-2, -2, -0.0, 0, 2, 2, 0, -1, 4, -3, 1e20, kInf, -kInf};
+  for (DType dtype : testing::kFloatDTypes) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const int64_t n = static_cast<int64_t>(x.size());
+    expect_close(run_node("Round", {from_doubles(dtype, {n}, x)})[0], from_doubles(dtype, {n}, want), 0, 0);
+  }
+  EXPECT_TRUE(std::isnan(run_node("Round", {from_doubles(DType::kF32, {1}, {kNan})})[0].data<float>()[0]));
+}
+
 TEST(UnaryKernels, SpecialValuesFollowIeee) {
   const std::vector<double> x = {kNan, kInf, -kInf, 0.0, -0.0, 1e-40, -1e-40, 200, -200};
   const Tensor in = from_doubles(DType::kF32, {9}, x);
