@@ -72,6 +72,36 @@ def test_a_parameter_read_only_through_detach_gets_grad_none(wrap):
 
 
 @pytest.mark.parametrize("wrap", WRAPPERS)
+def test_a_tensor_reached_only_through_zero_gradient_ops_gets_zeros_not_none(wrap):
+    """Eager's grad is None only where the autograd graph has no path (detach, an integer cast);
+    through floor, round, sign or x ** 0 the path exists and the gradient is zeros."""
+    class Paths(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.floored, self.rounded, self.detached, self.counted = (nn.Parameter(torch.randn(3)) for _ in range(4))
+            self.powered = nn.Parameter(torch.randn(3))
+
+        def forward(self, x):
+            return (x * torch.floor(self.floored) + torch.round(self.rounded).sign() + self.powered ** 0
+                    + self.detached.detach() + self.counted.long()).sum()
+
+    torch.manual_seed(0)
+    eager = Paths()
+    model = wrap(Paths())
+    model.load_state_dict(eager.state_dict())
+    x = torch.randn(4, 3, requires_grad=True)
+    eager(x).backward()
+    model(x.detach().requires_grad_()).backward()
+    assert model.fallback_reason is None
+    for (name, pe), (_, pm) in zip(eager.named_parameters(), model.named_parameters()):
+        if pe.grad is None:
+            assert pm.grad is None, name
+        else:
+            assert pm.grad is not None and torch.equal(pm.grad, pe.grad), name
+    assert eager.detached.grad is None and eager.counted.grad is None and eager.rounded.grad is not None
+
+
+@pytest.mark.parametrize("wrap", WRAPPERS)
 def test_a_module_whose_outputs_are_all_integers_runs_in_training_mode(wrap):
     """Predictions as class ids (argmax) and top-k indices in training mode with grad enabled:
     nothing to differentiate, so the outputs need no grad and the parameters keep grad None."""

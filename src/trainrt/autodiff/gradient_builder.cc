@@ -26,6 +26,7 @@ class Builder {
     std::vector<Value*> seeds = seed_gradients();
     mark_dependents();
     mark_reaching(seeds);
+    mark_connected(seeds);
     for (auto it = result_.forward_nodes.rbegin(); it != result_.forward_nodes.rend(); ++it)
       backprop_through(**it);
     publish_gradients();
@@ -113,6 +114,35 @@ class Builder {
     }
   }
 
+  // Values a seed depends on in torch's autograd graph: through float values and the inputs that
+  // `in_autograd_graph` keeps. A requested value connected to a seed only through ops whose gradient
+  // is zero (floor, round, sign, x ** 0, ...) gets zeros, as in eager; one not connected at all is
+  // unreached (eager's grad None).
+  void mark_connected(const std::vector<Value*>& seeds) {
+    std::vector<const Value*> stack(seeds.begin(), seeds.end());
+    while (!stack.empty()) {
+      const Value* v = stack.back();
+      stack.pop_back();
+      if (!connected_.insert(v).second || !v->producer) continue;
+      for (int i = 0; i < v->producer->num_inputs(); ++i)
+        if (carries_gradient(v->producer->input(i)) && in_autograd_graph(*v->producer, i))
+          stack.push_back(v->producer->input(i));
+    }
+  }
+
+  // Whether torch's autograd graph links the node's input i to its outputs: not StopGradient's
+  // (detach, no_grad blocks), not CastLike's target (read for its dtype), not a PythonOp input that
+  // is no autograd input of the Function (a tensor inside a list argument).
+  static bool in_autograd_graph(const Node& n, int i) {
+    if (n.domain() == kTrainrtDomain && n.op_type() == "StopGradient") return false;
+    if (n.domain() == kOnnxDomain && n.op_type() == "CastLike") return i == 0;
+    if (n.domain() == kTrainrtDomain && n.op_type() == "PythonOp") {
+      const std::vector<int64_t> differentiable = n.attr_ints("input_requires_grad", {});
+      return static_cast<size_t>(i) < differentiable.size() && differentiable[static_cast<size_t>(i)] != 0;
+    }
+    return true;
+  }
+
   bool needs_grad(const Value* v) const { return carries_gradient(v) && depends_.count(v) && reaches_.count(v); }
 
   // The accumulated gradient of v: its single contribution, or the Sum of all of them.
@@ -163,7 +193,7 @@ class Builder {
       Value* v = graph_.find_value(name);
       Value* g = accumulated(v);
       if (!g) {
-        result_.unreached.push_back(name);
+        if (!connected_.count(v)) result_.unreached.push_back(name);
         g = zeros_like(v);
       }
       // Rename the gradient value in place unless it cannot own the name: a graph input, the
@@ -197,7 +227,7 @@ class Builder {
   Graph& graph_;
   const GradientRequest& request_;
   GradientResult result_;
-  std::unordered_set<const Value*> depends_, reaches_, published_;
+  std::unordered_set<const Value*> depends_, reaches_, connected_, published_;
   std::unordered_map<const Value*, std::vector<Value*>> contributions_;
 };
 

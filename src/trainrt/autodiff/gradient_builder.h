@@ -31,7 +31,10 @@ struct GradientResult {
   std::vector<std::string> output_grad_inputs;  // graph inputs added for outputs_with_grad
   std::vector<const Node*> forward_nodes;       // the nodes that existed before (for partitioning)
   std::vector<std::string> forward_outputs;     // the graph outputs before gradients were added
-  std::vector<std::string> unreached;           // requested values the loss does not depend on (zero grads)
+  std::vector<std::string> unreached;           // requested values the loss does not depend on in torch's
+                                                // sense (zero grads; eager's None): no float path but through
+                                                // StopGradient. One reached only through floor, round, ...
+                                                // gets zeros too but is not listed (eager gives zeros).
 };
 
 GradientResult build_gradients(Graph& graph, const GradientRequest& request);
