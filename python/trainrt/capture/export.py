@@ -1,7 +1,8 @@
 """torch.export of a module in its current train/eval mode, with symbolic input dims where possible.
 
 Symbolic dims come in three levels, tried in this order by capture (api.py):
-- "all": every dim of every tensor input is torch.export.Dim.AUTO. Export keeps a dim symbolic
+- "all": every dim of every tensor input is torch.export.Dim.AUTO (of an image-like float input, of
+  rank 4 or more, only the batch dim: see _auto_dynamic_shapes). Export keeps a dim symbolic
   unless the model specializes it (a view to a literal size, a size 0 or 1, a guard that pins it)
   and infers which input dims are equal (the batch of the ids and of the labels, the sequence length
   of the ids and of the mask) as one symbol. A new batch size or sequence length then reuses the
@@ -215,9 +216,19 @@ def _by_parameter(module: torch.nn.Module, args: tuple, kwargs: dict, spec) -> d
 
 
 def _auto_dynamic_shapes(module: torch.nn.Module, args: tuple, kwargs: dict) -> dict:
-    """Dim.AUTO on every dim of every tensor, None for other leaves."""
-    return _by_parameter(module, args, kwargs, lambda x: {d: Dim.AUTO for d in range(x.dim())}
-                         if isinstance(x, torch.Tensor) and x.dim() else None)
+    """Dim.AUTO on every dim of every tensor, None for other leaves; but a float tensor of rank 4 or
+    more (images, videos) has its batch dim alone dynamic. Vision models cut H and W into windows
+    and patches with floor divisions, and torch.export's symbolic reasoning over them is slow (Swin's
+    capture: 355 s with H and W symbolic); a training run keeps its resolution, and a new one is
+    captured again, saying why."""
+    def dims(x):
+        if not isinstance(x, torch.Tensor) or not x.dim():
+            return None
+        if x.is_floating_point() and x.dim() >= 4:
+            return {0: Dim.AUTO}
+        return {d: Dim.AUTO for d in range(x.dim())}
+
+    return _by_parameter(module, args, kwargs, dims)
 
 
 def _batch_dynamic_shapes(module: torch.nn.Module, args: tuple, kwargs: dict) -> dict | None:
