@@ -102,31 +102,28 @@ class Builder {
     }
   }
 
-  // Values from which a seed is reachable.
+  // Values from which a seed is reachable, through float values and every input.
   void mark_reaching(const std::vector<Value*>& seeds) {
-    std::vector<const Value*> stack(seeds.begin(), seeds.end());
-    while (!stack.empty()) {
-      const Value* v = stack.back();
-      stack.pop_back();
-      if (!reaches_.insert(v).second || !v->producer) continue;
-      for (const Value* in : v->producer->inputs())
-        if (carries_gradient(in)) stack.push_back(in);
-    }
+    mark_upstream(seeds, reaches_, [](const Node&, int) { return true; });
   }
 
   // Values a seed depends on in torch's autograd graph: through float values and the inputs that
   // `in_autograd_graph` keeps. A requested value connected to a seed only through ops whose gradient
   // is zero (floor, round, sign, x ** 0, ...) gets zeros, as in eager; one not connected at all is
   // unreached (eager's grad None).
-  void mark_connected(const std::vector<Value*>& seeds) {
+  void mark_connected(const std::vector<Value*>& seeds) { mark_upstream(seeds, connected_, in_autograd_graph); }
+
+  // Adds to `marked` the seeds and every float value upstream of them through inputs `follow` keeps.
+  template <typename Follow>
+  static void mark_upstream(const std::vector<Value*>& seeds, std::unordered_set<const Value*>& marked,
+                            Follow follow) {
     std::vector<const Value*> stack(seeds.begin(), seeds.end());
     while (!stack.empty()) {
       const Value* v = stack.back();
       stack.pop_back();
-      if (!connected_.insert(v).second || !v->producer) continue;
+      if (!marked.insert(v).second || !v->producer) continue;
       for (int i = 0; i < v->producer->num_inputs(); ++i)
-        if (carries_gradient(v->producer->input(i)) && in_autograd_graph(*v->producer, i))
-          stack.push_back(v->producer->input(i));
+        if (carries_gradient(v->producer->input(i)) && follow(*v->producer, i)) stack.push_back(v->producer->input(i));
     }
   }
 
