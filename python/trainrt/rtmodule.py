@@ -501,11 +501,11 @@ class RTModule(torch.nn.Module):
         key = self._schema_key_of(flat, spec)
         engine = next((e for e in self._engines.get(key, []) if e.captured.accepts(shapes)), None)
         if engine is None:
-            for other in self._engines.get(key, [])[:1]:  # say why a capture of this structure does not serve
+            if self._engines.get(key):  # say why the capture of this structure does not serve
                 level = logging.INFO if self._said_recapture else logging.WARNING  # the first time loud, then INFO
                 self._said_recapture = True
                 _log.log(level, "trainrt: %s is captured again for input shapes %s: %s", type(self._module).__name__,
-                         shapes, other.captured.mismatch(shapes))
+                         shapes, self._engines[key][0].captured.mismatch(shapes))
             reason = _unsupported(self._module.parameters())
             if reason:
                 return self._fall_back_unsupported(reason, args, kwargs)

@@ -22,7 +22,7 @@ from typing import Callable
 import torch
 
 from trainrt.capture.context import OpContext, TensorValue
-from trainrt.capture.ops_shape import dim_axis
+from trainrt.capture.ops_shape import dim_axis, slice_
 
 COMPLEX_OPS: dict[str, Callable[[OpContext], object]] = {}
 
@@ -168,13 +168,8 @@ def unsqueeze(ctx: OpContext) -> str:
     return ctx.emit("Unsqueeze", [z.name, ctx.ints([dim_axis(ctx["dim"], z.rank + 1)])])
 
 
-@translates_complex("aten.slice.Tensor")
-def slice_(ctx: OpContext) -> str:
-    z = ctx.tensor("self")
-    start = 0 if ctx["start"] is None else ctx["start"]
-    end = 2**63 - 1 if ctx["end"] is None else ctx["end"]
-    axis = dim_axis(ctx["dim"], z.rank)
-    return ctx.emit("Slice", [z.name, ctx.ints([start]), ctx.ints([end]), ctx.ints([axis]), ctx.ints([ctx["step"]])])
+# The real translation serves: it makes the axis non-negative against the complex rank.
+translates_complex("aten.slice.Tensor")(slice_)
 
 
 @translates_complex("aten.view.default", "aten.reshape.default", "aten._unsafe_view.default")
