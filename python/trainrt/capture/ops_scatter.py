@@ -158,6 +158,11 @@ def _written(ctx: OpContext, hits: str, axis: int) -> str:
     return ctx.emit("Greater", [count, ctx.const(0, torch.int64)])
 
 
+def _summed(ctx: OpContext, hits: str, values: str, axis: int, dtype: torch.dtype) -> str:
+    """(.., n, ..): at each position, the sum of the values of the index entries that hit it."""
+    return ctx.emit("ReduceSum", [ctx.emit("Where", [hits, values, ctx.const(0, dtype)]), ctx.ints([axis])], keepdims=0)
+
+
 @translates("aten.scatter.value")
 def scatter_value(ctx: OpContext) -> str:
     """torch.scatter(x, dim, index, value): x with value at each position index names along dim,
@@ -183,9 +188,7 @@ def scatter_src(ctx: OpContext) -> str:
                               "translation (src must have the index's shape)")
     hits = _scatter_hits(ctx, x, axis, index)  # (.., k, n, ..)
     values = ctx.emit("Unsqueeze", [ctx.cast(src, x.dtype), ctx.ints([axis + 1])])  # (.., k, 1, ..)
-    written = ctx.emit("ReduceSum", [ctx.emit("Where", [hits, values, ctx.const(0, x.dtype)]), ctx.ints([axis])],
-                       keepdims=0)
-    return ctx.emit("Where", [_written(ctx, hits, axis), written, x])
+    return ctx.emit("Where", [_written(ctx, hits, axis), _summed(ctx, hits, values, axis, x.dtype), x])
 
 
 @translates("aten.scatter_reduce.two")
@@ -208,8 +211,7 @@ def scatter_reduce(ctx: OpContext) -> str:
     values = ctx.emit("Unsqueeze", [ctx.cast(src, x.dtype), ctx.ints([axis + 1])])  # (.., k, 1, ..)
     reached = _written(ctx, hits, axis)  # (.., n, ..)
     if reduce in ("sum", "mean"):
-        total = ctx.emit("ReduceSum", [ctx.emit("Where", [hits, values, ctx.const(0, x.dtype)]), ctx.ints([axis])],
-                         keepdims=0)
+        total = _summed(ctx, hits, values, axis, x.dtype)
         if include_self:
             total = ctx.emit("Add", [total, x])
         if reduce == "mean":
