@@ -7,7 +7,7 @@ what each rank returned.
 Each rank is a fresh spawned process with TRAINRT_FALLBACK_POLICY=FALLBACK_DISABLE and one
 intra-op thread (ranks share the cores: 2 on 2 here); the process group is up while the function runs. A rank
 that raises fails the call with its traceback; a collective waiting over a minute fails its rank;
-a hang fails the call after `timeout` seconds. A rank killed by a signal (an abort in C++: gloo's
+a hang fails the call after `timeout` seconds with each rank's Python stacks. A rank killed by a signal (an abort in C++: gloo's
 "terminate called after throwing", a failed glibc heap check) fails the call with the tail of that
 rank's stderr, where faulthandler wrote each thread's Python stack.
 """
@@ -18,6 +18,7 @@ import datetime
 import faulthandler
 import gc
 import os
+import signal
 import socket
 import tempfile
 import time
@@ -38,6 +39,7 @@ def _rank_main(rank: int, world_size: int, port: int, fn, args, out_dir: str) ->
     log = open(os.path.join(out_dir, f"rank{rank}.log"), "w")  # noqa: SIM115  (open for the process's life)
     os.dup2(log.fileno(), 2)
     faulthandler.enable(file=log)
+    faulthandler.register(signal.SIGUSR1, file=log, all_threads=True)  # the parent asks for stacks on a hang
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size),
                       LOCAL_RANK=str(rank), TRAINRT_FALLBACK_POLICY="FALLBACK_DISABLE")
     torch.set_num_threads(1)
@@ -64,6 +66,9 @@ def run_on_ranks(fn, *args, world_size: int = 2, timeout: float = 300.0) -> list
         try:
             while not context.join(timeout=1.0):
                 if time.monotonic() > deadline:
+                    for p in context.processes:  # each rank writes where it hangs to its log
+                        os.kill(p.pid, signal.SIGUSR1)
+                    time.sleep(1.0)
                     for p in context.processes:
                         p.kill()
                     raise TimeoutError(f"{world_size}-rank run of {fn.__name__} did not finish in {timeout:.0f} s"

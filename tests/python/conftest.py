@@ -48,6 +48,19 @@ def mlp_model():
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
+def pytest_sessionstart(session):
+    """DeepSpeed JIT-builds its CPU shared-memory op (~45 s, once) under torch's extensions dir. A build
+    killed midway leaves its `lock` file, and every later build waits on it forever: CI hung on one left
+    in the home directory. The tests build in this clone's build/ instead, and a lock found there when
+    the session starts belongs to a dead run (nothing in this session is building yet)."""
+    if "TORCH_EXTENSIONS_DIR" in os.environ:  # the user's own, maybe shared: left as it is
+        return
+    extensions = ROOT / "build" / "torch_extensions"
+    os.environ["TORCH_EXTENSIONS_DIR"] = str(extensions)
+    for lock in extensions.glob("*/lock"):
+        lock.unlink()
+
+
 @pytest.fixture
 def cli() -> str:
     """The trainrt CLI: $TRAINRT_CLI (set by `make test`), else the newest build/*/trainrt."""
