@@ -135,7 +135,7 @@ def _unsupported(tensors) -> str | None:
     for t in tensors:
         if t.device.type != "cpu":
             return f"a tensor on device {t.device} (the engine runs on the CPU)"
-        if t.dtype not in (torch.float32, torch.float64, torch.int64, torch.int32, torch.bool, torch.int8, torch.uint8):
+        if t.dtype not in (torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.bool, torch.int8, torch.uint8):
             return f"a tensor of dtype {t.dtype}"
     return None
 

@@ -2,9 +2,8 @@
 on 2 ranks (gloo, DeepSpeed's CPU accelerator) against the same DeepSpeed run without it: the fp32
 master parameters within 1e-4 relative, the same global gradient norms and the same skipped step
 (an inf loss), with the engine's overflow check and norm counted as the ones that ran. Two precisions:
-- bf16 (the CPU accelerator does not take fp16): DeepSpeed casts the module to bf16 and checks
-  overflow and the norm; the module is eager, since RTModule does not take bf16 parameters (its
-  gradient kernels are f32 / f64: GatherGrad refuses bf16);
+- bf16 (the CPU accelerator does not take fp16): DeepSpeed casts RTModule's module to bf16 and
+  checks overflow and the norm; the engine runs the bf16 model (test_low_precision_parameters.py);
 - engine-bf16: DeepSpeed in f32 around RTModule(mixed_precision="bf16"), fallback disabled; DeepSpeed
   takes the norm only (no overflow check in f32), and an inf / NaN norm skips the step."""
 
@@ -51,9 +50,9 @@ def _train(rank, stage, precision, engine_checks):
               "zero_optimization": {"stage": stage}, "gradient_clipping": 0.05}
     torch.manual_seed(0)
     model = TiedLM()
-    if precision == "bf16":  # DeepSpeed casts the module to bf16: RTModule does not take bf16 parameters
+    if precision == "bf16":  # DeepSpeed casts the module to bf16: the engine trains the bf16 model
         config["bf16"] = {"enabled": True}
-        wrapped = model
+        wrapped = trainrt.RTModule(model)
     else:  # f32 parameters and gradients, the engine's matmuls in bf16
         wrapped = trainrt.RTModule(model, mixed_precision="bf16")
     client = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.01)

@@ -1,7 +1,7 @@
 #include "trainrt/autodiff/grad_context.h"
 
+#include "trainrt/autodiff/low_precision.h"
 #include "trainrt/autodiff/register_gradients.h"
-
 #include "trainrt/core/error.h"
 #include "trainrt/ops/op_schema.h"
 
@@ -45,7 +45,14 @@ std::vector<Value*> GradContext::emit_multi(const std::string& op, const std::ve
   Node* n = graph_.add_node(op, inputs, names, domain, fresh_name(op + "_node"));
   for (const auto& [k, a] : attrs) n->set_attr(k, a);
   if (!domain.empty() && graph_.opset(std::string(domain)) == 0) graph_.set_opset(std::string(domain), 1);
-  infer_and_store(*n);
+  try {
+    infer_and_store(*n);
+  } catch (const ShapeError&) {
+    // A gradient op that takes f32 / f64 only, of a bf16 / f16 model: computed in f32 (low_precision.h).
+    const DType low = low_precision_input(*n);
+    if (low == DType::kUndefined) throw;
+    return compute_in_f32(graph_, n, low);
+  }
   return n->outputs();
 }
 

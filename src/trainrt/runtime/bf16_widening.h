@@ -1,4 +1,5 @@
-// widen_bf16_without_kernel: runs in f32 the nodes that read bf16 but have no bf16 kernel.
+// widen_bf16_without_kernel: runs in f32 the nodes that read bf16 (or f16) but have no kernel of
+// that dtype, through autodiff/low_precision.h's compute_in_f32.
 //
 // Under mixed precision the capture hands bf16 values from op to op as eager torch.autocast does
 // (python/trainrt/capture/autocast.py), and autodiff gives their gradients the same dtypes. A node
@@ -8,7 +9,8 @@
 //   each bf16 output <- Cast(to=bf16) of the node's now-f32 output,
 // so every other node sees the dtypes the graph had. The result is what the op computes on the
 // widened values, rounded once to bf16: torch's bf16 CPU kernels compute in f32 inside too.
-// Idempotent (a widened node reads f32). Which ops were widened is logged at verbose level.
+// The same holds for f16. Idempotent (a widened node reads f32). Which ops were widened is logged at
+// verbose level.
 //
 //   std::vector<std::string> ops = widen_bf16_without_kernel(graph, cpu_kernel_table());
 #pragma once

@@ -1,9 +1,14 @@
-// widen_bf16_without_kernel: a bf16 node with no bf16 kernel runs in f32 between casts, gives the
-// f32 kernel's result rounded once, and leaves nodes that have a bf16 kernel alone.
+// bf16 / f16 nodes the engine cannot run in that dtype compute in f32 between casts
+// (autodiff/low_precision.h), give the f32 result rounded once, and nodes that can are left alone:
+//   widen_bf16_without_kernel: no kernel of the dtype (at session build);
+//   LowPrecisionCompute: the schema refuses the dtype (a forward graph straight from capture);
+//   the gradient builder: a gradient op's schema refuses it (GatherGrad of a bf16 embedding).
 #include "trainrt/runtime/bf16_widening.h"
 
 #include <gtest/gtest.h>
 
+#include "trainrt/autodiff/gradient_builder.h"
+#include "trainrt/passes/low_precision_compute.h"
 #include "trainrt/core/testing.h"
 #include "trainrt/kernels/cpu/cpu_kernels.h"
 #include "trainrt/kernels/cpu/elementwise_test_util.h"
@@ -69,6 +74,72 @@ TEST(Bf16Widening, NodesWithBf16KernelsAndF32NodesAreLeftAlone) {
   auto g = softmax_relu_graph();  // the CPU table has bf16 Softmax and Relu
   EXPECT_TRUE(widen_bf16_without_kernel(*g, cpu_kernel_table()).empty());
   EXPECT_EQ(g->num_nodes(), 2);
+}
+
+std::vector<std::string> op_types(const Graph& g) {
+  std::vector<std::string> ops;
+  for (const Node* n : g.topological_order()) ops.push_back(n->op_type());
+  return ops;
+}
+
+TEST(LowPrecisionCompute, ANodeWhoseSchemaRefusesBf16RunsInF32BetweenCastsAndTheGraphInfers) {
+  // y = BatchNormalization(x, scale, bias, mean, var) in inference form, all bf16, no dtype stored
+  // past the inputs (as capture hands it over): BatchNormalization takes f32 and f64 only.
+  auto g = std::make_shared<Graph>();
+  g->set_opset("", 18);
+  Value* x = g->add_input("x", DType::kBF16, Shape::of({2, 3, 2, 2}));
+  std::vector<Value*> inputs = {x};
+  for (const char* name : {"scale", "bias", "mean", "var"}) inputs.push_back(g->add_input(name, DType::kBF16, Shape::of({3})));
+  Node* bn = g->add_node("BatchNormalization", inputs, {"bn"});
+  Node* relu = g->add_node("Relu", {bn->output(0)}, {"y"});
+  g->add_output(relu->output(0));
+  EXPECT_THROW(infer_graph_shapes(*g), ShapeError);
+
+  EXPECT_TRUE(LowPrecisionCompute().apply(*g));
+  infer_graph_shapes(*g);
+  EXPECT_EQ(op_types(*g), (std::vector<std::string>{"Cast", "Cast", "Cast", "Cast", "Cast", "BatchNormalization",
+                                                    "Cast", "Relu"}));
+  EXPECT_EQ(g->find_value("bn")->dtype, DType::kBF16);  // the same value, its readers kept
+  EXPECT_EQ(g->find_value("bn")->producer->input(0)->dtype, DType::kF32);
+  EXPECT_EQ(g->find_value("y")->dtype, DType::kBF16);
+  EXPECT_FALSE(LowPrecisionCompute().apply(*g));  // idempotent
+
+  std::vector<Tensor> feeds = {testing::random_of(DType::kBF16, {2, 3, 2, 2}, 1)};
+  for (int i = 0; i < 4; ++i) feeds.push_back(testing::random_of(DType::kBF16, {3}, 2 + i));
+  feeds[4] = testing::from_doubles(DType::kBF16, {3}, {0.5, 1.0, 2.0});  // variances > 0
+  const Tensor y = Session(g).run(feeds)[0];
+  std::vector<Tensor> wide;
+  for (const Tensor& t : feeds) wide.push_back(testing::from_doubles(DType::kF32, t.dims(), doubles_of(t)));
+  const Tensor reference = run_node("BatchNormalization", wide)[0];
+  std::vector<double> expected = doubles_of(testing::from_doubles(DType::kBF16, {2, 3, 2, 2}, doubles_of(reference)));
+  for (double& v : expected) v = v > 0 ? v : 0;
+  testing::expect_values(y, expected, 0, 0, "batch norm widened, then relu");
+}
+
+TEST(LowPrecisionCompute, TheGradientOfABf16EmbeddingIsGatherGradInF32RoundedOnce) {
+  // loss = ReduceSum(Gather(w, ids)): dW = scatter-add of ones over the ids' rows, in f32, then bf16.
+  auto g = std::make_shared<Graph>();
+  g->set_opset("", 18);
+  Value* w = g->add_input("w", DType::kBF16, Shape::of({5, 2}));
+  Value* ids = g->add_input("ids", DType::kI64, Shape::of({4}));
+  Node* gather = g->add_node("Gather", {w, ids}, {"rows"});
+  Node* sum = g->add_node("ReduceSum", {gather->output(0)}, {"loss"});
+  sum->set_attr("keepdims", Attribute::of_int(0));
+  g->add_output(sum->output(0));
+  infer_graph_shapes(*g);
+  const GradientResult r = build_gradients(*g, {.loss = "loss", .wrt = {"w"}});
+  const Value* dw = g->find_value(r.grad_of.at("w"));
+  EXPECT_EQ(dw->dtype, DType::kBF16);
+  bool gather_grad_in_f32 = false;
+  for (const Node* n : g->nodes())
+    gather_grad_in_f32 |= n->op_type() == "GatherGrad" && n->input(2)->dtype == DType::kF32;
+  EXPECT_TRUE(gather_grad_in_f32);
+
+  const std::vector<Tensor> out = Session(g).run({testing::random_of(DType::kBF16, {5, 2}, 7), Tensor::from_i64({0, 3, 3, 1})});
+  const size_t at = static_cast<size_t>(std::find_if(g->outputs().begin(), g->outputs().end(),
+                                                     [&](const Value* v) { return v == dw; }) - g->outputs().begin());
+  ASSERT_LT(at, out.size());
+  testing::expect_values(out[at], {1, 1, 1, 1, 0, 0, 2, 2, 0, 0}, 0, 0, "dW: row 3 twice, rows 2 and 4 never");
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include "trainrt/ops/op_schema.h"
 #include "trainrt/passes/common_subexpression_elimination.h"
 #include "trainrt/passes/label_sparsity.h"
+#include "trainrt/passes/low_precision_compute.h"
 #include "trainrt/passes/matmul_bias_fusion.h"
 #include "trainrt/passes/zero_input_elimination.h"
 #include "trainrt/plan/checkpoint_recompute.h"
@@ -48,6 +49,7 @@ ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::st
   joint_ = extract_subgraph(*graph_, nodes, const_values(graph_->inputs()), const_values(graph_->outputs()),
                             graph_->name);
   num_outputs_ = graph_->outputs().size();
+  LowPrecisionCompute().apply(*joint_);
   infer_graph_shapes(*joint_);  // the passes match on dims
   if (optimize) forward_passes().run(*joint_, &forward_pass_report_);
   if (label_sparsity_) {
@@ -105,7 +107,11 @@ ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::st
   last_backward_ = backward_.get();
   SessionOptions inference_options;
   inference_options.arena = options.arena;
-  inference_ = std::make_unique<Session>(graph_, inference_options);
+  // The inference session runs the captured graph; a copy of it where bf16 / f16 nodes needed widening.
+  std::shared_ptr<Graph> inference_graph = extract_subgraph(*graph_, nodes, const_values(graph_->inputs()),
+                                                            const_values(graph_->outputs()), graph_->name);
+  if (!LowPrecisionCompute().apply(*inference_graph)) inference_graph = graph_;
+  inference_ = std::make_unique<Session>(inference_graph, inference_options);
 }
 
 std::vector<Tensor> ModulePrograms::forward(const std::vector<Tensor>& inputs, ForwardState& state, uint64_t seed) {
