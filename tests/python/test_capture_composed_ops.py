@@ -463,10 +463,33 @@ def test_unfold(fn):
     assert_like_torch(module, lambda b: [randn(b, 3, 5, 6)])
 
 
+@pytest.mark.parametrize("fn, rows, windows", [
+    (nn.Fold((5, 6), kernel_size=2, stride=2, padding=(1, 0)), 3 * 4, 3 * 3),  # stride = kernel, padding dropped
+    (nn.Fold((6, 5), kernel_size=(2, 3), dilation=(2, 1), padding=1, stride=(1, 2)), 2 * 6, 6 * 3),
+    (nn.Fold((4, 5), kernel_size=3), 2 * 9, 2 * 3),  # overlapping windows sum
+    (lambda x: nn.functional.fold(x[0], (4, 4), 2, stride=2), 3 * 4, 2 * 2),  # unbatched (C * kh * kw, L)
+], ids=["strided-padded", "dilated", "overlapping", "unbatched"])
+def test_fold(fn, rows, windows):
+    """nn.Fold (aten.col2im) as ScatterElements adding each column entry (C * kh * kw rows, L
+    windows) to its pixel: images, and the gradient of the columns (im2col of dY, 0 for the
+    entries that fall in the padding)."""
+    assert_like_torch(fn if isinstance(fn, nn.Module) else Lambda(fn), lambda b: [randn(b, rows, windows)])
+
+
+def test_fold_of_unfold_as_mobilevitv2_restores_its_patches():
+    """MobileViTV2 unfolds a feature map into patches, attends over them and folds them back."""
+    def patches(x):
+        cols = nn.functional.unfold(x, kernel_size=2, stride=2)  # (b, 3 * 4, 6)
+        return nn.functional.fold(cols * cols.softmax(-1), (4, 6), kernel_size=2, stride=2)
+
+    assert_like_torch(Lambda(patches), lambda b: [randn(b, 3, 4, 6)])
+
+
 def test_a_number_read_only_by_a_check_needs_no_translation():
     """XLM's `assert lengths.max().item() <= slen` (a runtime assert in the exported graph, here
     written with torch._check): the item feeds the assert only (dropped), so the model runs in the
-    engine; an item a computation reads is still named as untranslated."""
+    engine; a float item a computation reads is still named as untranslated (an integer one sizes
+    tensors: test_capture_moe_ops.test_split_by_counts_read_with_item)."""
     def checked(x, lengths):
         torch._check(lengths.max().item() <= x.shape[1])
         return x * (torch.arange(x.shape[1]) < lengths[:, None]).unsqueeze(-1)

@@ -5,7 +5,9 @@ topk and sort (the engine's TopK: ties in index order, NaN above every number),
 histc (bins from linspace edges, counted), scatter with a value or a src (Where over a one-hot
 of the index), index_put of integers (an inverse permutation), transformers' grouped matmul
 (one MatMul against every expert, each row keeping its own), and the grouped_mm experts layer of
-transformers that uses them all. Each module runs at two batch sizes on one capture.
+transformers that uses them all; index_add (ScatterElements with reduction add) and a split by
+per-expert counts read with .tolist() (sizes known when the step runs), JetMoE's experts. Each
+module runs at two batch sizes on one capture.
 """
 
 import copy
@@ -227,6 +229,70 @@ def test_grouped_mm_experts_layer_of_qwen3_moe():
     config._experts_implementation = "grouped_mm"
     torch.manual_seed(0)
     block = Qwen3MoeSparseMoeBlock(config)
+    for p in block.parameters():  # made with torch.empty: the model's _init_weights fills them
+        nn.init.normal_(p, std=0.3)
+    assert_like_torch(block, lambda b: [randn(b, 5, 16, seed=b)], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("fn, inputs", [
+    (lambda x, s: x.index_add(0, torch.tensor([1, 0, 1, 3, 1]), s),  # repeated rows add up
+     lambda b: [randn(4, b), randn(5, b, seed=1)]),
+    (lambda x, s: x.index_add(1, torch.tensor([2, 2, 0]), s, alpha=-1.5),  # a middle dim, alpha
+     lambda b: [randn(b, 4, 2), randn(b, 3, 2, seed=1)]),
+    (lambda x, s: x.index_add(-1, torch.tensor([0, 3, 0, 0]), s * 2),  # the last dim
+     lambda b: [randn(b, 2, 4), randn(b, 2, 4, seed=1)]),
+    (lambda x, s: x.index_add(0, torch.tensor([0, 2, 0]), s),  # along the symbolic batch
+     lambda b: [randn(b, 3), randn(3, 3, seed=1)]),
+    (lambda x, s: x.index_add(0, torch.tensor([0]), s),  # 0-d
+     lambda b: [randn(()), randn((), seed=1)]),
+], ids=["rows", "middle-dim-alpha", "last-dim", "batch-dim", "scalar"])
+def test_index_add(fn, inputs):
+    assert_like_torch(Lambda(fn), inputs)
+
+
+def test_index_add_at_positions_computed_from_the_data():
+    """JetMoE puts each (token, expert) output back on its token: index_add at the token of each
+    entry of a sort, every token reached top_k times."""
+    def unsort(x):
+        order = x[:, :2].flatten().sort(0)[1]  # (2b,) the entries sorted by their value
+        return torch.zeros_like(x).index_add(0, order // 2, x.repeat_interleave(2, 0)[order] * 3)
+
+    assert_like_torch(Lambda(unsort), lambda b: [randn(b, 4)])
+
+
+class ExpertsBySplit(nn.Module):
+    """JetMoE's ParallelExperts: rows sorted by expert, split by the experts' counts read with
+    .tolist() (an unbacked size each), one Linear per expert, concatenated."""
+
+    def __init__(self, experts=3):
+        super().__init__()
+        self.experts = nn.ModuleList(nn.Linear(5, 4) for _ in range(experts))
+
+    def forward(self, x, expert):
+        counts = (expert[:, None] == torch.arange(len(self.experts))).sum(0).tolist()
+        rows = x[expert.sort(0)[1]].split(counts, dim=0)
+        return torch.cat([linear(r) for linear, r in zip(self.experts, rows)]) * 2
+
+
+def test_split_by_counts_read_with_item():
+    """Each expert's rows, sized when the step runs; expert 1 gets none at one batch size."""
+    def inputs(b):
+        expert = torch.tensor([0, 2, 1, 2, 0, 2, 1][:b]) if b == 7 else torch.tensor([2, 0, 0, 2, 2][:b])
+        return [randn(b, 5, seed=b), expert]
+
+    assert_like_torch(ExpertsBySplit(), inputs, batches=(5, 7))
+
+
+def test_moe_layer_of_jetmoe():
+    """JetMoE's MoE block as transformers runs it: router topk, scatter, counts read with .tolist(),
+    sort, a split by the counts, per-expert linears and index_add back onto the tokens."""
+    pytest.importorskip("transformers")
+    from transformers import JetMoeConfig
+    from transformers.models.jetmoe.modeling_jetmoe import JetMoeMoE
+
+    config = JetMoeConfig(hidden_size=16, intermediate_size=8, num_local_experts=4, num_experts_per_tok=2)
+    torch.manual_seed(0)
+    block = JetMoeMoE(config)
     for p in block.parameters():  # made with torch.empty: the model's _init_weights fills them
         nn.init.normal_(p, std=0.3)
     assert_like_torch(block, lambda b: [randn(b, 5, 16, seed=b)], rtol=1e-4, atol=1e-5)

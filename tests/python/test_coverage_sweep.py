@@ -40,6 +40,8 @@ SAMPLE = [
     "causal-lm/phi4_multimodal", "seq2seq/t5",
     # A router whose scores all tie (torch's topk order), complex rotary embeddings, tensor_split, FFTs.
     "causal-lm/afmoe", "causal-lm/llama4_text", "causal-lm/mamba", "masked-lm/fnet",
+    # Experts split by counts read with .tolist() (sizes known when the step runs), index_add.
+    "causal-lm/jetmoe",
 ]
 
 

@@ -6,7 +6,8 @@ aten.convolution.default. torch pads numeric padding p on both sides of an axis;
 only) pads dilation * (kernel - 1) in total, the odd pixel at the end (ONNX SAME_UPPER), and is
 emitted as explicit pads too so the engine never re-derives torch's rule. An unbatched input
 (C, D...) is given a batch of one and has it removed again. nn.Unfold (aten.im2col) is a Conv too,
-with a constant one-hot weight.
+with a constant one-hot weight; nn.Fold (aten.col2im), its transpose, a ScatterElements that adds
+each column entry to the pixel it came from.
 
 Not translated, with the reason in the UnsupportedATenOp: transposed convolutions (no ConvTranspose
 in the engine yet) and nn.Conv*d's padding modes other than 'zeros' ('reflect', 'replicate' and
@@ -19,6 +20,8 @@ from __future__ import annotations
 import torch
 
 from trainrt.capture.context import OpContext
+from trainrt.capture.onnx_builder import fill_value
+from trainrt.capture.ops_shape import reshape_to
 from trainrt.capture.registry import translates
 from trainrt.capture.symbolic import is_static
 
@@ -106,3 +109,39 @@ def im2col(ctx: OpContext) -> str:
                     pads=[ph, pw, ph, pw], strides=list(ctx["stride"]))  # (N, C * kh * kw, H', W')
     flat = ctx.emit("Reshape", [cols, ctx.ints([0, c * window, -1])])  # (N, C * kh * kw, L); 0 keeps N
     return ctx.emit("Squeeze", [flat, ctx.ints([0])]) if unbatched else flat
+
+
+@translates("aten.col2im.default")
+def col2im(ctx: OpContext) -> str:
+    """nn.Fold / F.fold: (N, C * kh * kw, L) -> (N, C, H, W), the transpose of im2col: each column
+    entry added to the pixel its window read (overlapping windows sum; entries that fall in the
+    padding are dropped). The target of each entry (k = i * kw + j, l) is known at capture, so
+    this is ScatterElements(zeros (N, C, H * W + 1), target, cols, axis=2, reduction='add') with
+    padding entries sent to the extra last slot, which a Slice drops. Its gradient is the
+    engine's: dCols = GatherElements(dY, target), im2col of dY (0 for padding), as torch's."""
+    x = ctx.tensor("self")
+    unbatched = x.rank == 2
+    name = ctx.emit("Unsqueeze", [x, ctx.ints([0])]) if unbatched else x.name
+    if not all(is_static(v) for v in ctx["output_size"]):
+        raise ctx.unsupported("with a symbolic output_size has no TrainRT translation")
+    height, width = (int(v) for v in ctx["output_size"])
+    (kh, kw), (dh, dw) = list(ctx["kernel_size"]), list(ctx["dilation"])
+    (ph, pw), (sh, sw) = list(ctx["padding"]), list(ctx["stride"])
+    rows = (height + 2 * ph - dh * (kh - 1) - 1) // sh + 1  # windows down and across: L = rows * cols
+    cols = (width + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    # target[k, l]: the flat pixel of window l = (r, c) at kernel offset k = (i, j); H * W in the padding.
+    i, j = torch.arange(kh * kw).div(kw, rounding_mode="floor"), torch.arange(kh * kw) % kw
+    r, c = torch.arange(rows * cols).div(cols, rounding_mode="floor"), torch.arange(rows * cols) % cols
+    h = r[None, :] * sh - ph + i[:, None] * dh  # (kh * kw, L)
+    w = c[None, :] * sw - pw + j[:, None] * dw
+    inside = (h >= 0) & (h < height) & (w >= 0) & (w < width)
+    target = torch.where(inside, h * width + w, height * width).reshape(1, 1, -1)  # (1, 1, kh * kw * L)
+    out = ctx.out.shape if not unbatched else (1, *ctx.out.shape)  # (N, C, H, W)
+    n, channels = out[0], out[1]
+    entries = reshape_to(ctx, name, [n, channels, target.shape[-1]])  # (N, C, kh * kw * L): row c * kh * kw + k
+    index = ctx.emit("Expand", [ctx.b.add_initializer(target, f"{ctx.node.name}/target"), ctx.emit("Shape", [entries])])
+    zeros = ctx.emit("ConstantOfShape", [ctx.ints([n, channels, height * width + 1])], value=fill_value(0, x.dtype))
+    summed = ctx.emit("ScatterElements", [zeros, index, entries], axis=2, reduction="add")  # (N, C, H * W + 1)
+    pixels = ctx.emit("Slice", [summed, ctx.ints([0]), ctx.ints([height * width]), ctx.ints([2])])
+    y = reshape_to(ctx, pixels, out)
+    return ctx.emit("Squeeze", [y, ctx.ints([0])]) if unbatched else y

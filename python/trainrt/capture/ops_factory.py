@@ -1,4 +1,5 @@
-"""Ops that make tensors (full / zeros / ones and their _like forms, arange) and dtype conversions.
+"""Ops that make tensors (full / zeros / ones and their _like forms, arange) and dtype conversions,
+including a one-element tensor's conversion to a Python number (`.item()`).
 
 Fills are ConstantOfShape over a shape that may be symbolic; an arange of static bounds is an
 initializer (export usually constant-folds those), a symbolic one a Range.
@@ -100,3 +101,19 @@ def copy(ctx: OpContext) -> str:
     if src.shape == tuple(ctx.out.shape):
         return y
     return ctx.emit("Expand", [y, ctx.ints(ctx.out.shape)])
+
+
+@translates("aten.item.default", "aten._local_scalar_dense.default")
+def item(ctx: OpContext):
+    """x.item() (and each element of x.tolist()) of an integer tensor: export gives it an unbacked
+    symbol u<k> that later ops use as a size (JetMoE's `inputs.split(expert_size)`, the per-expert
+    token counts). The symbol is bound to x as a [1]-shaped int64 tensor, so its sizes are computed
+    when the step runs (the engine infers such shapes at run time, as NonZero's); the node's value
+    stays the SymInt, which symbolic.py lowers where an op reads it. A float or bool item has no
+    size to stand for (a value read only by asserts never reaches here: translator._checked_only)."""
+    x, value = ctx.tensor("self"), ctx.node.meta["val"]
+    if not isinstance(value, (int, torch.SymInt)) or x.dtype.is_floating_point or x.dtype == torch.bool:
+        raise ctx.unsupported(f"of a {x.dtype} tensor has no TrainRT translation (integer tensors only)")
+    if not is_static(value):
+        ctx.symbols.add_value(value, ctx.emit("Reshape", [ctx.cast(x, torch.int64), ctx.ints([1])]))
+    return value

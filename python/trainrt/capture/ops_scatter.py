@@ -17,6 +17,10 @@ train (the gradient of x is dY where nothing was written, of v the sum of dY ove
   (batch, frames) mask), not for scattering rows into a large table.
 torch leaves duplicate positions undefined without accumulate; here their values add (a 0-d v
 is written once).
+
+index_add (`x.index_add(dim, index, source, alpha)`, the row sums of MoE layers that put each
+expert's output back on its token) is ScatterElements with reduction add, which the engine
+differentiates itself.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import math
 import torch
 
 from trainrt.capture.context import OpContext, TensorValue
-from trainrt.capture.ops_shape import reshape_to
+from trainrt.capture.ops_shape import dim_axis, reshape_to
 from trainrt.capture.registry import translates
 from trainrt.capture.symbolic import is_static
 
@@ -226,3 +230,28 @@ def scatter_reduce(ctx: OpContext) -> str:
             candidates = ctx.emit("Concat", [candidates, ctx.emit("Unsqueeze", [x, ctx.ints([axis])])], axis=axis)
         total = ctx.emit(op, [candidates, ctx.ints([axis])], keepdims=0)
     return ctx.emit("Where", [reached, total, x])
+
+
+@translates("aten.index_add.default")
+def index_add(ctx: OpContext) -> str:
+    """x.index_add(dim, index, source, alpha): y = x, then y[.., index[j], ..] += alpha *
+    source[.., j, ..] along dim, repeated indices adding up (JetMoE's
+    `zeros.index_add(0, batch_index, expert_outputs)`). index (k,) is expanded to source's shape
+    (x's except k at dim) and the add is ScatterElements(x, index, alpha * source, axis=dim,
+    reduction='add'), whose gradients are torch's: dX = dY and dSource = alpha * GatherElements(dY,
+    index), dY read at the position each entry was added to. A 0-d x (and source) is taken as (1,)."""
+    x, index, source = ctx.tensor("self"), ctx.tensor("index"), ctx.tensor("source")
+    alpha = ctx.args.get("alpha", 1)
+    rank = max(x.rank, 1)
+    axis = dim_axis(ctx["dim"], rank)
+    base = x.name if x.rank else reshape_to(ctx, x, [1])
+    updates = ctx.cast(source, x.dtype)
+    if not source.rank:
+        updates = reshape_to(ctx, updates, [1])
+    if alpha != 1:
+        updates = ctx.emit("Mul", [updates, ctx.operand(alpha, x.dtype)])
+    along = [-1 if d == axis else 1 for d in range(rank)]  # (1, .., k, .., 1)
+    entries = ctx.emit("Reshape", [ctx.cast(index, torch.int64), ctx.ints(along)])
+    entries = ctx.emit("Expand", [entries, ctx.emit("Shape", [updates])])  # source's shape
+    y = ctx.emit("ScatterElements", [base, entries, updates], axis=axis, reduction="add")
+    return y if x.rank else reshape_to(ctx, y, [])

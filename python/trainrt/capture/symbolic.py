@@ -2,8 +2,9 @@
 
 A dim export kept dynamic (a batch, a sequence length) is a sympy symbol in every FakeTensor shape and SymInt of the graph
 (`s0`, `5*s0`, `s0 // 2`). Each symbol has a source, a dim of a graph input, read with
-Shape(x, start=d, end=d+1); any expression over the symbols is then built from Add / Mul / Div / Max
-/ Min on 1-element int64 tensors. This is how view / reshape / expand / full with a symbolic batch
+Shape(x, start=d, end=d+1), or, for an unbacked u<k> read with `.item()`, the graph tensor holding
+it; any expression over the symbols is then built from Add / Mul / Div / Max / Min on 1-element
+int64 tensors. This is how view / reshape / expand / full with a symbolic batch
 become shape tensors the engine evaluates per run. Lowered expressions are cached, so `s0` is read
 once however many views use it.
 """
@@ -53,6 +54,14 @@ class SymbolTable:
                 self._sources[expr] = (value, d)
                 first_dim0 = d == 0 and name_dim0 and name_dim0 not in self._names.values()
                 self._names[expr] = name_dim0 if first_dim0 else str(expr)
+
+    def add_value(self, symbol, value: str) -> None:
+        """Records a symbol whose value a graph tensor holds: an unbacked u<k> of `.item()` /
+        `.tolist()` (ops_factory.item), `value` its [1]-shaped int64 tensor, which lowering then
+        reads directly (JetMoE splits its tokens by per-expert counts read this way)."""
+        expr = sym_expr(symbol)
+        self._lowered[expr] = value
+        self._names.setdefault(expr, str(expr))
 
     def dims(self, shape) -> list[int | str | None]:
         """ONNX dims of a shape: ints, dim_param names for symbols, None for compound expressions."""

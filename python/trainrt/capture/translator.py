@@ -322,7 +322,10 @@ class _Translator:
 
 def _wrap(result, val, dtypes=None):
     """Pairs a translation's output name(s) with the node's FakeTensor value(s): their shapes, and
-    their dtypes unless `dtypes` (shaped like val) gives others."""
+    their dtypes unless `dtypes` (shaped like val) gives others. A number (`.item()`) is its own
+    value: the translation returns the SymInt, which symbolic.py lowers where an op reads it."""
+    if isinstance(val, _SIZE_TYPES):
+        return result
     if isinstance(val, torch.Tensor):
         if not isinstance(result, str):
             raise CaptureError(f"translation returned {result!r} for a tensor output")
