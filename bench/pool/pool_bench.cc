@@ -1,5 +1,5 @@
-// Per-call time of the f32 pooling kernels on ResNet-like shapes: MaxPool, AveragePool and their
-// gradients, 3x3 stride 2 pad 1 (ResNet's stem pool) next to 2x2 stride 2, on X (64, 32, 32, 32).
+// Per-call time of the f32 pooling kernels on ResNet-like shapes: MaxPool, MaxPoolWithArgmax (the
+// training forward), AveragePool and their gradients, 3x3 stride 2 pad 1 (ResNet's stem pool) next to 2x2 stride 2, on X (64, 32, 32, 32).
 //
 // Each kernel is made once from the CPU kernel table (as a session makes it) and run on the
 // global thread pool; a figure is the median (and the fastest) of --reps timed calls after two
@@ -46,7 +46,9 @@ KernelFn make_kernel(Graph& g, const std::string& op, const std::string& domain,
   std::vector<Value*> values;
   for (size_t i = 0; i < inputs.size(); ++i)
     values.push_back(g.add_input(name + "_in" + std::to_string(i), inputs[i], Shape::unknown_rank()));
-  Node* node = g.add_node(op, values, {name + "_out"}, domain, name);
+  std::vector<std::string> outputs = {name + "_out"};
+  if (op == "MaxPoolWithArgmax") outputs.push_back(name + "_argmax");
+  Node* node = g.add_node(op, values, outputs, domain, name);
   node->set_attr("kernel_shape", Attribute::of_ints({p.kernel, p.kernel}));
   node->set_attr("strides", Attribute::of_ints({p.stride, p.stride}));
   node->set_attr("pads", Attribute::of_ints({p.pad, p.pad, p.pad, p.pad}));
@@ -58,8 +60,8 @@ struct Timing {
   double median_ms, min_ms;
 };
 
-Timing time_calls(const KernelFn& kernel, const std::vector<const Tensor*>& in, Tensor& out, int reps) {
-  Tensor* outs[] = {&out};
+Timing time_calls(const KernelFn& kernel, const std::vector<const Tensor*>& in, const std::vector<Tensor*>& outs,
+                  int reps) {
   KernelContext ctx;
   ctx.inputs = in;
   ctx.outputs = outs;
@@ -97,21 +99,23 @@ int main(int argc, char** argv) {
     if (only_kernel != 0 && only_kernel != p.kernel) continue;
     const int64_t o = (32 + 2 * p.pad - p.kernel) / p.stride + 1;
     Tensor dx = Tensor::empty(DType::kF32, x_dims), y = Tensor::empty(DType::kF32, {64, 32, o, o});
+    Tensor argmax = Tensor::empty(DType::kU8, {64, 32, o, o});
     const Tensor dy = random_tensor({64, 32, o, o}, 2);
     struct Run {
       const char* op;
       std::string domain;
       std::vector<DType> types;
       std::vector<const Tensor*> in;
-      Tensor* out;
+      std::vector<Tensor*> out;
     };
-    const Run runs[] = {{"MaxPool", "", {DType::kF32}, {&x}, &y},
-                        {"AveragePool", "", {DType::kF32}, {&x}, &y},
-                        {"MaxPoolGrad", domain, {DType::kF32, DType::kF32}, {&dy, &x}, &dx},
-                        {"AveragePoolGrad", domain, {DType::kF32, DType::kI64}, {&dy, &x_shape}, &dx}};
+    const Run runs[] = {{"MaxPool", "", {DType::kF32}, {&x}, {&y}},
+                        {"MaxPoolWithArgmax", domain, {DType::kF32}, {&x}, {&y, &argmax}},
+                        {"AveragePool", "", {DType::kF32}, {&x}, {&y}},
+                        {"MaxPoolGrad", domain, {DType::kF32, DType::kF32}, {&dy, &x}, {&dx}},
+                        {"AveragePoolGrad", domain, {DType::kF32, DType::kI64}, {&dy, &x_shape}, {&dx}}};
     for (const Run& r : runs) {
       if (!only_op.empty() && only_op != r.op) continue;
-      const Timing t = time_calls(make_kernel(g, r.op, r.domain, r.types, p), r.in, *r.out, reps);
+      const Timing t = time_calls(make_kernel(g, r.op, r.domain, r.types, p), r.in, r.out, reps);
       std::printf("{\"op\": \"%s\", \"kernel\": %lld, \"stride\": %lld, \"pad\": %lld, "
                   "\"x\": [64, 32, 32, 32], \"median_ms\": %.3f, \"min_ms\": %.3f}\n",
                   r.op, static_cast<long long>(p.kernel), static_cast<long long>(p.stride),
