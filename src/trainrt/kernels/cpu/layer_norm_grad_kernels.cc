@@ -11,7 +11,8 @@
 // a row that is in cache anyway. Rows are split into blocks run in parallel; each block sums its
 // rows' dScale and dBias into its own partial (cols) vectors, added up at the end (the result
 // does not depend on which thread ran which block). scale broadcasts to X's trailing
-// (normalized) dims; one that varies across rows is rejected. f32 and f64.
+// (normalized) dims; one that varies across rows is rejected. f32 and f64; f16 and bf16 compute in
+// f32 and round each output once, as torch's kernels for them do.
 #include <algorithm>
 #include <cmath>
 
@@ -66,35 +67,39 @@ const T* scale_as_row(const LayerNormGradSpec& s, const Tensor& scale, const std
 }
 
 // The rows [r0, r1) into dx (may be null) and the block's partial column sums ps, pb (pb null
-// when dBias is not wanted).
+// when dBias is not wanted), in the compute type C: f16 / bf16 rows are staged in float
+// (reduce_util.h), dx rounded once on store.
 template <typename T>
-void layer_norm_grad_rows(const LayerNormGradSpec& s, KernelContext& ctx, const T* scale, int64_t cols,
-                          int64_t r0, int64_t r1, T* ps, T* pb) {
+void layer_norm_grad_rows(const LayerNormGradSpec& s, KernelContext& ctx, const compute_t<T>* scale, int64_t cols,
+                          int64_t r0, int64_t r1, compute_t<T>* ps, compute_t<T>* pb) {
+  using C = compute_t<T>;
   const T* dy = ctx.in(0).data<T>();
   const T* x = ctx.in(1).data<T>();
   T* dx = ctx.has_out(0) ? ctx.out(0).data<T>() : nullptr;
   const bool stats = ctx.has_in(3) && ctx.has_in(4);
   for (int64_t r = r0; r < r1; ++r) {
-    const T* dyr = dy + r * cols;
-    const T* xr = x + r * cols;
+    const C* dyr = stage_in(dy + r * cols, 1, cols, cols, 0).data;
+    const C* xr = stage_in(x + r * cols, 1, cols, cols, 1).data;
     LayerNormRow row{.n = cols};
     if (stats) {
       row.mean = ctx.in(3).to_double(r);
       row.inv_std = ctx.in(4).to_double(r);
     } else {  // as the forward kernel: mean, then the sum of squared deviations from it
-      const T mean = row_sum(xr, cols) / static_cast<T>(cols);
-      const T var = row_sum_sq_dev(xr, cols, mean) / static_cast<T>(cols);
+      const C mean = row_sum(xr, cols) / static_cast<C>(cols);
+      const C var = row_sum_sq_dev(xr, cols, mean) / static_cast<C>(cols);
       row.mean = mean;
-      row.inv_std = T(1) / std::sqrt(var + static_cast<T>(s.epsilon));
+      row.inv_std = C(1) / std::sqrt(var + static_cast<C>(s.epsilon));
     }
     if (dx) {
-      T sum_g, sum_g_xhat;
-      layer_norm_grad_sums(dyr, xr, scale, cols, static_cast<T>(row.mean), static_cast<T>(row.inv_std), sum_g,
+      C sum_g, sum_g_xhat;
+      layer_norm_grad_sums(dyr, xr, scale, cols, static_cast<C>(row.mean), static_cast<C>(row.inv_std), sum_g,
                            sum_g_xhat);
       row.mean_g = static_cast<double>(sum_g) / static_cast<double>(cols);
       row.mean_g_xhat = static_cast<double>(sum_g_xhat) / static_cast<double>(cols);
     }
-    layer_norm_grad_row(dyr, xr, scale, dx ? dx + r * cols : nullptr, ps, pb, row);
+    const Staged<T> dxr = stage_out(dx ? dx + r * cols : nullptr, 1, cols, cols, 2);
+    layer_norm_grad_row(dyr, xr, scale, dx ? dxr.data : nullptr, ps, pb, row);
+    if (dx) commit(dxr, dx + r * cols, 1, cols, cols);
   }
 }
 
@@ -113,18 +118,32 @@ void layer_norm_grad(const LayerNormGradSpec& s, KernelContext& ctx) {
   for (int i = 3; i <= 4; ++i)
     if (ctx.has_in(i) && ctx.in(i).numel() != rows)
       throw ShapeError(fmt(s.node, ": input ", i, " is ", describe(ctx.in(i)), ", expected ", rows, " values"));
-  const T* scale = scale_as_row<T>(s, ctx.in(2), x.dims(), axis, cols);
+  using C = compute_t<T>;
+  const T* scale_t = scale_as_row<T>(s, ctx.in(2), x.dims(), axis, cols);
   const bool want_bias = ctx.has_out(2);
 
   ThreadPool& pool = ctx.threads();
   const int64_t blocks =
       std::max<int64_t>(1, std::min({rows, rows * cols / kMinTaskElements, int64_t{4} * pool.num_threads()}));
   const int64_t per_block = (rows + blocks - 1) / blocks;
-  T* partial = scratch<T>(3, blocks * 2 * cols);  // (block, {dScale, dBias}, cols)
-  std::fill(partial, partial + blocks * 2 * cols, T(0));
+  // The scale row and the partial sums in C. f32 / f64: thread-local scratch (the steady state
+  // allocates nothing); f16 / bf16: a vector of their own, since the float scratch slots stage rows.
+  std::vector<C> own;
+  const C* scale = nullptr;
+  C* partial = nullptr;  // (block, {dScale, dBias}, cols)
+  if constexpr (kIsFloat16<T>) {
+    own.assign(static_cast<size_t>(cols + blocks * 2 * cols), C(0));
+    for (int64_t i = 0; i < cols; ++i) own[static_cast<size_t>(i)] = to_compute(scale_t[i]);
+    scale = own.data();
+    partial = own.data() + cols;
+  } else {
+    scale = scale_t;
+    partial = scratch<T>(3, blocks * 2 * cols);
+    std::fill(partial, partial + blocks * 2 * cols, T(0));
+  }
   pool.parallel_for(blocks, 1, [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b) {
-      T* ps = partial + b * 2 * cols;
+      C* ps = partial + b * 2 * cols;
       layer_norm_grad_rows<T>(s, ctx, scale, cols, std::min(rows, b * per_block), std::min(rows, (b + 1) * per_block),
                               ps, want_bias ? ps + cols : nullptr);
     }
@@ -132,8 +151,14 @@ void layer_norm_grad(const LayerNormGradSpec& s, KernelContext& ctx) {
   for (int o = 1; o <= 2; ++o) {
     if (!ctx.has_out(o)) continue;
     T* out = ctx.out(o).data<T>();
-    std::fill(out, out + cols, T(0));
-    cols_add(out, partial + (o - 1) * cols, blocks, 2 * cols, cols);
+    if constexpr (kIsFloat16<T>) {
+      std::vector<C> sum(static_cast<size_t>(cols), C(0));
+      cols_add(sum.data(), partial + (o - 1) * cols, blocks, 2 * cols, cols);
+      for (int64_t i = 0; i < cols; ++i) out[i] = from_compute<T>(sum[static_cast<size_t>(i)]);
+    } else {
+      std::fill(out, out + cols, T(0));
+      cols_add(out, partial + (o - 1) * cols, blocks, 2 * cols, cols);
+    }
   }
 }
 
@@ -151,6 +176,8 @@ KernelFn make_layer_norm_grad(const Node& node) {
 void register_layer_norm_grad_kernels(KernelTable& t) {
   t.add(kTrainrtDomain, "LayerNormalizationGrad", DType::kF32, make_layer_norm_grad<float>);
   t.add(kTrainrtDomain, "LayerNormalizationGrad", DType::kF64, make_layer_norm_grad<double>);
+  t.add(kTrainrtDomain, "LayerNormalizationGrad", DType::kBF16, make_layer_norm_grad<BFloat16>);
+  t.add(kTrainrtDomain, "LayerNormalizationGrad", DType::kF16, make_layer_norm_grad<Half>);
 }
 
 }  // namespace trainrt

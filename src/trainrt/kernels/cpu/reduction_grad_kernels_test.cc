@@ -166,6 +166,37 @@ TEST(LayerNormGradKernels, MatchesTheReferenceWithAndWithoutStatistics) {
   }
 }
 
+TEST(LayerNormGradKernels, SixteenBitComputesInFloatAndRoundsOnce) {
+  // f16 / bf16 dY, X and scale (a bf16 model's LayerNorm, with and without the forward's
+  // statistics; one block and parallel blocks) against the f32 kernel on the same rounded values:
+  // the 16-bit kernel stages rows in float, runs the f32 math with the same blocks, and rounds each
+  // output once, so every element is the f32 result rounded to the nearest 16-bit value.
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{3, 10}, {512, 256}}) {
+    for (DType t : {DType::kBF16, DType::kF16}) {
+      const std::vector<int64_t> shape{rows, cols};
+      const auto narrow = [&](const Tensor& v) { return testing::from_doubles(t, v.dims(), doubles_of(v)); };
+      const auto widen = [&](const Tensor& v) { return testing::from_doubles(DType::kF32, v.dims(), doubles_of(v)); };
+      const Tensor x = narrow(random_tensor(shape, 3, -2.f, 3.f)), dy = narrow(random_tensor(shape, 4));
+      const Tensor scale = narrow(random_tensor({cols}, 5)), bias = narrow(random_tensor({cols}, 6));
+      const std::map<std::string, Attribute> attrs{{"axis", Attribute::of_int(-1)}};
+      const std::vector<Tensor> stats = run_node("LayerNormalization", {widen(x), widen(scale), widen(bias)}, attrs, 3);
+      for (bool with_stats : {false, true}) {
+        std::vector<Tensor> in{dy, x, scale}, wide_in{widen(dy), widen(x), widen(scale)};
+        if (with_stats) {
+          in.insert(in.end(), {stats[1], stats[2]});
+          wide_in.insert(wide_in.end(), {stats[1], stats[2]});
+        }
+        const std::vector<Tensor> got = run_grad("LayerNormalizationGrad", in, attrs, 3);
+        const std::vector<Tensor> wide = run_grad("LayerNormalizationGrad", wide_in, attrs, 3);
+        for (size_t o = 0; o < 3; ++o) {
+          ASSERT_EQ(got[o].dtype(), t);
+          testing::expect_close(got[o], narrow(wide[o]), 0, 0);
+        }
+      }
+    }
+  }
+}
+
 TEST(LayerNormGradKernels, InnerAxisBroadcastScaleAndOmittedOutputs) {
   // X (2, 3, 4) normalized over (3, 4) with a scale of (4) broadcast over the 3.
   const Tensor x = random_tensor({2, 3, 4}, 7);
