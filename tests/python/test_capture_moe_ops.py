@@ -296,3 +296,31 @@ def test_moe_layer_of_jetmoe():
     for p in block.parameters():  # made with torch.empty: the model's _init_weights fills them
         nn.init.normal_(p, std=0.3)
     assert_like_torch(block, lambda b: [randn(b, 5, 16, seed=b)], rtol=1e-4, atol=1e-5)
+
+
+class TorchGroupedMM(nn.Module):
+    """torch._grouped_mm(x (S, I), w (E, I, O), offs): what transformers' grouped_mm experts call
+    for bf16 experts; rows offs[e-1] <= s < offs[e] use w[e] (the last offset is S here: torch
+    leaves rows past it unwritten)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(3, 8, 8) * 0.3)
+
+    def forward(self, x, offs):
+        return torch._grouped_mm(x, self.w.to(x.dtype), offs=offs) * 2
+
+
+def test_torch_grouped_mm_of_bf16_experts_trains_as_eager():
+    """bf16 only: torch.export's fake kernel of _grouped_mm refuses f32. Expert 1 gets no rows."""
+    torch.manual_seed(0)
+    eager = TorchGroupedMM().bfloat16()
+    ours = trainrt.RTModule(copy.deepcopy(eager))
+    x = randn(6, 8).bfloat16()
+    offs = torch.tensor([2, 2, 6], dtype=torch.int32)
+    expected, got = eager(x, offs), ours(x, offs)
+    assert ours.fallback_reason is None
+    torch.testing.assert_close(got, expected, rtol=1e-2, atol=1e-2)
+    expected.square().sum().backward()
+    got.square().sum().backward()
+    torch.testing.assert_close(ours.w.grad, eager.w.grad, rtol=2e-2, atol=2e-2 * eager.w.grad.abs().max().item())

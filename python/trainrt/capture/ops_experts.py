@@ -1,5 +1,6 @@
 """transformers' grouped matmul of MoE experts (`transformers::grouped_mm_fallback`, the custom op
-its `grouped_mm` experts implementation calls on the CPU; transformers/integrations/moe.py).
+its `grouped_mm` experts implementation calls on the CPU; transformers/integrations/moe.py), and
+torch's own `torch._grouped_mm`, which it calls instead for bf16 / f16 experts.
 
     grouped_mm_fallback(x (S, I), w (E, I, O), offs (E,)) -> y (S, O)
 x holds the S token-expert pairs sorted by expert; offs[e] is the cumulative count of rows of
@@ -26,7 +27,24 @@ from trainrt.capture.registry import translates
 
 @translates("transformers.grouped_mm_fallback.default")
 def grouped_mm_fallback(ctx: OpContext) -> str:
-    x, w, offs = ctx.tensor("input"), ctx.tensor("weight"), ctx.tensor("offs")
+    return _grouped_mm(ctx, ctx.tensor("input"), ctx.tensor("weight"), ctx.tensor("offs"))
+
+
+@translates("aten._grouped_mm.default")
+def aten_grouped_mm(ctx: OpContext) -> str:
+    """torch._grouped_mm(x, w, offs): what transformers' grouped_mm experts call directly where torch
+    has the kernel (bf16 and f16 experts), the same product as grouped_mm_fallback. The (S, I) x
+    (E, I, O) form with offs is taken; a bias, another out_dtype or the other layouts (batched 3-D
+    x 3-D, offsets over K) are refused, naming the form."""
+    x, w = ctx.tensor("self"), ctx.tensor("mat2")
+    out_dtype = ctx.args.get("out_dtype")
+    if ctx.args.get("offs") is None or ctx.args.get("bias") is not None or out_dtype not in (None, x.dtype):
+        raise ctx.unsupported("other than (S, I) x (E, I, O) with offs, without bias or another out_dtype, "
+                              "has no translation")
+    return _grouped_mm(ctx, x, w, ctx.tensor("offs"))
+
+
+def _grouped_mm(ctx: OpContext, x, w, offs) -> str:
     if x.rank != 2 or w.rank != 3 or offs.rank != 1:
         raise ctx.unsupported(f"of shapes {x.shape}, {w.shape}, {offs.shape} has no translation "
                               "(x (S, I), w (E, I, O), offs (E,))")
