@@ -6,6 +6,9 @@
   and, on request (--modes), bf16 mixed precision:
     eager-bf16     eager with the forward under torch.autocast("cpu", dtype=torch.bfloat16)
     rtmodule-bf16  trainrt.RTModule(model, mixed_precision="bf16"), trainrt.optim.FusedAdam
+  and bf16 parameters (model.bfloat16(), float inputs cast to bf16, no autocast):
+    eager-bf16-params     eager, torch.optim.AdamW(fused=True)
+    rtmodule-bf16-params  trainrt.RTModule(model.bfloat16()), trainrt.optim.FusedAdam
 
 A step is zero_grad (to None), forward (the model returns the loss), backward and the optimizer step.
 A model whose spec asks for SGD (the tiny one: its step is the front end's fixed cost, not the
@@ -130,6 +133,31 @@ class RTBF16(RT):
         return trainrt.RTModule(model, mixed_precision="bf16")
 
 
-MODES: dict[str, type[Mode]] = {m.name: m for m in (Eager, Compile, RT, EagerBF16, RTBF16)}
+def _bf16_inputs(args: tuple) -> tuple:
+    return tuple(a.bfloat16() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args)
+
+
+class EagerBF16Params(Mode):
+    name = "eager-bf16-params"
+
+    def wrap(self, model):
+        return model.bfloat16()
+
+    def step(self, args: tuple) -> torch.Tensor:
+        return super().step(_bf16_inputs(args))
+
+
+class RTBF16Params(RT):
+    name = "rtmodule-bf16-params"
+
+    def wrap(self, model):
+        return super().wrap(model.bfloat16())
+
+    def step(self, args: tuple) -> torch.Tensor:
+        return super().step(_bf16_inputs(args))
+
+
+MODES: dict[str, type[Mode]] = {m.name: m for m in (Eager, Compile, RT, EagerBF16, RTBF16, EagerBF16Params,
+                                                    RTBF16Params)}
 DEFAULT_MODES = [Eager.name, Compile.name, RT.name]
 DDP_MODE = "ddp"  # on request: 2 spawned ranks per model, eager and RTModule DDP (trainrt.bench.ddp)
