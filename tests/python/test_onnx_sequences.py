@@ -1,6 +1,8 @@
 """SplitToSequence + SequenceAt, as torch.onnx.export(dynamo=True, optimize=False) writes split,
 chunk and unbind, are lowered to tensor ops at import (ir/onnx_sequences.h): each case against
-numpy and onnxruntime; a sequence read otherwise stays and is refused, naming the op."""
+numpy and onnxruntime, sizes given in the file or computed by the graph (a split by counts read
+from the data, as MoE experts split their tokens); a sequence read otherwise stays and is refused,
+naming the op."""
 
 import numpy as np
 import onnx
@@ -65,3 +67,37 @@ def test_a_sequence_read_otherwise_is_refused_naming_the_op():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString()
     with pytest.raises(trainrt.UnsupportedOp, match="SplitToSequence"):
         trainrt.Session(model).run([np.zeros(4, np.float32)])
+
+
+def _computed_split_model(positions):
+    """x (N, 3) split along 0 by sizes Concat(a, b, c) of three (1,) inputs: the exporter's form of
+    x.split(counts.tolist()), each size known only when the model runs."""
+    nodes = [helper.make_node("Concat", ["a", "b", "c"], ["sizes"], axis=0),
+             helper.make_node("SplitToSequence", ["x", "sizes"], ["seq"], axis=0)]
+    outputs = []
+    for k, p in enumerate(positions):
+        nodes.append(helper.make_node("Constant", [], [f"p{k}"], value_int=p))
+        nodes.append(helper.make_node("SequenceAt", ["seq", f"p{k}"], [f"y{k}"]))
+        outputs.append(helper.make_tensor_value_info(f"y{k}", TensorProto.FLOAT, None))
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])]
+    inputs += [helper.make_tensor_value_info(name, TensorProto.INT64, [1]) for name in "abc"]
+    graph = helper.make_graph(nodes, "computed", inputs, outputs)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString()
+
+
+@pytest.mark.parametrize("sizes", [(2, 3, 1), (0, 6, 0), (4, 0, 2)])
+def test_split_sizes_the_graph_computes_are_read_when_the_model_runs(sizes):
+    positions = (0, 1, 2, -1, -2)
+    model = _computed_split_model(positions)
+    session = trainrt.Session(model)
+    x = np.random.default_rng(1).standard_normal((6, 3)).astype(np.float32)
+    ort = pytest.importorskip("onnxruntime").InferenceSession(model, providers=["CPUExecutionProvider"])
+    for run in (sizes, sizes[::-1]):  # one session, other sizes at the next run
+        feeds = [x] + [np.array([s], np.int64) for s in run]
+        got = session.run(feeds)
+        edges = np.cumsum((0, *run))
+        parts = [x[edges[i]:edges[i + 1]] for i in range(3)]
+        for g, p in zip(got, positions):
+            np.testing.assert_array_equal(np.asarray(g), parts[p])
+        for g, ref in zip(got, ort.run(None, dict(zip(["x", "a", "b", "c"], feeds)))):
+            np.testing.assert_array_equal(np.asarray(g), ref)

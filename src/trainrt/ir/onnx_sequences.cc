@@ -1,5 +1,6 @@
 #include "trainrt/ir/onnx_sequences.h"
 
+#include <limits>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -51,6 +52,59 @@ onnx::NodeProto constant(const std::string& output, const std::string& attr, std
   c.output = {output};
   c.attribute.push_back(ints_attr(attr, std::move(v)));
   return c;
+}
+
+// Whether a computed split is the parts' sizes (1-D), not one size for equal parts (a scalar): the
+// file declares it 1-D (value_info, a graph input), or a Concat makes it (never a scalar; the
+// exporter concatenates the sizes it read with .tolist()).
+bool computed_sizes(const std::string& name, const std::vector<onnx::NodeProto>& nodes, const onnx::GraphProto& graph) {
+  for (const auto* infos : {&graph.value_info, &graph.input})
+    for (const onnx::ValueInfoProto& v : *infos)
+      if (v.name == name && v.type.kind == onnx::TypeProto::Kind::kTensor && v.type.has_shape)
+        return v.type.dims.size() == 1;
+  for (const onnx::NodeProto& n : nodes)
+    if (!n.output.empty() && n.output[0] == name) return n.op_type == "Concat" && n.domain.empty();
+  return false;
+}
+
+onnx::NodeProto node(const std::string& op, const std::string& name, std::vector<std::string> inputs,
+                     const std::string& output) {
+  onnx::NodeProto n;
+  n.op_type = op;
+  n.name = name;
+  n.input = std::move(inputs);
+  n.output = {output};
+  return n;
+}
+
+// Part p of x along `axis` where the graph computes the 1-D sizes s (torch.split by sizes read
+// from the data, as MoE experts split their tokens by per-expert counts):
+//   begin = sum(s[:p]), end = begin + s[p]  (p < 0 counts from the end, as ONNX Slice does)
+//   part  = Slice(x, begin, end, axis)
+// all evaluated when the step runs.
+void append_computed_part(std::vector<onnx::NodeProto>& out, const std::string& x, const std::string& sizes, int64_t p,
+                          int64_t axis, const std::string& base, const std::string& part) {
+  constexpr int64_t kToEnd = std::numeric_limits<int64_t>::max();
+  out.push_back(node("Cast", base + "/sizes", {sizes}, base + "/sizes"));
+  onnx::AttributeProto to;
+  to.name = "to", to.type = onnx::kAttrInt, to.i = 7;  // INT64
+  out.back().attribute.push_back(to);
+  out.push_back(constant(base + "/zero", "value_ints", {0}));
+  out.push_back(constant(base + "/p", "value_ints", {p}));
+  out.push_back(constant(base + "/p1", "value_ints", {p == -1 ? kToEnd : p + 1}));
+  std::string begin = base + "/zero";
+  if (p != 0) {
+    out.push_back(node("Slice", base + "/before", {base + "/sizes", base + "/zero", base + "/p"}, base + "/before"));
+    out.push_back(node("ReduceSum", base + "/begin", {base + "/before", base + "/zero"}, base + "/begin"));
+    onnx::AttributeProto keep;
+    keep.name = "keepdims", keep.type = onnx::kAttrInt, keep.i = 1;
+    out.back().attribute.push_back(keep);
+    begin = base + "/begin";
+  }
+  out.push_back(node("Slice", base + "/size", {base + "/sizes", base + "/p", base + "/p1"}, base + "/size"));
+  out.push_back(node("Add", base + "/end", {begin, base + "/size"}, base + "/end"));
+  out.push_back(constant(base + "/axes", "value_ints", {axis}));
+  out.push_back(node("Slice", base, {x, begin, base + "/end", base + "/axes"}, part));
 }
 
 }  // namespace
@@ -109,8 +163,15 @@ void lower_split_sequences(std::vector<onnx::NodeProto>& nodes, const onnx::Grap
       continue;
     }
     const Tensor split_value = constant_value(split.input[1], nodes, graph, dir);
-    if (!split_value.defined() || split_value.numel() == 0)
-      throw UnsupportedOp(fmt(where, ": the split is not a constant of the file"));
+    if (!split_value.defined()) {  // computed by the graph: sizes known when the step runs
+      if (!computed_sizes(split.input[1], nodes, graph))
+        throw UnsupportedOp(fmt(where, ": the split is computed by the graph and not known to be 1-D (the parts' "
+                                       "sizes); equal parts of a computed size are not supported"));
+      append_computed_part(out, x, split.input[1], p, axis, base, n.output[0]);
+      lowered.insert(it->second);
+      continue;
+    }
+    if (split_value.numel() == 0) throw UnsupportedOp(fmt(where, ": the split is empty"));
     const std::vector<int64_t> sizes = split_value.to_i64_vector();
     int64_t begin = 0, end = 0;
     if (split_value.rank() == 0) {  // a scalar: equal parts of that size, the last may be shorter (Slice clamps)

@@ -3,7 +3,9 @@
 //   seq = SplitToSequence(x, [split], axis, keepdims);   part = SequenceAt(seq, p)
 // becomes one op per part: Gather(x, p, axis) for unbind (no split, keepdims 0), else
 // Slice(x, begin, end, axis) over the part's rows (then Squeeze when keepdims is 0 and no split is
-// given), with p, and split where given, constants of the file (a Constant node or an initializer).
+// given), with p a constant of the file and split, where given, a constant (a Constant node or an
+// initializer) or 1-D sizes the graph computes (a Concat of sizes read from the data, as MoE
+// experts split their tokens: the part's bounds are summed from them when the model runs).
 // A SplitToSequence something else reads (SequenceLength, ConcatFromSequence, a loop) stays, and
 // its import fails as an unsupported op, named.
 #pragma once
