@@ -13,7 +13,7 @@
 //   softmax cross-entropy: dX[n, c, d] = (exp(log_prob[n, c, d]) - [c == t]) * s_i
 //   nll:                   dX[n, c, d] = -[c == t] * s_i
 // Labels outside [0, C) that are not ignore_index are an error naming the node and position.
-// f32 and f64, labels i32 or i64.
+// f32 and f64, and f16 / bf16 computed in f32 and rounded once (as torch's kernels); labels i32 or i64.
 #include <cstring>
 #include <string>
 
@@ -36,10 +36,11 @@ struct LossGradSpec {
   int64_t ignore_index = 0;
 };
 
-// The per-sample factors s (N * D) described above, in the compute type T.
+// The per-sample factors s (N * D) described above, in the compute type C of T (float for f16 and bf16).
 template <typename T, typename L>
 void sample_factors(const LossGradSpec& s, const KernelContext& ctx, const L* labels, int64_t samples,
-                    int64_t classes, T* factor) {
+                    int64_t classes, compute_t<T>* factor) {
+  using C = compute_t<T>;
   const Tensor& dloss = ctx.in(0);
   const T* weights = ctx.has_in(3) ? ctx.in(3).data<T>() : nullptr;
   const int64_t expected = s.reduction == Reduction::kNone ? samples : 1;
@@ -52,23 +53,25 @@ void sample_factors(const LossGradSpec& s, const KernelContext& ctx, const L* la
   for (int64_t i = 0; i < samples; ++i) {
     const int64_t t = static_cast<int64_t>(labels[i]);
     if (s.has_ignore_index && t == s.ignore_index) {
-      factor[i] = T(0);
+      factor[i] = C(0);
       continue;
     }
     if (t < 0 || t >= classes)
       throw ShapeError(fmt(s.node, ": label ", t, " at position ", i, " of input 2 is outside [0, ", classes, ")"));
-    const T w = weights ? weights[t] : T(1);
+    const C w = weights ? to_compute(weights[t]) : C(1);
     weight_total += static_cast<double>(w);
-    factor[i] = w * g[s.reduction == Reduction::kNone ? i : 0];
+    factor[i] = w * to_compute(g[s.reduction == Reduction::kNone ? i : 0]);
   }
   if (s.reduction == Reduction::kMean) {
-    const T inv = static_cast<T>(1.0 / weight_total);
+    const C inv = static_cast<C>(1.0 / weight_total);
     for (int64_t i = 0; i < samples; ++i) factor[i] *= inv;
   }
 }
 
+// f16 / bf16 slabs are staged in float (reduce_util.h) and dX rounded once on store.
 template <typename T, typename L>
 void loss_grad(const LossGradSpec& s, KernelContext& ctx, const L* labels) {
+  using C = compute_t<T>;
   Tensor& dx = ctx.out(0);
   if (dx.rank() < 2)
     throw ShapeError(fmt(s.node, ": the gradient has shape ", to_string(dx.dims()), ", expected (N, C, d1, ..., dk)"));
@@ -81,23 +84,29 @@ void loss_grad(const LossGradSpec& s, KernelContext& ctx, const L* labels) {
   if (s.softmax && ctx.in(1).dims() != dx.dims())
     throw ShapeError(fmt(s.node, ": input 1 (log_prob) is ", describe(ctx.in(1)), ", expected shape ",
                          to_string(dx.dims())));
-  T* factor = scratch<T>(0, n_samples * d);
+  C* factor = scratch<C>(0, n_samples * d);
   sample_factors<T>(s, ctx, labels, n_samples * d, classes, factor);
   const T* log_prob = s.softmax ? ctx.in(1).data<T>() : nullptr;
   T* out = dx.data<T>();
   const int64_t slab = classes * d;
   ctx.threads().parallel_for(n_samples, rows_per_task(slab), [&](int64_t begin, int64_t end) {
     for (int64_t n = begin; n < end; ++n) {
-      T* o = out + n * slab;
-      const T* f = factor + n * d;
-      if (!s.softmax) std::memset(static_cast<void*>(o), 0, static_cast<size_t>(slab) * sizeof(T));
-      else if (d == 1) exp_scale(log_prob + n * slab, o, f[0], classes);
-      else
-        for (int64_t c = 0; c < classes; ++c) exp_scale_cols(log_prob + n * slab + c * d, o + c * d, f, d);
+      const Staged<T> o_slab = stage_out(out + n * slab, 1, slab, slab, 2);
+      C* o = o_slab.data;
+      const C* f = factor + n * d;
+      if (!s.softmax) {
+        std::memset(static_cast<void*>(o), 0, static_cast<size_t>(slab) * sizeof(C));
+      } else {
+        const C* lp = stage_in(log_prob + n * slab, 1, slab, slab, 1).data;
+        if (d == 1) exp_scale(lp, o, f[0], classes);
+        else
+          for (int64_t c = 0; c < classes; ++c) exp_scale_cols(lp + c * d, o + c * d, f, d);
+      }
       for (int64_t k = 0; k < d; ++k) {
         const int64_t t = static_cast<int64_t>(labels[n * d + k]);
-        if (f[k] != T(0)) o[t * d + k] -= f[k];  // ignored samples (f = 0) may have any label
+        if (f[k] != C(0)) o[t * d + k] -= f[k];  // ignored samples (f = 0) may have any label
       }
+      commit(o_slab, out + n * slab, 1, slab, slab);
     }
   });
 }
@@ -125,6 +134,8 @@ void register_loss_grad_kernels(KernelTable& t) {
   for (const char* op : {"SoftmaxCrossEntropyLossGrad", "NegativeLogLikelihoodLossGrad"}) {
     t.add(kTrainrtDomain, op, DType::kF32, make_loss_grad<float>);
     t.add(kTrainrtDomain, op, DType::kF64, make_loss_grad<double>);
+    t.add(kTrainrtDomain, op, DType::kBF16, make_loss_grad<BFloat16>);
+    t.add(kTrainrtDomain, op, DType::kF16, make_loss_grad<Half>);
   }
 }
 

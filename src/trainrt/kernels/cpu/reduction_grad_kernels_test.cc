@@ -280,6 +280,40 @@ TEST(LossGradKernels, MatchTheReferenceOverReductionsWeightsAndIgnoredLabels) {
   }
 }
 
+TEST(LossGradKernels, SixteenBitComputesInFloatAndRoundsOnce) {
+  // A bf16 / f16 model's loss: dLoss, log_prob and weights in that dtype, (N, C) and (N, C, D),
+  // every reduction, ignored labels. The kernel stages each slab in float and rounds dX once: the
+  // f32 kernel's result on the same rounded inputs, rounded.
+  for (const std::vector<int64_t>& dims : {std::vector<int64_t>{6, 5}, {3, 4, 7}}) {
+    const int64_t n = dims[0], d = dims.size() == 3 ? dims[2] : 1;
+    std::vector<int64_t> label_dims{n};
+    if (dims.size() == 3) label_dims.push_back(d);
+    Tensor labels = Tensor::empty(DType::kI64, label_dims);
+    for (int64_t i = 0; i < n * d; ++i) labels.data<int64_t>()[i] = i % 4 == 3 ? -1 : (i * 7) % dims[1];
+    for (DType t : {DType::kBF16, DType::kF16}) {
+      const auto narrow = [&](const Tensor& v) { return testing::from_doubles(t, v.dims(), doubles_of(v)); };
+      const auto widen = [&](const Tensor& v) { return testing::from_doubles(DType::kF32, v.dims(), doubles_of(v)); };
+      const Tensor log_prob = narrow(random_tensor(dims, 10, -6.f, 0.f));
+      const Tensor weights = narrow(random_tensor({dims[1]}, 11, 0.5f, 2.f));
+      for (const char* reduction : {"none", "sum", "mean"}) {
+        const bool none = std::string(reduction) == "none";
+        const Tensor dloss = narrow(none ? random_tensor(label_dims, 12) : make_tensor<float>({}, {0.75f}));
+        const std::map<std::string, Attribute> attrs{{"reduction", Attribute::of_string(reduction)},
+                                                     {"ignore_index", Attribute::of_int(-1)}};
+        for (const char* op : {"SoftmaxCrossEntropyLossGrad", "NegativeLogLikelihoodLossGrad"}) {
+          const bool softmax = std::string(op) == "SoftmaxCrossEntropyLossGrad";
+          const Tensor second = softmax ? log_prob : Tensor::from_i64(dims);
+          const Tensor got = run_grad(op, {dloss, second, labels, weights}, attrs)[0];
+          const Tensor wide = run_grad(op, {widen(dloss), softmax ? widen(log_prob) : second, labels, widen(weights)},
+                                       attrs)[0];
+          ASSERT_EQ(got.dtype(), t);
+          testing::expect_close(got, narrow(wide), 0, 0);
+        }
+      }
+    }
+  }
+}
+
 TEST(LossGradKernels, LabelOutsideTheClassesThrowsNamingIt) {
   const Tensor labels = make_tensor<int64_t>({2}, {1, 3});
   try {
