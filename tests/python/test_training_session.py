@@ -59,3 +59,46 @@ def test_learning_rate_schedule_and_errors():
         trainrt.TrainingSession(linear_model(), append_loss="mse", output="y", label="label", optimizer="lion")
     with pytest.raises(trainrt.ShapeError):
         trainer.train_step([np.ones((2, 4), np.float32), np.ones((2, 1), np.float32)])
+
+
+def _bf16_bits_to_f32(bits: np.ndarray) -> np.ndarray:
+    """The engine hands bf16 to numpy as its raw bits (uint16): numpy has no bfloat16."""
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def test_a_bf16_model_with_an_f32_only_op_trains_as_torch():
+    """BatchNormalization (f32 / f64 in the engine) of bf16 values runs between casts
+    (passes/low_precision_compute.h): loss and gradients as torch's in bf16."""
+    import torch
+
+    rng = np.random.default_rng(0)
+    c = 3
+    values = {"scale": rng.uniform(0.5, 1.5, c), "bias": rng.standard_normal(c), "mean": rng.standard_normal(c) * 0.1,
+              "var": rng.uniform(0.5, 2, c)}
+    inits = [helper.make_tensor(k, TensorProto.BFLOAT16, [c], v.astype(np.float32).tolist()) for k, v in values.items()]
+    inits.append(numpy_helper.from_array(np.array([2, 3], np.int64), "axes"))
+    nodes = [helper.make_node("Cast", ["x"], ["xb"], to=TensorProto.BFLOAT16),
+             helper.make_node("BatchNormalization", ["xb", "scale", "bias", "mean", "var"], ["bn"]),
+             helper.make_node("Relu", ["bn"], ["r"]),
+             helper.make_node("ReduceMean", ["r", "axes"], ["m"], keepdims=0),
+             helper.make_node("Cast", ["m"], ["y"], to=TensorProto.FLOAT)]
+    graph = helper.make_graph(nodes, "bn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", c, 4, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", c])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString()
+    trainer = trainrt.TrainingSession(model, append_loss="mse", output="y", label="label", optimizer="sgd", lr=0.1,
+                                      frozen=["mean", "var"])
+    x = rng.standard_normal((2, c, 4, 4)).astype(np.float32)
+    label = rng.standard_normal((2, c)).astype(np.float32)
+    loss = trainer.train_step([x, label])
+
+    t = {k: torch.tensor(v, dtype=torch.float32).bfloat16() for k, v in values.items()}
+    scale, bias = t["scale"].requires_grad_(), t["bias"].requires_grad_()
+    y = torch.relu(torch.nn.functional.batch_norm(torch.tensor(x).bfloat16(), t["mean"], t["var"], scale, bias))
+    expected = torch.nn.functional.mse_loss(y.mean((2, 3)).float(), torch.tensor(label))
+    expected.backward()
+    assert loss == pytest.approx(expected.item(), rel=1e-2)
+    for name, p in (("scale", scale), ("bias", bias)):
+        got = _bf16_bits_to_f32(trainer.gradient(name))
+        np.testing.assert_allclose(got, p.grad.float().numpy(), rtol=2e-2, atol=1e-3, err_msg=name)
+    evaluated = trainer.eval_step([x, label])  # the evaluation session runs the bf16 model too
+    assert any(np.asarray(v).shape == (2, c) for v in evaluated)

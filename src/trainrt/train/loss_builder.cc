@@ -2,6 +2,7 @@
 
 #include "trainrt/core/error.h"
 #include "trainrt/ops/op_schema.h"
+#include "trainrt/passes/low_precision_compute.h"
 
 namespace trainrt {
 
@@ -12,6 +13,7 @@ LossKind parse_loss_kind(std::string_view name) {
 }
 
 std::string append_loss(Graph& graph, LossKind kind, const std::string& output, const std::string& label) {
+  LowPrecisionCompute().apply(graph);  // a bf16 / f16 model infers once its f32-only nodes are between casts
   infer_graph_shapes(graph);
   Value* out = graph.find_value(output);
   if (!out) throw InvalidModel(fmt("loss: '", output, "' is not a value of the model"));

@@ -13,6 +13,7 @@
 #include "trainrt/plan/checkpoint_recompute.h"
 #include "trainrt/plan/recompute_subgraphs.h"
 #include "trainrt/plan/saved_values.h"
+#include "trainrt/train/low_precision_graph.h"
 
 namespace trainrt {
 namespace {
@@ -107,11 +108,7 @@ ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::st
   last_backward_ = backward_.get();
   SessionOptions inference_options;
   inference_options.arena = options.arena;
-  // The inference session runs the captured graph; a copy of it where bf16 / f16 nodes needed widening.
-  std::shared_ptr<Graph> inference_graph = extract_subgraph(*graph_, nodes, const_values(graph_->inputs()),
-                                                            const_values(graph_->outputs()), graph_->name);
-  if (!LowPrecisionCompute().apply(*inference_graph)) inference_graph = graph_;
-  inference_ = std::make_unique<Session>(inference_graph, inference_options);
+  inference_ = std::make_unique<Session>(low_precision_graph(graph_), inference_options);
 }
 
 std::vector<Tensor> ModulePrograms::forward(const std::vector<Tensor>& inputs, ForwardState& state, uint64_t seed) {

@@ -10,7 +10,9 @@
 #include "trainrt/core/error.h"
 #include "trainrt/ir/onnx_export.h"
 #include "trainrt/optim/grad_ops.h"
+#include "trainrt/passes/low_precision_compute.h"
 #include "trainrt/plan/partition.h"
+#include "trainrt/train/low_precision_graph.h"
 
 namespace trainrt {
 namespace {
@@ -64,6 +66,7 @@ TrainingSession::TrainingSession(std::shared_ptr<Graph> graph, TrainingConfig co
   joint_ = extract_subgraph(*graph_, all_nodes(*graph_), const_values(graph_->inputs()), outputs, graph_->name + "_train");
   num_forward_outputs_ = outputs.size();
   loss_index_ = static_cast<int>(std::find(outputs.begin(), outputs.end(), loss) - outputs.begin());
+  LowPrecisionCompute().apply(*joint_);  // bf16 / f16 nodes whose schema takes f32 only: between casts
   infer_graph_shapes(*joint_);  // gradient rules read ranks and dims an exported file may not declare
   build_gradients(*joint_, {.loss = config_.loss, .wrt = param_names_});
 
@@ -72,7 +75,7 @@ TrainingSession::TrainingSession(std::shared_ptr<Graph> graph, TrainingConfig co
   options.seed = config_.seed;
   options.arena = std::make_shared<Arena>();  // train and eval steps never overlap: one block
   train_session_ = std::make_unique<Session>(joint_, options);
-  eval_session_ = std::make_unique<Session>(graph_, options);
+  eval_session_ = std::make_unique<Session>(low_precision_graph(graph_), options);
   grads_.resize(params_.size());
   states_.resize(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) slots_.push_back({param_names_[i], params_[i], grads_[i], states_[i]});
