@@ -29,10 +29,9 @@ from trainrt._C import (  # noqa: F401  (re-exported API)
     InvalidModel,
     OutOfMemory,
     ShapeError,
-    TrainingSession,
     UnsupportedOp,
 )
-from trainrt.session import Session  # noqa: F401
+from trainrt.session import Session, TrainingSession  # noqa: F401
 
 __version__ = "0.2.0"
 

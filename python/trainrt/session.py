@@ -1,4 +1,4 @@
-"""`trainrt.Session`: run an ONNX model in the engine from Python.
+"""`trainrt.Session`: run an ONNX model in the engine from Python; `trainrt.TrainingSession`: train one.
 
     session = trainrt.Session("model.onnx")            # or serialized ModelProto bytes
     (y,) = session.run([x])                            # numpy (or any DLPack CPU) arrays in, numpy out
@@ -80,3 +80,24 @@ class Session:
     def write_profile(self, path: str | os.PathLike) -> None:
         """Writes the profiled runs as a Chrome trace (chrome://tracing, Perfetto)."""
         self._session.write_profile(os.fspath(path))
+
+
+def _from_engine(array):
+    """An engine array as numpy gives it back: bf16 arrives as its uint16 bits (numpy has no bfloat16)
+    and becomes ml_dtypes.bfloat16; floating-point parameters and gradients are never uint16 otherwise."""
+    if _BFLOAT16 is not None and isinstance(array, np.ndarray) and array.dtype == np.uint16:
+        return array.view(_BFLOAT16)
+    return array
+
+
+class TrainingSession(_C.TrainingSession):
+    __doc__ = _C.TrainingSession.__doc__
+
+    def parameter(self, name: str) -> np.ndarray:
+        """A copy of a trainable parameter's current value (bf16 as ml_dtypes.bfloat16)."""
+        return _from_engine(super().parameter(name))
+
+    def gradient(self, name: str) -> np.ndarray:
+        """A copy of a parameter's gradient accumulated since the last optimizer step (bf16 as
+        ml_dtypes.bfloat16)."""
+        return _from_engine(super().gradient(name))

@@ -61,11 +61,6 @@ def test_learning_rate_schedule_and_errors():
         trainer.train_step([np.ones((2, 4), np.float32), np.ones((2, 1), np.float32)])
 
 
-def _bf16_bits_to_f32(bits: np.ndarray) -> np.ndarray:
-    """The engine hands bf16 to numpy as its raw bits (uint16): numpy has no bfloat16."""
-    return (bits.astype(np.uint32) << 16).view(np.float32)
-
-
 def test_a_bf16_model_with_an_f32_only_op_trains_as_torch():
     """BatchNormalization (f32 / f64 in the engine) of bf16 values runs between casts
     (passes/low_precision_compute.h): loss and gradients as torch's in bf16."""
@@ -98,7 +93,8 @@ def test_a_bf16_model_with_an_f32_only_op_trains_as_torch():
     expected.backward()
     assert loss == pytest.approx(expected.item(), rel=1e-2)
     for name, p in (("scale", scale), ("bias", bias)):
-        got = _bf16_bits_to_f32(trainer.gradient(name))
-        np.testing.assert_allclose(got, p.grad.float().numpy(), rtol=2e-2, atol=1e-3, err_msg=name)
+        got = trainer.gradient(name)
+        assert got.dtype.name == "bfloat16" and trainer.parameter(name).dtype.name == "bfloat16"  # ml_dtypes'
+        np.testing.assert_allclose(got.astype(np.float32), p.grad.float().numpy(), rtol=2e-2, atol=1e-3, err_msg=name)
     evaluated = trainer.eval_step([x, label])  # the evaluation session runs the bf16 model too
     assert any(np.asarray(v).shape == (2, c) for v in evaluated)
