@@ -78,10 +78,10 @@ def test_unsupported_data_falls_back_for_that_call_only(trainrt_log):
     torch.manual_seed(0)
     plain = Affine()
     model = trainrt.RTModule(plain)
-    half = torch.randn(2, 4, dtype=torch.float16)
-    with pytest.raises(RuntimeError):  # torch's own Linear refuses f16 input with f32 weights
-        model(half)
-    assert "FALLBACK_UNSUPPORTED_DATA" in trainrt_log.text and "float16" in trainrt_log.text
+    complex_input = torch.randn(2, 4, dtype=torch.complex64)
+    with pytest.raises(RuntimeError):  # torch's own Linear refuses complex input with f32 weights
+        model(complex_input)
+    assert "FALLBACK_UNSUPPORTED_DATA" in trainrt_log.text and "complex64" in trainrt_log.text
     x = torch.randn(2, 4)
     torch.testing.assert_close(model(x), plain(x))
     assert len(model._engines) == 1 and model.fallback_reason is None  # the f32 call ran in the engine
@@ -89,8 +89,8 @@ def test_unsupported_data_falls_back_for_that_call_only(trainrt_log):
 
 def test_unsupported_data_with_fallback_disabled_names_the_dtype(monkeypatch):
     monkeypatch.setenv("TRAINRT_FALLBACK_POLICY", "FALLBACK_DISABLE")
-    with pytest.raises(RuntimeError, match="float16"):
-        trainrt.RTModule(Affine())(torch.randn(2, 4, dtype=torch.float16))
+    with pytest.raises(RuntimeError, match="complex64"):
+        trainrt.RTModule(Affine())(torch.randn(2, 4, dtype=torch.complex64))
 
 
 def test_force_torch_forward_never_builds_an_engine(capture_count, monkeypatch, trainrt_log):

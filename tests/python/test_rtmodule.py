@@ -258,7 +258,8 @@ def test_detach_stops_gradients_like_torch():
 
 def test_replaced_or_converted_parameters_are_read_after_the_parameter_cache_was_filled():
     """RTModule looks parameters up by name only when one was replaced or given new storage; each
-    kind of change must still reach the engine: assignment, load_state_dict(assign=True), .double()."""
+    kind of change must still reach the engine: assignment, load_state_dict(assign=True), .half(), and
+    a conversion to a dtype the engine does not take falls back."""
     torch.manual_seed(0)
     eager = nn.Sequential(nn.Linear(4, 3), nn.Tanh(), nn.Linear(3, 2))
     model = trainrt.RTModule(copy.deepcopy(eager))
@@ -288,6 +289,11 @@ def test_replaced_or_converted_parameters_are_read_after_the_parameter_cache_was
         eager[0].bias.add_(1.0)
         model._module[0].bias.add_(1.0)
     check()
-    model.half()  # new storage of a dtype the engine does not take: falls back, announced
-    assert model(x.half()).dtype == torch.float16
-    assert model._fallback_reason is not None
+    model.half()  # new storage of another dtype: captured again, in f16
+    eager.half()
+    out = model(x.half())
+    assert out.dtype == torch.float16 and model._fallback_reason is None
+    torch.testing.assert_close(out, eager(x.half()), rtol=1e-2, atol=1e-2)
+    model.to(torch.complex64)  # a dtype the engine does not take: falls back, announced
+    assert model(x.to(torch.complex64)).dtype == torch.complex64
+    assert "complex64" in model._fallback_reason

@@ -17,9 +17,10 @@ def _raise_on_rank_1(rank, world_size):
     return rank
 
 
+@pytest.mark.slow  # waits out its timeout, long enough for both ranks to start on a loaded machine
 def test_a_hang_fails_with_each_ranks_python_stack():
     with pytest.raises(TimeoutError) as raised:
-        run_on_ranks(_hang, timeout=5)
+        run_on_ranks(_hang, timeout=40)
     message = str(raised.value)
     for rank in (0, 1):
         assert f"--- rank {rank} stderr (end) ---" in message
