@@ -520,6 +520,30 @@ def test_bool_mask_rows_as_bart_picks_its_last_eos_state():
     assert_like_torch(Lambda(head), _eos_rows)
 
 
+def _labels(batch):
+    labels = torch.randint(0, 3, (batch,), generator=torch.Generator().manual_seed(batch))
+    labels[1] = -100  # an unlabelled example, left out of the loss
+    return [randn(batch, 3, seed=batch), labels]
+
+
+def test_nonzero_indices_gather_the_labelled_rows_as_deberta_does():
+    """DeBERTa's classifier loss: `(labels >= 0).nonzero()` (K rows, K known when the step runs),
+    the logits and labels of those rows gathered, cross entropy over them; and nonzero of a 2-D
+    mask, whose (K, 2) indices pick elements."""
+    def labelled_loss(logits, labels):
+        index = (labels >= 0).nonzero()  # (K, 1)
+        picked = torch.gather(logits, 0, index.expand(index.size(0), logits.size(1)))  # (K, C)
+        return nn.functional.cross_entropy(picked, torch.gather(labels, 0, index.view(-1)))
+
+    assert_like_torch(Lambda(labelled_loss), _labels)
+
+    def picked_elements(x):
+        at = (x > 0).nonzero()  # (K, 2)
+        return x[at[:, 0], at[:, 1]] * 2
+
+    assert_like_torch(Lambda(picked_elements), lambda b: [randn(b, 4)])
+
+
 @pytest.mark.parametrize("fn", [
     lambda x, ids: x[ids > 5].sum(0),  # a mask of both leading dims: rows of x's last dim
     lambda x, ids: x[ids[:, 0] > 4].mean(),  # a mask of the batch dim only

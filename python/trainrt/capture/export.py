@@ -33,6 +33,7 @@ is the same.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import re
@@ -48,6 +49,7 @@ from trainrt.capture.checkpoint_regions import capture_checkpoints
 from trainrt.capture.cumulative_batch_norm import traceable_cumulative_batch_norms, untraceable_batch_norms
 from trainrt.capture.errors import CaptureError
 from trainrt.capture.inplace import functionalize_buffer_writes, functionalize_fresh_writes
+from trainrt.capture.python_asserts import asserts_as_runtime_checks
 
 SYMBOLIC_LEVELS = ("all", "batch", "none")
 _log = logging.getLogger("trainrt")
@@ -60,11 +62,13 @@ def export_program(module: torch.nn.Module, args: tuple, kwargs: dict, symbolic:
     placeholders' shapes say which dims are symbolic."""
     _refuse_untraceable_batch_norms(module)
     register_hf_cache_pytree()
+    retry_without_cache = "use_cache" not in kwargs and _takes_use_cache(module)
     with traceable_cumulative_batch_norms(module):
         try:
-            ep = _export_at_level(module, args, kwargs, symbolic, functions)
+            with _unflattenable_caches_fail_early(retry_without_cache):
+                ep = _export_at_level(module, args, kwargs, symbolic, functions)
         except _UnflattenableCache as e:
-            if "use_cache" in kwargs or not _takes_use_cache(module):
+            if not retry_without_cache:
                 raise CaptureError(f"torch.export failed for {type(module).__name__}: {e}") from e
             _log.warning("trainrt: %s returns a cache that torch.export cannot flatten (%s); captured with "
                          "use_cache=False, so the engine's outputs hold no past_key_values (pass use_cache=False "
@@ -94,6 +98,37 @@ def _takes_use_cache(module: torch.nn.Module) -> bool:
     hand on to their base model (Qwen3.5's sequence classifier)."""
     parameters = inspect.signature(module.forward).parameters.values()
     return any(p.name == "use_cache" or p.kind == inspect.Parameter.VAR_KEYWORD for p in parameters)
+
+
+@contextlib.contextmanager
+def _unflattenable_caches_fail_early(enabled: bool):
+    """A DynamicCache of layers that transformers' flattening refuses (linear-attention state
+    layers) fails export only when the outputs are flattened, after the whole trace (half of
+    Qwen3.5's capture). While this is on, making one fails at once with the flattening's own error,
+    and the retry with use_cache=False follows without the wasted trace. On only where that retry is
+    taken (`enabled`); a model that makes such a cache but would not return it is then captured with
+    use_cache=False too, the same training computation."""
+    if not enabled or "transformers" not in sys.modules:
+        yield
+        return
+    try:
+        from transformers.cache_utils import DynamicCache
+        from transformers.integrations.executorch import _get_cache_dict
+    except ImportError:  # a transformers without them: the failure comes at the end of the trace
+        yield
+        return
+    init = DynamicCache.__init__
+
+    def checked_init(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        if type(self) is DynamicCache:  # a subclass flattens in its own way, or not at all
+            _get_cache_dict(self)
+
+    DynamicCache.__init__ = checked_init
+    try:
+        yield
+    finally:
+        DynamicCache.__init__ = init
 
 
 class _UnflattenableCache(CaptureError):
@@ -201,8 +236,9 @@ def _export(module, args, kwargs, dynamic_shapes, functions: FunctionCapture) ->
         warnings.filterwarnings("ignore", message=r"The tensor attributes (\S+\._flat_weights\[\d+\](, )?)+ were "
                                 "assigned during export", category=UserWarning)
         # A user autograd.Function stays one node (autograd_function.py); a checkpointed block's
-        # nodes are marked for recompute (checkpoint_regions.py).
-        with keep_functions_opaque(functions), capture_checkpoints():
+        # nodes are marked for recompute (checkpoint_regions.py); a Python assert on a traced value
+        # is a runtime assert (python_asserts.py).
+        with keep_functions_opaque(functions), capture_checkpoints(), asserts_as_runtime_checks():
             return torch.export.export(module, tuple(args), dict(kwargs), dynamic_shapes=dynamic_shapes, strict=False)
 
 

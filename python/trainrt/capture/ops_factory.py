@@ -110,7 +110,7 @@ def item(ctx: OpContext):
     token counts). The symbol is bound to x as a [1]-shaped int64 tensor, so its sizes are computed
     when the step runs (the engine infers such shapes at run time, as NonZero's); the node's value
     stays the SymInt, which symbolic.py lowers where an op reads it. A float or bool item has no
-    size to stand for (a value read only by asserts never reaches here: translator._checked_only)."""
+    size to stand for (a value read only by asserts never reaches here: translator._CheckedOnly)."""
     x, value = ctx.tensor("self"), ctx.node.meta["val"]
     if not isinstance(value, (int, torch.SymInt)) or x.dtype.is_floating_point or x.dtype == torch.bool:
         raise ctx.unsupported(f"of a {x.dtype} tensor has no TrainRT translation (integer tensors only)")

@@ -255,6 +255,20 @@ def _masked_rows(ctx: OpContext, x: TensorValue, mask: TensorValue) -> str:
     return picked
 
 
+@translates("aten.nonzero.default")
+def nonzero(ctx: OpContext) -> str:
+    """torch.nonzero(x): the (K, rank) int64 indices of x's nonzero elements, in row-major order;
+    ONNX NonZero gives them as (rank, K), hence the Transpose. K depends on x's values: NonZero
+    sizes it when the step runs, and its symbol (export's unbacked u<k>) is read from the result's
+    dim 0 where a later op needs it (DeBERTa's classifier gathers the rows whose label is >= 0)."""
+    x = ctx.tensor("self")
+    if x.rank == 0:
+        raise ctx.unsupported("of a 0-d tensor has no TrainRT translation")
+    indices = ctx.emit("Transpose", [ctx.emit("NonZero", [x])], perm=[1, 0])  # (K, rank)
+    ctx.symbols.add_source(indices, ctx.out.shape)
+    return indices
+
+
 @translates("aten.embedding.default")
 def embedding(ctx: OpContext) -> str:
     """Rows of the weight: Gather on axis 0. nn.Embedding(padding_idx=p) (aten passes p >= 0, -1

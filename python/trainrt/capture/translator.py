@@ -42,6 +42,8 @@ _SIZE_OPS = {aten.sym_size.int, aten.sym_numel.default, aten.sym_stride.int, ate
 # Checks torch.export leaves in the graph; they compute nothing the engine needs.
 _ASSERTS = {aten._assert_scalar.default, aten._assert_tensor_metadata.default,
             aten.sym_constrain_range_for_size.default, aten.sym_constrain_range.default, aten._assert_async.msg}
+# Tensor to Python number (x.item(), each element of x.tolist()).
+_ITEMS = {aten.item.default, aten._local_scalar_dense.default}
 # Values of Python arithmetic on sizes (operator.mul on SymInts, ...); the FakeTensor value carries
 # the expression.
 _SIZE_TYPES = (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)
@@ -68,29 +70,40 @@ def _returns_an_input(node) -> bool:
         node = source
     return isinstance(node, torch.fx.Node) and node.op == "placeholder"
 
-def _checked_only(node: torch.fx.Node) -> bool:
-    """A value that only runtime checks read, through its sizes or as a Python number: XLM's
-    `assert lengths.max().item() <= slen`, BART's `len(torch.unique_consecutive(eos_counts)) > 1`.
-    Export leaves them as asserts on unbacked symbols, which the engine does not need (the asserts
-    are dropped), so the value needs no translation; any other reader needs it translated."""
-    if not node.users:
-        return False
-    pending, seen = list(node.users), set()
-    while pending:
-        user = pending.pop()
-        if user in seen:
-            continue
-        seen.add(user)
-        if user.op != "call_function":
+class _CheckedOnly:
+    """Which values only runtime checks read, through their sizes, as Python numbers, or through
+    functional ops computed for the checks alone: XLM's `assert lengths.max().item() <= slen`,
+    BART's `len(torch.unique_consecutive(eos_counts)) > 1`, ProphetNet's `assert torch.all(ids >=
+    0).item()` and I-BERT's `assert x.isnan().sum() == 0` (python_asserts.py). Export leaves them
+    as asserts on unbacked symbols, which the engine does not need (the asserts are dropped), so
+    those values need no translation; a value any other reader takes is translated.
+
+    One pass per graph, from its output back (a node's readers come after it), so that each
+    question is a lookup: `checked_only(node)`."""
+
+    def __init__(self) -> None:
+        self._for_checks: dict[torch.fx.Node, bool] = {}  # node -> computed only for checks
+        self._graphs: set[torch.fx.Graph] = set()
+
+    def __call__(self, node: torch.fx.Node) -> bool:
+        if node.graph not in self._graphs:
+            self._graphs.add(node.graph)
+            for n in reversed(node.graph.nodes):
+                self._for_checks[n] = self._computes_for_checks(n)
+        return bool(node.users) and all(self._for_checks[u] for u in node.users)
+
+    def _computes_for_checks(self, node: torch.fx.Node) -> bool:
+        if node.op != "call_function":
             return False
-        if user.target in _ASSERTS:
-            continue
-        if user.target is operator.getitem or user.target in _SIZE_OPS or (
-                not isinstance(user.target, torch._ops.OpOverload) and isinstance(user.meta.get("val"), _SIZE_TYPES)):
-            pending.extend(user.users)  # an output of it, its size, arithmetic on those
-            continue
-        return False
-    return True
+        if node.target in _ASSERTS:
+            return True
+        read_for_checks = all(self._for_checks[u] for u in node.users)
+        if node.target is operator.getitem or node.target in _SIZE_OPS or node.target in _ITEMS or (
+                not isinstance(node.target, torch._ops.OpOverload) and isinstance(node.meta.get("val"), _SIZE_TYPES)):
+            return read_for_checks  # an output of a value, its size, a number, arithmetic on those
+        # A functional ATen op read by checks alone (one nobody reads is translated, as before).
+        return (read_for_checks and bool(node.users) and isinstance(node.target, torch._ops.OpOverload)
+                and not node.target._schema.is_mutable)
 
 
 class _ReadsUntranslated(Exception):
@@ -132,6 +145,7 @@ class _Translator:
         self.recompute_regions: dict[str, int] = {}
         self.layers: dict[str, int] = {}
         self.layer_of = repeated_layers(ep.graph.nodes)
+        self.checked_only = _CheckedOnly()
 
     def run(self, user_input_order: list[str], batch_name: str | None) -> Translation:
         params, buffers = self._inputs(user_input_order, batch_name)
@@ -210,7 +224,7 @@ class _Translator:
         elif target in _ASSERTS:
             return
         elif target in _SIZE_OPS or (not isinstance(target, torch._ops.OpOverload)
-                                     and isinstance(node.meta.get("val"), _SIZE_TYPES)) or _checked_only(node):
+                                     and isinstance(node.meta.get("val"), _SIZE_TYPES)) or self.checked_only(node):
             self.env[node] = node.meta["val"]  # symbolic.py computes it when an op needs it
         else:
             self.env[node] = self._aten(node)
