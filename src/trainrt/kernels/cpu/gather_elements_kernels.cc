@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "trainrt/core/error.h"
+#include "trainrt/kernels/cpu/reduce_util.h"
 #include "trainrt/kernels/cpu/tensor_kernels.h"
 #include "trainrt/kernels/kernel.h"
 
@@ -99,19 +100,28 @@ KernelFn make_gather_elements_grad(const Node& node) {
   };
 }
 
+// Combines in T's own arithmetic; f16 / bf16 in float, rounded on each store, as torch's scatter
+// of those dtypes.
 template <typename T>
 void scatter_elements(const Node& node, const std::string& reduction, const Tensor& indices, const Tensor& updates,
                       int64_t axis, Tensor& out) {
+  using A = std::conditional_t<kIsFloat16<T>, float, T>;
+  const auto load = [](T x) -> A {
+    if constexpr (kIsFloat16<T>) return to_compute(x);
+    else return x;
+  };
   T* o = out.data<T>();
   const T* u = updates.data<T>();
   visit_index(indices, [&]<typename I>() {
     for_each_element<I>(node, out.dims(), indices, axis, [&](int64_t e, int64_t offset) {
-      T& v = o[offset];
-      if (reduction == "add") v = v + u[e];
-      else if (reduction == "mul") v = v * u[e];
-      else if (reduction == "max") v = v < u[e] ? u[e] : v;
-      else if (reduction == "min") v = u[e] < v ? u[e] : v;
-      else v = u[e];
+      const A v = load(o[offset]), w = load(u[e]);
+      A r = w;
+      if (reduction == "add") r = v + w;
+      else if (reduction == "mul") r = v * w;
+      else if (reduction == "max") r = v < w ? w : v;
+      else if (reduction == "min") r = w < v ? w : v;
+      if constexpr (kIsFloat16<T>) o[offset] = from_compute<T>(r);
+      else o[offset] = r;
     });
   });
 }
@@ -128,8 +138,9 @@ KernelFn make_scatter_elements(const Node& node) {
                            to_string(ctx.in(1).dims())));
     const int64_t axis = axis_attr < 0 ? axis_attr + data.rank() : axis_attr;
     visit_dtype(data.dtype(), [&]<typename T>() {
-      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, int64_t> ||
-                    std::is_same_v<T, int32_t> || std::is_same_v<T, int8_t> || std::is_same_v<T, uint8_t>)
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || kIsFloat16<T> ||
+                    std::is_same_v<T, int64_t> || std::is_same_v<T, int32_t> || std::is_same_v<T, int8_t> ||
+                    std::is_same_v<T, uint8_t>)
         scatter_elements<T>(node, reduction, ctx.in(1), ctx.in(2), axis, out);
       else
         throw UnsupportedOp(fmt(node.describe(), ": no CPU kernel for dtype ", dtype_name(data.dtype())));

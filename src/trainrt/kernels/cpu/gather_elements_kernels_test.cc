@@ -2,6 +2,7 @@
 
 #include "trainrt/core/testing.h"
 #include "trainrt/kernels/cpu/cpu_kernels.h"
+#include "trainrt/kernels/cpu/elementwise_test_util.h"
 #include "trainrt/kernels/cpu/node_runner.h"
 
 namespace trainrt {
@@ -44,6 +45,26 @@ TEST(GatherElementsKernel, GradAddsEachGradientWhereItWasReadWithRepeats) {
   expect_close(axis1[0], make_tensor<float>({2, 4}, {0, 0, 0, 3, 12, 0, 0, 0}));
   const Tensor out_of_range = make_tensor<int64_t>({1, 2}, {0, 2});  // index 2 on an axis of 2
   EXPECT_THROW(run_grad({Tensor::from_i64({2, 2}), out_of_range, make_tensor<float>({1, 2}, {1, 1})}, 1), ShapeError);
+}
+
+// ScatterElements of f16 / bf16 data (a bf16 model's index_add): each update combines in float and
+// is rounded on store, in index order, as torch's scatter of those dtypes; values are chosen so
+// that rounding shows: 256 + 1 is 256 in bf16 (8 bits of mantissa), and 256 + 1 + 1 still is.
+TEST(ScatterElementsKernel, SixteenBitFloatsCombineInFloatAndRoundOnEachStore) {
+  for (DType t : {DType::kBF16, DType::kF16}) {
+    const auto of = [&](std::vector<int64_t> dims, std::vector<double> v) { return testing::from_doubles(t, dims, v); };
+    const Tensor data = of({3}, {256, 2, -1});
+    const Tensor idx = make_tensor<int64_t>({4}, {0, 0, 1, 2});
+    const Tensor updates = of({4}, {1, 1, 0.5, 3});
+    const std::vector<double> added = t == DType::kBF16 ? std::vector<double>{256, 2.5, 2} : std::vector<double>{258, 2.5, 2};
+    const std::map<std::string, Attribute> add{{"axis", Attribute::of_int(0)}, {"reduction", Attribute::of_string("add")}};
+    testing::expect_values(run_node("ScatterElements", {data, idx, updates}, add)[0], added, 0, 0, std::string(dtype_name(t)));
+    const std::map<std::string, Attribute> max{{"axis", Attribute::of_int(0)}, {"reduction", Attribute::of_string("max")}};
+    testing::expect_values(run_node("ScatterElements", {data, idx, updates}, max)[0], {256, 2, 3}, 0, 0, std::string(dtype_name(t)));
+    const std::map<std::string, Attribute> none{{"axis", Attribute::of_int(0)}};
+    testing::expect_values(run_node("ScatterElements", {data, make_tensor<int64_t>({2}, {2, 1}), of({2}, {7, -4})}, none)[0],
+                           {256, -4, 7}, 0, 0, std::string(dtype_name(t)));
+  }
 }
 
 }  // namespace
