@@ -541,6 +541,37 @@ def test_a_cache_that_cannot_be_flattened_is_captured_without_it(make, monkeypat
         torch.testing.assert_close(po.grad, pe.grad, msg=name)
 
 
+TRACED_PAST_CACHE = []
+
+
+class LinearAttentionCaching(nn.Module):
+    """Qwen3.5's model: a DynamicCache of a linear-attention and a full-attention layer, made
+    before the layers run and returned, which transformers' flattening refuses."""
+
+    def __init__(self):
+        super().__init__()
+        from transformers import Qwen3_5TextConfig
+
+        self.config = Qwen3_5TextConfig(num_hidden_layers=2, layer_types=["linear_attention", "full_attention"])
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x, use_cache=None):
+        from transformers.cache_utils import DynamicCache
+
+        cache = DynamicCache(config=self.config) if use_cache is not False else None
+        TRACED_PAST_CACHE.append(use_cache)  # export restores the module's own attributes
+        loss = torch.tanh(self.proj(x)).square().mean()
+        return (loss,) if cache is None else (loss, cache)
+
+
+def test_a_linear_attention_cache_fails_export_as_it_is_made():
+    """The export with the cache stops where the cache is made, not after the whole trace
+    (export.py): the forward runs past it once, in the export with use_cache=False."""
+    TRACED_PAST_CACHE.clear()
+    captured = capture(LinearAttentionCaching(), (randn(3, 4),), {})
+    assert TRACED_PAST_CACHE == [False] and len(captured.outputs) == 1
+
+
 def test_a_cache_the_caller_asked_for_fails_export_naming_it():
     with pytest.raises(CaptureError, match="StateCache"):
         capture(CachingModel(), (torch.randn(3, 4),), {"use_cache": True})

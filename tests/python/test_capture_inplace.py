@@ -84,6 +84,19 @@ class RowsUpdatedInPlace(nn.Module):
         return a[..., :, 1:] * 2 + a.sum(-1, keepdim=True)
 
 
+class InterleavedRope(nn.Module):
+    """Qwen3.5's interleaved mrope: rows 1 and 2 of a fresh (3, B, D) tensor written into row 0
+    through slices of the one view `freqs[0]`, then the whole tensor read again."""
+
+    def forward(self, x):
+        freqs = torch.stack([x, x * 2, x * 3]) * 1.0
+        freqs_t = freqs[0]
+        for dim, offset in enumerate((1, 2), start=1):
+            idx = slice(offset, 7, 3)
+            freqs_t[..., idx] = freqs[dim, ..., idx]
+        return freqs_t.sin() * 2 + freqs.sum(0)
+
+
 class BucketsUnderNoGrad(nn.Module):
     """CPM-Ant's relative-position buckets: `buckets += where(...)` on a fresh int tensor inside a
     torch.no_grad() block, which export keeps as a subgraph of its own (wrap_with_set_grad_enabled)."""
@@ -115,6 +128,7 @@ def test_writes_of_fresh_tensors_become_functional():
     assert _mutable_ops(ScaledEmbedding(), torch.tensor([[1, 2, 3]])) == (True, [])
     assert _mutable_ops(ExpertsInto(), torch.randn(3, 4)) == (True, [])
     assert _mutable_ops(HalvesCopiedIn(), torch.randn(2, 3, 4), torch.randn(2, 3, 2)) == (True, [])
+    assert _mutable_ops(InterleavedRope(), torch.randn(2, 8)) == (True, [])
 
 
 def test_a_write_through_another_view_is_left_in_place():
@@ -129,7 +143,9 @@ def test_a_write_through_another_view_is_left_in_place():
     (WriteThroughTranspose, lambda: [torch.randn(3, 4)]),
     (RowsUpdatedInPlace, lambda: [torch.randn(2, 4, 3) * 0.5]),
     (BucketsUnderNoGrad, lambda: [torch.randn(5, 5)]),
-], ids=["scaled-embedding", "experts", "halves", "through-transpose", "rows-updated", "under-no-grad"])
+    (InterleavedRope, lambda: [torch.randn(2, 8)]),
+], ids=["scaled-embedding", "experts", "halves", "through-transpose", "rows-updated", "under-no-grad",
+        "interleaved-rope"])
 def test_trains_as_eager(make, inputs):
     torch.manual_seed(0)
     eager = make()

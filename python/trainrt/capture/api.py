@@ -120,9 +120,11 @@ def capture(module: torch.nn.Module, args: tuple, kwargs: dict | None = None,
     kwargs = dict(kwargs or {})
     args = tuple(args)
     levels = ["all", "batch"] if symbolic_dims else ["none"]
+    export_kwargs = kwargs
     for level in levels:
         with torch.autocast("cpu", enabled=False):
-            ep = export_program(module, args, kwargs, level, functions)
+            ep = export_program(module, args, export_kwargs, level, functions)
+        export_kwargs = _kwargs_exported(ep, export_kwargs)
         user_inputs = _user_input_order(ep, (args, kwargs))
         input_dims = _input_dims(ep, user_inputs)
         try:
@@ -150,6 +152,16 @@ def capture(module: torch.nn.Module, args: tuple, kwargs: dict | None = None,
         recompute_regions=translation.recompute_regions,
         layers=translation.layers,
     )
+
+
+def _kwargs_exported(ep: ExportedProgram, kwargs: dict) -> dict:
+    """kwargs with use_cache=False where export_program added it (a cache it cannot flatten,
+    export.py): the next level exports so at once, sparing a whole trace that would fail again
+    (Qwen3.5's and other hybrid linear-attention caches)."""
+    exported = (getattr(ep, "example_inputs", None) or ((), {}))[1]
+    if "use_cache" not in kwargs and exported.get("use_cache") is False:
+        return {**kwargs, "use_cache": False}
+    return kwargs
 
 
 def _input_dims(ep: ExportedProgram, user_inputs: list[str]) -> list[tuple]:

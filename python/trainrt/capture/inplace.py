@@ -18,7 +18,9 @@ and exact:
 
 provided nothing else sees the written storage: x (or the base b) is the output of an op that
 makes a new tensor (not a view, not a graph input), and no other view of it or write to it comes
-before the op.
+before the op but views the op itself reads (Qwen3.5's interleaved mrope,
+`freqs[0][..., idx] = freqs[1][..., idx]`). Later uses of a view in the chain read that view taken
+again of b2, so a later write through it reaches b2 too (mrope writes `freqs[0]` twice).
 
 The one write of a module buffer that BatchNorm makes in training is local too, and functionalizing
 it here spares the retrace, which costs more than the export itself (the quick suite's CNN: 0.6 s
@@ -96,11 +98,14 @@ class _Rewriter:
 
     def read_before(self, view: torch.fx.Node, node: torch.fx.Node) -> bool:
         """view is a view (no write) whose users all come before node and make new tensors or are
-        such views themselves (a slice of a slice)."""
+        such views themselves (a slice of a slice), or are node reading it as a source (mrope's
+        `freqs[0][..., idx] = freqs[1][..., idx]`: the functional op reads it before the write, as
+        torch's functionalization does)."""
         target = view.target
         if not isinstance(target, torch._ops.OpOverload) or target._schema.is_mutable:
             return False
-        return all(self.order[u] < self.order[node] and u.op == "call_function"
+        return all(u is node and node.args[0] is not view
+                   or self.order[u] < self.order[node] and u.op == "call_function"
                    and (not _aliases(u) or self.read_before(u, node)) for u in view.users)
 
     def insert(self, node: torch.fx.Node, target, args, kwargs=None) -> torch.fx.Node:
@@ -127,6 +132,16 @@ class _Rewriter:
         seen_by = [()] + [(view,) for view in chain[:-1]]  # each may be seen by the view taken of it
         return chain if all(self.untouched_before(v, node, allowed) for v, allowed in zip(chain, seen_by)) else None
 
+    def retake_views(self, chain: list[torch.fx.Node], base: torch.fx.Node, node: torch.fx.Node) -> None:
+        """Later uses of the views in chain[:-1] read the same views taken again of `base`, the
+        written base's new value, so that a later write through one of them reaches the base too
+        (mrope's `freqs_t = freqs[0]`, written through two slices in turn)."""
+        later = [i for i, view in enumerate(chain[:-1]) if any(self.order[u] > self.order[node] for u in view.users)]
+        for view in reversed(chain[min(later, default=len(chain)):-1]):  # from the base's own view down
+            base = self.insert(node, view.target, (base, *view.args[1:]), view.kwargs)
+            base.meta["val"] = view.meta["val"]
+            self.redirect_later(view, base, node)
+
     def rewrite(self, node: torch.fx.Node) -> bool:
         functional = _functional(node.target)
         chain = self.view_chain(node.args[0], node) if functional is not None and node.args else None
@@ -137,8 +152,8 @@ class _Rewriter:
         for view, base in zip(chain, chain[1:]):  # written back up through each view
             new[base] = self.insert(node, _SCATTERS[view.target], (base, new[view], *view.args[1:]), view.kwargs)
             new[base].meta["val"] = base.meta["val"]  # the scatter has its base's shape, not the write's
-        for old in chain:
-            self.redirect_later(old, new[old], node)
+        self.redirect_later(chain[-1], new[chain[-1]], node)  # chain == [x]: value itself
+        self.retake_views(chain, new[chain[-1]], node)
         node.replace_all_uses_with(value)
         self.graph.erase_node(node)
         return True
