@@ -15,6 +15,15 @@ deepspeed = pytest.importorskip("deepspeed")
 pytestmark = pytest.mark.slow  # two processes importing DeepSpeed: ~20 s a case
 
 
+def _deepspeed_steps(engine, rank):
+    """One DeepSpeed step per global batch, on this rank's share of it; yields after each."""
+    for ids, labels in _batches():
+        mine = slice(rank * PER_RANK, (rank + 1) * PER_RANK)
+        engine.backward(engine(ids[mine], labels[mine]))
+        engine.step()
+        yield
+
+
 def _zero_rank(rank, world_size, stage, optimizer):
     import deepspeed
 
@@ -36,11 +45,7 @@ def _zero_rank(rank, world_size, stage, optimizer):
         config["zero_allow_untested_optimizer"] = True
     wrapped = trainrt.RTModule(model)
     engine, _, _, _ = deepspeed.initialize(model=wrapped, optimizer=client, config=config)
-    for ids, labels in _batches():
-        mine = slice(rank * PER_RANK, (rank + 1) * PER_RANK)
-        loss = engine(ids[mine], labels[mine])
-        engine.backward(loss)
-        engine.step()
+    for _ in _deepspeed_steps(engine, rank):
         assert wrapped.fallback_reason is None, wrapped.fallback_reason
     with deepspeed.zero.GatheredParameters(list(model.parameters()), enabled=stage == 3):
         return [p.detach().clone() for p in model.parameters()]
@@ -74,11 +79,8 @@ def _bf16_rank(rank, world_size, stage):
         wrapped = trainrt.RTModule(model) if engine_module else model
         client = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
         engine, _, _, _ = deepspeed.initialize(model=wrapped, optimizer=client, config=config)
-        for ids, labels in _batches():
-            mine = slice(rank * PER_RANK, (rank + 1) * PER_RANK)
-            loss = engine(ids[mine], labels[mine])
-            engine.backward(loss)
-            engine.step()
+        for _ in _deepspeed_steps(engine, rank):
+            pass
         if engine_module:
             assert wrapped.fallback_reason is None, wrapped.fallback_reason
         runs.append([safe_get_full_fp32_param(p).clone() for p in model.parameters()])
