@@ -44,12 +44,17 @@ import torch
 import trainrt
 from trainrt.capture import CapturedGraph
 from trainrt.capture.export import register_hf_cache_pytree
+from trainrt.capture.shape_guards import check_size_expression
 from trainrt.treespec_json import spec_from_json, spec_to_json, value_from_json, value_to_json
 
 _log = logging.getLogger("trainrt")
-_FORMAT = 6  # 3: pickled entries; 4: ONNX bytes + JSON, checksummed (data only); 5: recompute_regions; 6: layers
+_FORMAT = 7  # 3: pickled entries; 4: ONNX bytes + JSON, checksummed (data only); 5: recompute_regions; 6: layers;
+# 7: shape guards
 _MAGIC = b"TRAINRT-EXPORT-CACHE %d\n" % _FORMAT
 _SPECS = ("in_spec", "out_spec")
+# the functions a compound input dim may call, as str() of torch's size expressions prints them
+_SYMPY_SIZE_FUNCTIONS = {"FloorDiv", "CeilDiv", "Mod", "PythonMod", "CleanDiv", "IntTrueDiv", "FloorToInt", "CeilToInt",
+                         "TruncToInt", "Max", "Min", "Abs", "floor", "ceiling"}
 _announced: set[str] = set()  # warnings given in this process: each once, not once per capture
 
 
@@ -217,4 +222,16 @@ def _decode(data: bytes, key: str) -> CapturedGraph:
     if entry.get("model_bytes") != len(model):
         raise ValueError("graph size mismatch")
     fields = {name: spec_from_json(v) if name in _SPECS else value_from_json(v) for name, v in entry["fields"].items()}
+    _check_size_text(fields)
     return CapturedGraph(model=onnx.load_from_string(model), **fields)
+
+
+def _check_size_text(fields: dict) -> None:
+    """Refuses an entry whose size text (the guards, compound input dims that sympy parses) is more
+    than size arithmetic: evaluating it must not run anything an entry's writer chose."""
+    for guard in fields.get("guards", []):
+        check_size_expression(guard, {"max", "min", "abs"}, {"floor", "ceil", "trunc", "sqrt"})
+    for dims in fields.get("input_dims", []):
+        for d in dims:
+            if isinstance(d, str):
+                check_size_expression(d, _SYMPY_SIZE_FUNCTIONS)

@@ -137,6 +137,26 @@ def test_a_tampered_entry_is_announced_recaptured_and_rewritten(cache_dir, count
     assert counted["capture"] == 2
 
 
+def test_size_text_that_is_code_is_refused_not_run(cache_dir, counted, tmp_path, trainrt_log):
+    """Shape guards and compound dims are evaluated when shapes change: an entry whose writer put code
+    there (behind a valid checksum) is refused at load, before anything evaluates it."""
+    from trainrt.export_cache import _decode, _encode
+
+    torch.manual_seed(0)
+    model = MLP()
+    expected = run(model)
+    entry, marker = the_entry(cache_dir), tmp_path / "pwned"
+    captured = _decode(entry.read_bytes(), entry.stem)
+    for field, value in (("guards", [f"open({str(marker)!r}, 'w') is None"]),
+                         ("input_dims", [(f"__import__('os').system('touch {marker}')", 8)])):
+        planted = copy.copy(captured)
+        setattr(planted, field, value)
+        entry.write_bytes(_encode(entry.stem, planted))
+        torch.testing.assert_close(run(model), expected)
+        assert not marker.exists() and "not size arithmetic" in trainrt_log.text
+    assert counted["capture"] == 3  # each planted entry captured again and rewritten
+
+
 def test_an_entry_under_another_name_or_behind_a_symlink_is_not_used(cache_dir, tmp_path, trainrt_log):
     torch.manual_seed(0)
     run(MLP())

@@ -12,11 +12,13 @@ tensors each step, so optimizer updates need no re-capture), then the user's ten
 new values of mutated buffers, then the user's outputs flattened. Its user inputs have symbolic
 dims where torch.export kept them (export.py): `input_dims` says which, and `accepts` whether inputs
 of given shapes can run on this graph (static dims equal, dims of one symbol equal, each symbol in
-the range export assumed).
+the range export assumed, and every condition on the sizes that the model's code branched on, as
+export recorded it, holding).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +32,7 @@ from torch.utils import _pytree as pytree
 from trainrt.capture.autograd_function import FunctionCapture
 from trainrt.capture.errors import CaptureError
 from trainrt.capture.export import export_program
+from trainrt.capture.shape_guards import failed_guard, shape_guards
 from trainrt.capture.symbolic import sym_expr
 from trainrt.capture.translator import translate
 
@@ -56,6 +59,9 @@ class CapturedGraph:
     # ONNX node name -> repeated layer (transformer block): where the memory levels recompute
     # (capture/layers.py, src/trainrt/plan/layer_recompute.h).
     layers: dict[str, int] = field(default_factory=dict)
+    # conditions on the symbols that the trace relied on beyond dim_ranges (`(s1 % 2) == 0`), as
+    # Python text over them (capture/shape_guards.py)
+    guards: list[str] = field(default_factory=list)
 
     @property
     def dynamic(self) -> bool:
@@ -98,6 +104,12 @@ class CapturedGraph:
         for d, size, at in compound:
             if sympy.sympify(d).subs(values) != size:
                 return f"{at} is {size}; the capture has it equal to {d} of the other inputs"
+        guard = failed_guard(self.guards, values)
+        if guard is not None:
+            sizes = ", ".join(f"{where[name]} = {values[name]}" for name in sorted(values)
+                              if re.search(rf"\b{name}\b", guard))
+            return (f"the model's code branched on the input sizes when captured (torch.export's guard {guard}), "
+                    f"which {sizes or 'these sizes'} break")
         return None
 
 
@@ -151,6 +163,7 @@ def capture(module: torch.nn.Module, args: tuple, kwargs: dict | None = None,
         dim_ranges=_dim_ranges(ep),
         recompute_regions=translation.recompute_regions,
         layers=translation.layers,
+        guards=shape_guards(ep, {d for dims in input_dims for d in dims if isinstance(d, str) and d.isidentifier()}),
     )
 
 
