@@ -93,6 +93,11 @@ class _Engine:
         self.non_differentiable = list(range(self.num_mutations)) + [i for i, d in user if not d]
         self.differentiable_user_outputs = [i - self.num_mutations for i, d in user if d]
         self.single_output = captured.out_spec.is_leaf()  # the module returns one tensor
+        # The branch checks of a capture specialized on data branches: the last outputs, not the user's
+        self.num_checks = len(captured.branch_checks)
+        self.failed_check: str | None = None  # the condition of the last call that took another branch
+        num_outputs = self.num_mutations + len(captured.differentiable_outputs)
+        self.non_differentiable += list(range(num_outputs, num_outputs + self.num_checks))
         self.draws_random = self.programs.draws_random
         # User autograd.Functions run as PythonOp nodes: engine calls then go through a python_op.EngineCall.
         self.python_ops = any(n.op_type == "PythonOp" for n in captured.model.graph.node)
@@ -242,6 +247,11 @@ def _keep_graph() -> bool:
 
 def _new_instance(cls):
     return cls.__new__(cls)
+
+
+class _OtherBranch(Exception):
+    """An engine call whose inputs took another branch on tensor values than its capture traced
+    (capture/branch_checks.py): args are (the engine, the condition that does not hold)."""
 
 
 class _BuildFailed(Exception):
@@ -487,7 +497,10 @@ class RTModule(torch.nn.Module):
             if not reason:
                 if self._fallback_reason is not None:  # nn.Module.__setattr__ costs ~1.5 us a call
                     self._fallback_reason = None
-                return self._run(engine, module_tensors, [*args, *kwargs.values()])
+                try:
+                    return self._run(engine, module_tensors, [*args, *kwargs.values()])
+                except _OtherBranch:
+                    pass  # the engines of the other branches are found below
         flat, spec = pytree.tree_flatten((args, kwargs))
         tensors = [x for x in flat if isinstance(x, torch.Tensor)]
         reason = _unsupported(tensors)
@@ -499,13 +512,34 @@ class RTModule(torch.nn.Module):
                                    "FALLBACK_UNSUPPORTED_DATA", args, kwargs)
         shapes = [tuple(t.shape) for t in tensors]
         key = self._schema_key_of(flat, spec)
-        engine = next((e for e in self._engines.get(key, []) if e.captured.accepts(shapes)), None)
-        if engine is None:
-            if self._engines.get(key):  # say why the capture of this structure does not serve
-                level = logging.INFO if self._said_recapture else logging.WARNING  # the first time loud, then INFO
-                self._said_recapture = True
-                _log.log(level, "trainrt: %s is captured again for input shapes %s: %s", type(self._module).__name__,
-                         shapes, self._engines[key][0].captured.mismatch(shapes))
+        other_branches = []  # engines whose data branches this call did not take
+        while True:
+            engine = next((e for e in self._engines.get(key, []) if e.captured.accepts(shapes)
+                           and e not in other_branches), None)
+            try:
+                return self._run_on(engine, key, shapes, tensors, signature, autocast, args, kwargs, other_branches)
+            except _OtherBranch as other:
+                other.args[0].failed_check = other.args[1]
+                other_branches.append(other.args[0])
+                _log.info("trainrt: %s took another branch on tensor values than its capture traced (%s does not "
+                          "hold); the call runs on the capture of its own branches", type(self._module).__name__,
+                          other.args[1])
+
+    def _run_on(self, engine, key, shapes, tensors, signature, autocast, args, kwargs, other_branches):
+        """Runs the call on `engine`, or on a new capture when it is None (raises _OtherBranch when the
+        call takes other data branches than engine's capture)."""
+        built = engine is None
+        if built and other_branches:
+            level = logging.INFO if self._said_recapture else logging.WARNING  # the first time loud, then INFO
+            self._said_recapture = True
+            _log.log(level, "trainrt: %s is captured again: a branch on tensor values went the other way "
+                     "(%s does not hold)", type(self._module).__name__, other_branches[-1].failed_check)
+        elif built and self._engines.get(key):  # say why the capture of this structure does not serve
+            level = logging.INFO if self._said_recapture else logging.WARNING  # the first time loud, then INFO
+            self._said_recapture = True
+            _log.log(level, "trainrt: %s is captured again for input shapes %s: %s", type(self._module).__name__,
+                     shapes, self._engines[key][0].captured.mismatch(shapes))
+        if built:
             reason = _unsupported(self._module.parameters())
             if reason:
                 return self._fall_back_unsupported(reason, args, kwargs)
@@ -513,7 +547,8 @@ class RTModule(torch.nn.Module):
             if failure and not self._runtime.fallback_retry:  # announced when it failed; not re-captured each step
                 return self._fall_back(*failure, args, kwargs)
             try:
-                engine = self._build(args, kwargs, [t.requires_grad for t in tensors], shapes, autocast)
+                engine = self._build(args, kwargs, [t.requires_grad for t in tensors], shapes, autocast,
+                                     tuple(e.captured for e in other_branches))
             except _BuildFailed as failed:
                 self._failed_builds[key] = failed.args
                 return self._fall_back(*failed.args, args, kwargs)
@@ -523,7 +558,13 @@ class RTModule(torch.nn.Module):
             return self._fall_back_unsupported(reason, args, kwargs)
         self._fallback_reason = None
         self._last_call = None if signature is None else (signature, engine)
-        return self._run(engine, module_tensors, tensors)
+        try:
+            return self._run(engine, module_tensors, tensors)
+        except _OtherBranch as other:
+            if built:  # made from this very call: a check that cannot hold is a capture defect, not a branch
+                raise RuntimeError(f"trainrt: the capture of {type(self._module).__name__} made for this call fails "
+                                   f"its own branch check {other.args[1]}") from None
+            raise
 
     def _call_signature(self, args, kwargs, module: torch.nn.Module) -> tuple | None:
         """The steady state's fast path: when every argument is a tensor (positional, or keyword in the
@@ -562,7 +603,9 @@ class RTModule(torch.nn.Module):
         return (self._module.training, torch.is_grad_enabled(), self._autocast_dtype(), str(spec),
                 tuple(leaf(x) for x in flat))
 
-    def _build(self, args, kwargs, input_requires_grad, shapes, autocast: torch.dtype | None):
+    def _build(self, args, kwargs, input_requires_grad, shapes, autocast: torch.dtype | None, other_branches=()):
+        """A new engine for this call, appended to its schema's. `other_branches`: captures whose
+        data branches this call did not take (capture/branch_checks.py), not to be reused."""
         from trainrt.capture import CaptureError, UnsupportedATenOp, capture
         from trainrt.capture.autograd_function import FunctionCapture
 
@@ -581,10 +624,10 @@ class RTModule(torch.nn.Module):
             cache = ExportCache(self._runtime.cache_dir, self._runtime.cache_allow_shared)
             key = cache_key(self._module, (self._schema_key(args, kwargs, shapes=True), functions), structure)
         try:
-            captured = shared_captures.find(shared_key, shapes)
+            captured = shared_captures.find(shared_key, shapes, exclude=other_branches)
             source = "shared with an earlier RTModule of this structure" if captured else None
             if captured is None:
-                captured = cache.load(key) if cache else None
+                captured = cache.load(key) if cache and not other_branches else None
                 source = "read from the export cache" if captured else None
                 if captured is None:
                     with zero3.without_deepspeed_hooks(self._module):  # gathered by forward(): full shapes
@@ -697,6 +740,11 @@ class RTModule(torch.nn.Module):
             with engine.call_scope(grad=False):
                 views = [engine_view(t) for t in inputs]
                 results = tuple(_from_engine(o) for o in engine.programs.infer(capsules(views), _draw_seed(engine)))
+        if engine.num_checks:
+            results, checks = results[:-engine.num_checks], results[-engine.num_checks:]
+            failed = next((i for i, c in enumerate(checks) if not bool(c)), None)
+            if failed is not None:  # dropped before any buffer or caller sees them
+                raise _OtherBranch(engine, engine.captured.branch_checks[failed][1])
         mutations, user = results[:engine.num_mutations], results[engine.num_mutations:]
         if mutations:
             named_buffers = dict(self._module.named_buffers(remove_duplicate=False))

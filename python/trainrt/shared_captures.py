@@ -98,11 +98,12 @@ def _plain(value):
     raise _NotPlain
 
 
-def find(key: tuple | None, shapes: list[tuple[int, ...]]) -> CapturedGraph | None:
-    """A capture remembered under `key` that runs user inputs of these shapes, or None."""
+def find(key: tuple | None, shapes: list[tuple[int, ...]], exclude: tuple = ()) -> CapturedGraph | None:
+    """A capture remembered under `key` that runs user inputs of these shapes, or None; not one of
+    `exclude` (captures whose data branches this call does not take, capture/branch_checks.py)."""
     if key is None:
         return None
-    return next((c for c in _captures.get(key, []) if c.accepts(shapes)), None)
+    return next((c for c in _captures.get(key, []) if c.accepts(shapes) and not any(c is x for x in exclude)), None)
 
 
 def remember(key: tuple | None, captured: CapturedGraph) -> None:

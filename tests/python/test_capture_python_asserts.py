@@ -1,7 +1,8 @@
 """A Python `assert` on tensor values is a runtime assert while capturing (capture/python_asserts.py):
 ProphetNet's `assert torch.all(ids >= 0).item(), "..."` and I-BERT's `assert a.isnan().sum() == 0 and
 b.isnan().sum() == 0, "..."` export, the asserts are dropped, and the model trains in the engine as in
-eager (fallback disabled). A data-dependent `if`, or an `assert a or b`'s `a`, still fails the export.
+eager (fallback disabled). A data-dependent `if`, or an `assert a or b`'s `a`, is a branch on data,
+captured per branch and checked on every call (branch_checks.py).
 
 PYTEST_DONT_REWRITE: the modules' asserts must keep Python's own bytecode, which pytest's assertion
 rewriting would replace.
@@ -78,9 +79,23 @@ class AssertingEither(nn.Module):
 
 
 @pytest.mark.parametrize("module", [Branching(), AssertingEither()], ids=["if", "assert-or"])
-def test_a_test_on_data_that_is_not_an_assert_still_fails_the_export(module):
-    with pytest.raises(CaptureError, match="data-dependent"):
-        capture(module, _batch(3, 0), {})
+def test_a_test_on_data_that_is_not_an_assert_is_a_checked_branch(module):
+    """An `if`, or an `assert a or b`'s `a`, is a branch on data: captured on the branch the batch
+    takes and checked on every call (branch_checks.py), one capture per branch."""
+    ours = trainrt.RTModule(copy.deepcopy(module))
+    for step, positive in enumerate((True, False, True, False)):
+        x, ids = _batch(3, step)
+        x, ids = x.abs() + 0.1, ids.abs() if positive else -ids.abs() - 1  # x.sum() > 0: the assert holds
+        torch.testing.assert_close(ours(x, ids), module(x, ids))
+        assert ours.fallback_reason is None
+    assert ours.num_captures == 2
+
+
+def test_an_assert_that_fails_on_the_batch_says_so():
+    """A batch whose `assert a or b` fails in eager fails the capture, with the model's error named."""
+    x, ids = _batch(3, 0)
+    with pytest.raises(CaptureError, match="data-dependent.*AssertionError"):
+        capture(AssertingEither(), (-x.abs() - 0.1, -ids.abs() - 1), {})
 
 
 def _where_bool_is_taken(fn) -> list[bool]:

@@ -68,7 +68,7 @@ def cache_dir(monkeypatch, tmp_path):
     monkeypatch.delenv("TRAINRT_CACHE_ALLOW_SHARED", raising=False)
     monkeypatch.setenv("TRAINRT_FALLBACK_POLICY", "FALLBACK_DISABLE")
     # Each RTModule reads the disk as a new process would, not the captures shared in this one.
-    monkeypatch.setattr(shared_captures, "find", lambda key, shapes: None)
+    monkeypatch.setattr(shared_captures, "find", lambda key, shapes, exclude=(): None)
     return directory
 
 

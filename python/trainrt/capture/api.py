@@ -62,6 +62,10 @@ class CapturedGraph:
     # conditions on the symbols that the trace relied on beyond dim_ranges (`(s1 % 2) == 0`), as
     # Python text over them (capture/shape_guards.py)
     guards: list[str] = field(default_factory=list)
+    # (graph output, condition) of a capture specialized on the branches its example took on tensor
+    # values: [1] bool outputs after the user outputs, all true when a call took the same branches
+    # (capture/branch_checks.py); empty for a capture without such branches
+    branch_checks: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def dynamic(self) -> bool:
@@ -163,6 +167,7 @@ def capture(module: torch.nn.Module, args: tuple, kwargs: dict | None = None,
         dim_ranges=_dim_ranges(ep),
         recompute_regions=translation.recompute_regions,
         layers=translation.layers,
+        branch_checks=translation.branch_checks,
         guards=shape_guards(ep, {d for dims in input_dims for d in dims if isinstance(d, str) and d.isidentifier()}),
     )
 

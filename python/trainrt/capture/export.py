@@ -45,6 +45,7 @@ from torch.export import Dim, ExportedProgram
 from torch.utils import _pytree as pytree
 
 from trainrt.capture.autograd_function import FunctionCapture, keep_functions_opaque
+from trainrt.capture.branch_checks import is_data_dependent, is_specialized, mark_specialized, specializing_branches
 from trainrt.capture.checkpoint_regions import capture_checkpoints
 from trainrt.capture.cumulative_batch_norm import traceable_cumulative_batch_norms, untraceable_batch_norms
 from trainrt.capture.errors import CaptureError
@@ -87,7 +88,8 @@ def export_program(module: torch.nn.Module, args: tuple, kwargs: dict, symbolic:
     with warnings.catch_warnings():  # torch 2.13 warns about its own LeafSpec use while retracing
         warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
         try:
-            return ep.run_decompositions({})
+            functional = ep.run_decompositions({})
+            return mark_specialized(functional) if is_specialized(ep) else functional
         except Exception as e:  # noqa: BLE001  (torch's retrace fails in its own ways, e.g. Falcon's lifted constants)
             raise CaptureError(f"torch.export failed for {type(module).__name__} while functionalizing its "
                                f"in-place ops: {e}") from e
@@ -239,7 +241,24 @@ def _export(module, args, kwargs, dynamic_shapes, functions: FunctionCapture) ->
         # nodes are marked for recompute (checkpoint_regions.py); a Python assert on a traced value
         # is a runtime assert (python_asserts.py).
         with keep_functions_opaque(functions), capture_checkpoints(), asserts_as_runtime_checks():
-            return torch.export.export(module, tuple(args), dict(kwargs), dynamic_shapes=dynamic_shapes, strict=False)
+            try:
+                return torch.export.export(module, tuple(args), dict(kwargs), dynamic_shapes=dynamic_shapes,
+                                           strict=False)
+            except Exception as e:  # noqa: BLE001  (a branch on data: the example's branch, checked per call)
+                if not is_data_dependent(e):
+                    raise
+                failure = e
+            try:
+                with specializing_branches():
+                    ep = torch.export.export(module, tuple(args), dict(kwargs), dynamic_shapes=dynamic_shapes,
+                                             strict=False)
+            except Exception as e:  # noqa: BLE001  (both failures are said: the first is what the model does)
+                raise CaptureError(f"torch.export failed for {type(module).__name__}: {_first_line(failure)}; "
+                                   f"exported on this batch's branches, it failed with {type(e).__name__}: "
+                                   f"{_first_line(e)}") from e
+            _log.info("trainrt: %s branches on tensor values (%s); captured on the branches this batch takes, "
+                      "checked on every call", type(module).__name__, _first_line(failure))
+            return mark_specialized(ep)
 
 
 def _by_parameter(module: torch.nn.Module, args: tuple, kwargs: dict, spec) -> dict:

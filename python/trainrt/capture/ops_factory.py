@@ -7,6 +7,7 @@ initializer (export usually constant-folds those), a symbolic one a Range.
 
 from __future__ import annotations
 
+import sympy
 import torch
 
 from trainrt.capture.context import OpContext
@@ -109,9 +110,16 @@ def item(ctx: OpContext):
     symbol u<k> that later ops use as a size (JetMoE's `inputs.split(expert_size)`, the per-expert
     token counts). The symbol is bound to x as a [1]-shaped int64 tensor, so its sizes are computed
     when the step runs (the engine infers such shapes at run time, as NonZero's); the node's value
-    stays the SymInt, which symbolic.py lowers where an op reads it. A float or bool item has no
-    size to stand for (a value read only by asserts never reaches here: translator._CheckedOnly)."""
+    stays the SymInt, which symbolic.py lowers where an op reads it. A bool item is export's
+    `Eq(u<k>, 1)` over an int symbol: u<k> is bound to x as 0 / 1, read by the branch checks of a
+    capture specialized on it (branch_checks.py). A float item has no size to stand for (a value
+    read only by asserts never reaches here: translator._CheckedOnly)."""
     x, value = ctx.tensor("self"), ctx.node.meta["val"]
+    if x.dtype == torch.bool and isinstance(value, torch.SymBool):
+        expr = value.node._expr  # as traced: `expr` reads True once the branch check decided u<k> := 1
+        if isinstance(expr, sympy.Eq) and isinstance(expr.lhs, sympy.Symbol) and expr.rhs == 1:
+            ctx.symbols.add_value(expr.lhs, ctx.emit("Reshape", [ctx.cast(x, torch.int64), ctx.ints([1])]))
+            return value
     if not isinstance(value, (int, torch.SymInt)) or x.dtype.is_floating_point or x.dtype == torch.bool:
         raise ctx.unsupported(f"of a {x.dtype} tensor has no TrainRT translation (integer tensors only)")
     if not is_static(value):

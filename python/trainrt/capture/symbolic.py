@@ -22,6 +22,11 @@ from trainrt.capture.onnx_builder import GraphBuilder
 _VARIADIC = {sympy.Add: "Add", sympy.Mul: "Mul", sympy.Max: "Max", sympy.Min: "Min", symfn.Max: "Max", symfn.Min: "Min"}
 
 
+# sympy relations and the ONNX comparison computing them (NotEqual: Not of Equal)
+_RELATIONS = {sympy.GreaterThan: "GreaterOrEqual", sympy.StrictGreaterThan: "Greater", sympy.LessThan: "LessOrEqual",
+              sympy.StrictLessThan: "Less", sympy.Equality: "Equal", sympy.Unequality: "NotEqual"}
+
+
 def sym_expr(value) -> sympy.Expr:
     """The sympy expression of an int, SymInt or sympy expression (an int gives a sympy Integer)."""
     if isinstance(value, sympy.Expr):
@@ -77,6 +82,36 @@ class SymbolTable:
     def lower(self, value) -> str:
         """A [1]-shaped int64 tensor holding an int, SymInt or sympy size expression."""
         return self._lower(sym_expr(value))
+
+    def lower_condition(self, value) -> str:
+        """A [1]-shaped bool tensor holding a bool, SymBool or sympy condition: a relation of size
+        expressions, or and / or / not of such (a branch condition, branch_checks.py)."""
+        if isinstance(value, torch.SymBool):
+            value = value.node.expr
+        elif isinstance(value, bool):
+            value = sympy.true if value else sympy.false
+        return self._condition(value)
+
+    def _condition(self, expr) -> str:
+        if expr in (sympy.true, sympy.false):
+            return self._b.const([bool(expr)], torch.bool)
+        if isinstance(expr, (sympy.And, sympy.Or)):
+            op = "And" if isinstance(expr, sympy.And) else "Or"
+            terms = [self._condition(a) for a in expr.args]
+            acc = terms[0]
+            for t in terms[1:]:
+                acc = self._b.add_node(op, [acc, t], hint=f"cond/{op}")[0]
+            return acc
+        if isinstance(expr, sympy.Not):
+            return self._b.add_node("Not", [self._condition(expr.args[0])], hint="cond/Not")[0]
+        op = _RELATIONS.get(type(expr))
+        if op is None:
+            raise CaptureError(f"condition {expr} ({type(expr).__name__}) cannot be computed in the graph")
+        lhs, rhs = self._lower(expr.lhs), self._lower(expr.rhs)
+        if op == "NotEqual":
+            return self._b.add_node("Not", [self._b.add_node("Equal", [lhs, rhs], hint="cond/Equal")[0]],
+                                    hint="cond/Not")[0]
+        return self._b.add_node(op, [lhs, rhs], hint=f"cond/{op}")[0]
 
     def _lower(self, expr: sympy.Expr) -> str:
         if expr not in self._lowered:

@@ -27,6 +27,7 @@ from torch.export.graph_signature import ConstantArgument, InputKind, OutputKind
 
 from trainrt.capture.aten_ops import ATEN_OPS
 from trainrt.capture.autocast import Autocast, dtypes_of
+from trainrt.capture.branch_checks import branch_conditions, is_specialized
 from trainrt.capture.checkpoint_regions import RECOMPUTE_KEY
 from trainrt.capture.context import OpContext, TensorValue, bind_args, op_name, source_line
 from trainrt.capture.errors import CaptureError, UnsupportedATenOp, unsupported_ops
@@ -81,9 +82,12 @@ class _CheckedOnly:
     One pass per graph, from its output back (a node's readers come after it), so that each
     question is a lookup: `checked_only(node)`."""
 
-    def __init__(self) -> None:
+    def __init__(self, asserts_kept: bool = False) -> None:
         self._for_checks: dict[torch.fx.Node, bool] = {}  # node -> computed only for checks
         self._graphs: set[torch.fx.Graph] = set()
+        # A capture specialized on data branches keeps its asserts (branch_checks.py): what they
+        # read is translated.
+        self._asserts_kept = asserts_kept
 
     def __call__(self, node: torch.fx.Node) -> bool:
         if node.graph not in self._graphs:
@@ -96,7 +100,7 @@ class _CheckedOnly:
         if node.op != "call_function":
             return False
         if node.target in _ASSERTS:
-            return True
+            return not (self._asserts_kept and node.target is aten._assert_scalar.default)
         read_for_checks = all(self._for_checks[u] for u in node.users)
         if node.target is operator.getitem or node.target in _SIZE_OPS or node.target in _ITEMS or (
                 not isinstance(node.target, torch._ops.OpOverload) and isinstance(node.meta.get("val"), _SIZE_TYPES)):
@@ -123,6 +127,9 @@ class Translation:
     buffer_mutations: list[tuple[str, str]]
     recompute_regions: dict[str, int]  # ONNX node name -> checkpoint region (checkpoint_regions.py)
     layers: dict[str, int]  # ONNX node name -> repeated layer (layers.py), for the memory levels
+    # (graph output, condition): [1] bool outputs after the user's, all true when the call took the
+    # branches a specialized capture traced (branch_checks.py); empty otherwise
+    branch_checks: list[tuple[str, str]]
 
 
 def translate(ep: ExportedProgram, user_input_order: list[str], batch_name: str | None, graph_name: str,
@@ -145,7 +152,8 @@ class _Translator:
         self.recompute_regions: dict[str, int] = {}
         self.layers: dict[str, int] = {}
         self.layer_of = repeated_layers(ep.graph.nodes)
-        self.checked_only = _CheckedOnly()
+        self.specialized = is_specialized(ep)
+        self.checked_only = _CheckedOnly(asserts_kept=self.specialized)
 
     def run(self, user_input_order: list[str], batch_name: str | None) -> Translation:
         params, buffers = self._inputs(user_input_order, batch_name)
@@ -157,8 +165,10 @@ class _Translator:
         if self.unsupported:
             raise unsupported_ops(self.unsupported)
         mutations, outputs, differentiable = self._outputs()
+        branch_checks = [(self._check_output(self.symbols.lower_condition(expr)), str(expr))
+                         for expr in branch_conditions(self.ep)] if self.specialized else []
         return Translation(self.b.to_model(self.graph_name), params, buffers, list(user_input_order), outputs,
-                           differentiable, mutations, self.recompute_regions, self.layers)
+                           differentiable, mutations, self.recompute_regions, self.layers, branch_checks)
 
     def _inputs(self, user_input_order: list[str], batch_name: str | None):
         """Declares graph inputs and initializers for the placeholders; returns (params, buffers)."""
@@ -331,6 +341,14 @@ class _Translator:
             name = self.b.add_node("Identity", [name], hint=f"{name}/output")[0]
         done.add(name)
         self.b.add_output(name, value.dtype, self.symbols.dims(value.shape))
+        return name
+
+
+    def _check_output(self, value: str) -> str:
+        """A branch check as a graph output of its own ([1] bool)."""
+        self.b.scope = "output"
+        name = self.b.add_node("Identity", [value], hint="branch_check")[0]
+        self.b.add_output(name, torch.bool, [1])
         return name
 
 
