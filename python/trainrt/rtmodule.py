@@ -561,10 +561,16 @@ class RTModule(torch.nn.Module):
         try:
             return self._run(engine, module_tensors, tensors)
         except _OtherBranch as other:
-            if built:  # made from this very call: a check that cannot hold is a capture defect, not a branch
-                raise RuntimeError(f"trainrt: the capture of {type(self._module).__name__} made for this call fails "
-                                   f"its own branch check {other.args[1]}") from None
-            raise
+            if not built:
+                raise
+            # Made from this very call, it fails its own check: the traced decision was not the engine's
+            # (export decided on values the engine computes otherwise), so the model is not run here.
+            self._engines[key].remove(engine)
+            self._last_call = None
+            failure = (f"the capture made for this call fails its own branch check {other.args[1]} (a branch on "
+                       "tensor values that export decided differently)", "FALLBACK_UNSUPPORTED_TORCH_MODEL")
+            self._failed_builds[key] = failure
+            return self._fall_back(*failure, args, kwargs)
 
     def _call_signature(self, args, kwargs, module: torch.nn.Module) -> tuple | None:
         """The steady state's fast path: when every argument is a tensor (positional, or keyword in the

@@ -142,3 +142,22 @@ def test_deberta_v2_classifier_trains_as_eager_when_a_batch_has_no_label():
         torch.testing.assert_close(got.loss, expected.loss, rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(got.logits, expected.logits, rtol=1e-4, atol=1e-5)
     assert engine.num_captures == 2
+
+
+def test_a_capture_that_fails_its_own_check_is_not_run(monkeypatch):
+    """A decision export made on values the engine computes otherwise (real-tensor propagation reads
+    memory that torch.empty left as it was) fails on the very call it was made for: the model is not
+    run on it, and the fallback policy decides (here: PyTorch, saying why; disabled: an error)."""
+    import sympy
+
+    monkeypatch.setattr("trainrt.capture.translator.branch_conditions", lambda ep: [sympy.false])
+    monkeypatch.delenv("TRAINRT_FALLBACK_POLICY")
+    torch.manual_seed(0)
+    model = SelectedRows()
+    engine = trainrt.RTModule(copy.deepcopy(model))
+    x, labels = torch.randn(5, 4), _labels(1, -100, 2, 0, -100)
+    torch.testing.assert_close(engine(x, labels), model(x, labels))
+    assert "fails its own branch check False" in engine.fallback_reason
+    monkeypatch.setenv("TRAINRT_FALLBACK_POLICY", "FALLBACK_DISABLE")
+    with pytest.raises(RuntimeError, match="fails its own branch check"):
+        trainrt.RTModule(copy.deepcopy(model))(x, labels)
