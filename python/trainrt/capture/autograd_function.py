@@ -167,9 +167,11 @@ def run_forward(record: FunctionCall, tensors: list, ctx) -> object:
 
 @torch.library.custom_op("trainrt::python_op", mutates_args=())
 def python_op(inputs: list[torch.Tensor], call_id: int) -> list[torch.Tensor]:
-    """Eager: the Function's forward on `inputs` (the engine runs it through PythonOp instead)."""
+    """Eager: the Function's forward on `inputs` (the engine runs it through PythonOp instead). Export
+    calls it on real tensors when it decides a branch on data by their values (branch_checks.py),
+    while Function.apply is routed here: the Function's own apply is then a plain call."""
     record = CALLS[call_id]
-    with torch.no_grad():
+    with _inline_nested(), torch.no_grad():
         out = record.function.apply(*record.arguments([t.clone() for t in inputs]))
     return [o.clone() for o in _output_list(record, out)]
 

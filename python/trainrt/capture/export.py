@@ -253,9 +253,8 @@ def _export(module, args, kwargs, dynamic_shapes, functions: FunctionCapture) ->
                     ep = torch.export.export(module, tuple(args), dict(kwargs), dynamic_shapes=dynamic_shapes,
                                              strict=False)
             except Exception as e:  # noqa: BLE001  (both failures are said: the first is what the model does)
-                raise CaptureError(f"torch.export failed for {type(module).__name__}: {_first_line(failure)}; "
-                                   f"exported on this batch's branches, it failed with {type(e).__name__}: "
-                                   f"{_first_line(e)}") from e
+                raise CaptureError(f"{_first_line(failure)}; exported on this batch's branches, it failed with "
+                                   f"{type(e).__name__}: {_first_line(e)}") from e
             _log.info("trainrt: %s branches on tensor values (%s); captured on the branches this batch takes, "
                       "checked on every call", type(module).__name__, _first_line(failure))
             return mark_specialized(ep)
