@@ -9,7 +9,7 @@ JOBS    ?= 2
 STAMP   := $(VENV)/.trainrt-deps
 SYSDEPS := $(VENV)/.trainrt-sysdeps
 
-.PHONY: all demo test test-quick build deps cpp-test py-test conformance coverage docs fuzz clean
+.PHONY: all demo test test-quick build deps cpp-test py-test conformance coverage docs fuzz clean bench-peers
 
 all: build
 
@@ -55,6 +55,23 @@ test: build
 # do not pass, docs/coverage_backlog.md (python/trainrt/coverage/; about 1.5 h on the 2-core machine).
 coverage: build
 	$(PY) -m trainrt.coverage --json build/coverage.json --markdown docs/coverage_backlog.md
+
+# ONNX Runtime's training stacks as benchmark peers (not part of `make test`): a venv of their own,
+# .venv-peers (torch 2.4.1, onnxruntime-training-cpu 1.19.2, ORTModule's C++ extensions built by its
+# install step; about 3 GB), times ORTModule and eager torch 2.4 on the quick suite's models and ORT's
+# on-device training API on two ONNX files (python/trainrt/bench/peers.py), then the suite prints
+# TrainRT's ratio to each (peer_report.py; TrainingSession timed on the same files).
+PEERS := .venv-peers
+$(PEERS)/.trainrt-peers: scripts/peers_requirements.txt
+	test -x $(PEERS)/bin/python || python3 -m venv $(PEERS)
+	$(PEERS)/bin/python -m pip install -q -r scripts/peers_requirements.txt
+	$(PEERS)/bin/python -m onnxruntime.training.ortmodule.torch_cpp_extensions.install
+	touch $@
+
+bench-peers: build $(PEERS)/.trainrt-peers
+	$(PEERS)/bin/python python/trainrt/bench/peers.py --out build/bench-peers
+	$(PY) -m trainrt.bench --modes eager,rtmodule --no-micro --no-trainer --no-sparsity \
+	  --peers build/bench-peers/peers.json --markdown build/bench-peers/report.md
 
 # The quick subset for iteration: C++ units and the Python tests not marked slow.
 test-quick: cpp-test py-test

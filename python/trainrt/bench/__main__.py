@@ -1,13 +1,15 @@
 """python -m trainrt.bench [--suite quick|full] [--models a,b] [--modes a,b] [--steps N] [--warmup N]
                         [--no-micro] [--no-trainer] [--no-sparsity] [--json FILE] [--markdown FILE] [--plot FILE.png]
-                        [--profile DIR]
+                        [--profile DIR] [--peers FILE]
 
 Micro-benchmarks run first (GEMM against torch.matmul on the models' products, the optimizer step
 against the copy bandwidth); the GEMM's best rate on a large square product is the measured peak
 that "% peak" refers to, unless --peak-gflops names one. The models follow, then the `trainer` entry:
 transformers.Trainer's steps/s with the eager model against trainrt.hf.RTTrainer on bert-mini sequence
 classification (trainer.py), and the `sparsity` entry: label sparsity on against off, beside eager, on a
-masked LM and a padded causal LM (sparsity.py).
+masked LM and a padded causal LM (sparsity.py). When `make bench-peers` has written its results
+(build/bench-peers/peers.json, or --peers FILE), TrainRT's ratio to ORTModule and to ORT's on-device
+training API follows, with TrainingSession timed on the peers' ONNX files (peer_report.py).
 
 The `ddp` mode (on request: --modes eager,rtmodule,ddp) spawns 2 ranks per model and times DDP x2
 against one process on the same global batch, eager beside RTModule (with gradients handed over as
@@ -63,6 +65,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--no-sparsity", action="store_true", help="skip the label-sparsity entry")
     parser.add_argument("--profile", metavar="DIR", help="also write Chrome traces of RTModule steps and print the top ops")
     parser.add_argument("--plot", metavar="FILE.png", help="bar chart of the ratios to eager")
+    parser.add_argument("--peers", metavar="FILE", help="make bench-peers' results (default: %s, when present)"
+                        % "build/bench-peers/peers.json")
     parser.add_argument("--json")
     parser.add_argument("--markdown")
     args = parser.parse_args(argv)
@@ -134,6 +138,13 @@ def _run(args, models: list[str], modes: list[str], warmup: int, steps: int, ind
         rounds, sparsity_steps = _SPARSITY_ROUNDS[args.suite]
         print("[bench] sparsity: label sparsity on / off, eager", file=sys.stderr, flush=True)
         results["sparsity"] = sparsity.run(rounds=rounds, steps=sparsity_steps)
+    from trainrt.bench import peer_report
+
+    peers = peer_report.load(args.peers)
+    if peers is not None:
+        print("[bench] peers: ORTModule and ORT on-device training (make bench-peers), TrainingSession on their ONNX",
+              file=sys.stderr, flush=True)
+        results["peers"] = peer_report.run(peers, results)
 
     print(text_table(results))
     if "ddp" in results:
@@ -148,6 +159,8 @@ def _run(args, models: list[str], modes: list[str], warmup: int, steps: int, ind
         from trainrt.bench import sparsity
 
         print("\n" + sparsity.markdown(results["sparsity"]))
+    if "peers" in results:
+        print("\n" + peer_report.markdown(results["peers"]))
     if args.profile:
         from trainrt.bench.profile import profile_model
 
@@ -162,6 +175,8 @@ def _run(args, models: list[str], modes: list[str], warmup: int, steps: int, ind
     if args.markdown:
         with open(args.markdown, "w") as f:
             f.write(markdown_table(results))
+            if "peers" in results:
+                f.write("\n\n" + peer_report.markdown(results["peers"]) + "\n")
     return results
 
 
