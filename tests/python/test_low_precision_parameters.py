@@ -37,6 +37,19 @@ class SmallCNN(torch.nn.Module):
         return torch.nn.functional.cross_entropy(self.head(h.flatten(1)), y)
 
 
+class PadCumsum(torch.nn.Module):
+    """Reflect padding and a running sum, whose kernels (PadGrad, CumSum) take f32 / f64 only: widened."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 12)
+        self.head = torch.nn.Linear(16, 10)
+
+    def forward(self, x, y):
+        h = torch.nn.functional.pad(self.proj(x).unsqueeze(1), (2, 2), mode="reflect").squeeze(1)
+        return torch.nn.functional.cross_entropy(self.head(torch.cumsum(h, -1) / 16), y)
+
+
 def _gpt2():
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -55,6 +68,8 @@ def _batch(kind, step, dtype):
     g = torch.Generator().manual_seed(step)
     if kind == "cnn":
         return {"x": torch.randn(4, 3, 16, 16, generator=g).to(dtype), "y": torch.randint(0, 10, (4,), generator=g)}
+    if kind == "padcum":
+        return {"x": torch.randn(4, 8, generator=g).to(dtype), "y": torch.randint(0, 10, (4,), generator=g)}
     if kind == "tied":
         return {"ids": torch.randint(0, 64, (4, 8), generator=g), "labels": torch.randint(0, 64, (4, 8), generator=g)}
     ids = torch.randint(0, 128, (2, 16), generator=g)
@@ -68,13 +83,14 @@ def _loss(model, batch):
     return out if isinstance(out, torch.Tensor) else out.loss
 
 
-MODELS = {"tied": TiedLM, "cnn": SmallCNN, "gpt2": _gpt2, "bert": _bert}
+MODELS = {"tied": TiedLM, "cnn": SmallCNN, "padcum": PadCumsum, "gpt2": _gpt2, "bert": _bert}
 # Parameters whose true gradient is exactly zero (a key bias: softmax does not see a shift of all
 # scores): both sides hold rounding noise there, which says nothing.
 ZERO_GRADIENT = ("attention.self.key.bias",)
 
 
 @pytest.mark.parametrize("kind, dtype", [("tied", torch.bfloat16), ("tied", torch.float16), ("cnn", torch.bfloat16),
+                                         ("cnn", torch.float16), ("padcum", torch.bfloat16), ("padcum", torch.float16),
                                          ("gpt2", torch.bfloat16), ("bert", torch.bfloat16)])
 def test_low_precision_parameters_train_as_eager(kind, dtype):
     loss_rtol, grad_tol = TOLERANCE[dtype]

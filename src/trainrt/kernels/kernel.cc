@@ -8,6 +8,12 @@ void KernelTable::add(std::string_view domain, std::string_view op, DType dtype,
   factories_[{std::string(domain), std::string(op), dtype}] = f;
 }
 
+void KernelTable::add(std::string_view domain, std::string_view op, DTypeSet dtypes, KernelFactory f) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kF64, DType::kI64, DType::kI32, DType::kI8,
+                  DType::kU8, DType::kBool})
+    if (dtypes & dtype_bit(t)) add(domain, op, t, f);
+}
+
 const KernelFactory* KernelTable::find(const std::string& domain, const std::string& op,
                                        DType dtype) const {
   const std::string d = domain == "ai.onnx" ? std::string() : domain;

@@ -15,6 +15,12 @@
 //     return [](KernelContext& ctx) { relu(ctx.in(0), ctx.out(0)); };
 //   }
 //   table.add("", "Relu", DType::kF32, make_relu);
+//
+// A kernel that dispatches on the element type inside registers under the set of dtypes it takes,
+// so that find() answers no for the others: a bf16 / f16 node whose kernel does not take that dtype
+// then runs in f32 between casts (runtime/bf16_widening.h) instead of failing when it runs.
+//
+//   table.add("", "DFT", dtype_bit(DType::kF32) | dtype_bit(DType::kF64), make_dft);
 #pragma once
 
 #include <cstdint>
@@ -30,6 +36,24 @@
 #include "trainrt/ir/graph.h"
 
 namespace trainrt {
+
+// A set of DTypes as a bit mask, for the dtypes a kernel takes.
+using DTypeSet = uint32_t;
+constexpr DTypeSet dtype_bit(DType t) { return DTypeSet{1} << static_cast<unsigned>(t); }
+inline constexpr DTypeSet kFloatTypes =
+    dtype_bit(DType::kF32) | dtype_bit(DType::kF16) | dtype_bit(DType::kBF16) | dtype_bit(DType::kF64);
+inline constexpr DTypeSet kSignedIntTypes =
+    dtype_bit(DType::kI64) | dtype_bit(DType::kI32) | dtype_bit(DType::kI8);
+inline constexpr DTypeSet kSignedTypes = kFloatTypes | kSignedIntTypes;
+inline constexpr DTypeSet kNumericTypes = kSignedTypes | dtype_bit(DType::kU8);
+inline constexpr DTypeSet kIntegerTypes = kSignedIntTypes | dtype_bit(DType::kU8);
+inline constexpr DTypeSet kBoolTypes = dtype_bit(DType::kBool);
+inline constexpr DTypeSet kAllTypes = kNumericTypes | kBoolTypes;
+
+template <typename T>
+constexpr bool dtype_in(DTypeSet set) {
+  return (set & dtype_bit(dtype_of<T>())) != 0;
+}
 
 struct KernelContext {
   std::span<const Tensor* const> inputs;
@@ -58,8 +82,13 @@ using KernelFactory = KernelFn (*)(const Node&);
 class KernelTable {
  public:
   // Kernels are keyed on the dtype of the node's first input (its first output for ops with no
-  // inputs). DType::kUndefined registers a kernel for every dtype.
+  // inputs). DType::kUndefined registers a kernel for every dtype, undefined included: only for
+  // kernels that never look at the element type (views, byte copies, shapes, host callbacks).
   void add(std::string_view domain, std::string_view op, DType dtype, KernelFactory factory);
+  // Registers `factory` under every dtype of `dtypes`. The set holds the dtypes the kernel runs; it
+  // may still refuse one of them for some attribute values (Resize's linear mode on integers), but
+  // never a bf16 / f16 one, which would then fail instead of being widened.
+  void add(std::string_view domain, std::string_view op, DTypeSet dtypes, KernelFactory factory);
   const KernelFactory* find(const std::string& domain, const std::string& op, DType dtype) const;
   // Finds the kernel for a node whose input/output dtypes are known; throws UnsupportedOp naming
   // the node, op and dtype when there is none.

@@ -1,11 +1,13 @@
 // bf16 / f16 nodes the engine cannot run in that dtype compute in f32 between casts
 // (autodiff/low_precision.h), give the f32 result rounded once, and nodes that can are left alone:
-//   widen_bf16_without_kernel: no kernel of the dtype (at session build);
+//   widen_bf16_without_kernel: no kernel takes the dtype (at session build);
 //   LowPrecisionCompute: the schema refuses the dtype (a forward graph straight from capture);
 //   the gradient builder: a gradient op's schema refuses it (GatherGrad of a bf16 embedding).
 #include "trainrt/runtime/bf16_widening.h"
 
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 #include "trainrt/autodiff/gradient_builder.h"
 #include "trainrt/passes/low_precision_compute.h"
@@ -74,6 +76,74 @@ TEST(Bf16Widening, NodesWithBf16KernelsAndF32NodesAreLeftAlone) {
   auto g = softmax_relu_graph();  // the CPU table has bf16 Softmax and Relu
   EXPECT_TRUE(widen_bf16_without_kernel(*g, cpu_kernel_table()).empty());
   EXPECT_EQ(g->num_nodes(), 2);
+}
+
+// Kernels that dispatch on the dtype inside declare the dtypes they take (kernels/kernel.h), so a
+// bf16 / f16 node whose kernel refuses its dtype is widened like one with no kernel at all. CumSum
+// takes f32, f64, i32, i64: its bf16 / f16 sums run in f32, each output rounded once.
+TEST(Bf16Widening, ACumSumOf16BitFloatsRunsInF32AndRoundsOnce) {
+  for (DType t : {DType::kBF16, DType::kF16}) {
+    auto g = std::make_shared<Graph>();
+    g->set_opset("", 18);
+    Value* x = g->add_input("x", t, Shape::of({2, 6}));
+    Node* cumsum = g->add_node("CumSum", {x, g->add_initializer("axis", Tensor::scalar<int64_t>(1))}, {"y"});
+    cumsum->output(0)->dtype = t;
+    g->add_output(cumsum->output(0));
+    const Tensor xs = testing::random_of(t, {2, 6}, 11);
+    const Tensor y = Session(g).run({xs})[0];
+    ASSERT_EQ(y.dtype(), t);
+    EXPECT_EQ(g->find_value("y")->producer->input(0)->producer->op_type(), "CumSum");  // y = Cast(CumSum in f32)
+    const Tensor wide = run_node("CumSum", {testing::from_doubles(DType::kF32, {2, 6}, doubles_of(xs)),
+                                            Tensor::scalar<int64_t>(1)})[0];
+    testing::expect_values(y, doubles_of(testing::from_doubles(t, {2, 6}, doubles_of(wide))), 0, 0,
+                           std::string("cumsum widened, ") + std::string(dtype_name(t)));
+  }
+}
+
+// loss = ReduceSum(Pad(x, reflect, 2 on each side of the last axis) * w), x (2, 3), w (2, 7), of
+// dtype t; returns the graph with the gradient of x built, and that gradient's value.
+std::pair<std::shared_ptr<Graph>, Value*> reflect_pad_loss(DType t) {
+  auto g = std::make_shared<Graph>();
+  g->set_opset("", 18);
+  Value* x = g->add_input("x", t, Shape::of({2, 3}));
+  Value* w = g->add_input("w", t, Shape::of({2, 7}));
+  Node* pad = g->add_node("Pad", {x, g->add_initializer("pads", Tensor::from_i64({0, 2, 0, 2}))}, {"padded"});
+  pad->set_attr("mode", Attribute::of_string("reflect"));
+  Node* mul = g->add_node("Mul", {pad->output(0), w}, {"weighted"});
+  Node* sum = g->add_node("ReduceSum", {mul->output(0)}, {"loss"});
+  sum->set_attr("keepdims", Attribute::of_int(0));
+  g->add_output(sum->output(0));
+  infer_graph_shapes(*g);
+  const GradientResult r = build_gradients(*g, {.loss = "loss", .wrt = {"x"}});
+  return {g, g->find_value(r.grad_of.at("x"))};
+}
+
+Tensor output_of(const Graph& g, const std::vector<Tensor>& outputs, const Value* v) {
+  const auto at = std::find(g.outputs().begin(), g.outputs().end(), v);
+  EXPECT_NE(at, g.outputs().end());
+  return outputs[static_cast<size_t>(at - g.outputs().begin())];
+}
+
+// The gradient of a reflect Pad, PadGrad, takes f32 and f64 dY: in a 16-bit model it runs in f32
+// between casts, summing the dY elements read from the same x element in f32 and rounding once.
+// dY = w exactly in every dtype, so dX is the f32 model's dX rounded once.
+TEST(Bf16Widening, TheGradientOfA16BitReflectPadRunsInF32AndRoundsOnce) {
+  for (DType t : {DType::kBF16, DType::kF16}) {
+    const std::string what = std::string("dX of a reflect pad, ") + std::string(dtype_name(t));
+    auto [g, dx] = reflect_pad_loss(t);
+    EXPECT_EQ(dx->dtype, t) << what;
+    const Tensor x = testing::random_of(t, {2, 3}, 5), w = testing::random_of(t, {2, 7}, 6);
+    const Tensor got = output_of(*g, Session(g).run({x, w}), dx);
+    bool pad_grad_in_f32 = false;
+    for (const Node* n : g->nodes()) pad_grad_in_f32 |= n->op_type() == "PadGrad" && n->input(0)->dtype == DType::kF32;
+    EXPECT_TRUE(pad_grad_in_f32) << what;
+
+    auto [wide, wide_dx] = reflect_pad_loss(DType::kF32);
+    const std::vector<Tensor> wide_inputs = {testing::from_doubles(DType::kF32, {2, 3}, doubles_of(x)),
+                                             testing::from_doubles(DType::kF32, {2, 7}, doubles_of(w))};
+    const Tensor reference = output_of(*wide, Session(wide).run(wide_inputs), wide_dx);
+    testing::expect_values(got, doubles_of(testing::from_doubles(t, {2, 3}, doubles_of(reference))), 0, 0, what);
+  }
 }
 
 std::vector<std::string> op_types(const Graph& g) {

@@ -47,8 +47,8 @@ KernelFn make_arg_reduce(const Node& node) {
 }  // namespace
 
 void register_arg_reduce_kernels(KernelTable& t) {
-  t.add("", "ArgMax", DType::kUndefined, make_arg_reduce);
-  t.add("", "ArgMin", DType::kUndefined, make_arg_reduce);
+  t.add("", "ArgMax", kNumericTypes, make_arg_reduce);
+  t.add("", "ArgMin", kNumericTypes, make_arg_reduce);
 }
 
 }  // namespace trainrt

@@ -428,28 +428,28 @@ KernelFn make_mod(const Node& node) {
 }  // namespace
 
 void register_binary_kernels(KernelTable& t) {
-  add_kernels(t, "Add", AddOp::kTypes, make_binary<AddOp>);
-  add_kernels(t, "Sub", SubOp::kTypes, make_binary<SubOp>);
-  add_kernels(t, "Mul", MulOp::kTypes, make_binary<MulOp>);
-  add_kernels(t, "Div", DivOp::kTypes, make_binary<DivOp>);
-  add_kernels(t, "Mod", ModOp::kTypes, make_mod);
-  add_kernels(t, "Pow", kNumericTypes, make_pow);
-  add_kernels(t, "Equal", EqualOp::kTypes, make_binary<EqualOp>);
-  add_kernels(t, "Less", LessOp::kTypes, make_binary<LessOp>);
-  add_kernels(t, "LessOrEqual", LessOrEqualOp::kTypes, make_binary<LessOrEqualOp>);
-  add_kernels(t, "Greater", GreaterOp::kTypes, make_binary<GreaterOp>);
-  add_kernels(t, "GreaterOrEqual", GreaterOrEqualOp::kTypes, make_binary<GreaterOrEqualOp>);
-  add_kernels(t, "And", AndOp::kTypes, make_binary<AndOp>);
-  add_kernels(t, "Or", OrOp::kTypes, make_binary<OrOp>);
-  add_kernels(t, "Xor", XorOp::kTypes, make_binary<XorOp>);
-  add_kernels(t, "BitwiseAnd", BitwiseAndOp::kTypes, make_binary<BitwiseAndOp>);
-  add_kernels(t, "BitwiseOr", BitwiseOrOp::kTypes, make_binary<BitwiseOrOp>);
-  add_kernels(t, "BitwiseXor", BitwiseXorOp::kTypes, make_binary<BitwiseXorOp>);
-  add_kernels(t, "Sum", kNumericTypes, make_variadic<AddOp, false>);
-  add_kernels(t, "Mean", kFloatTypes, make_variadic<AddOp, true>);
-  add_kernels(t, "Max", kNumericTypes, make_variadic<MaxOp, false>);
-  add_kernels(t, "Min", kNumericTypes, make_variadic<MinOp, false>);
-  add_kernels(t, "Where", kBoolTypes, make_where);
+  t.add("", "Add", AddOp::kTypes, make_binary<AddOp>);
+  t.add("", "Sub", SubOp::kTypes, make_binary<SubOp>);
+  t.add("", "Mul", MulOp::kTypes, make_binary<MulOp>);
+  t.add("", "Div", DivOp::kTypes, make_binary<DivOp>);
+  t.add("", "Mod", ModOp::kTypes, make_mod);
+  t.add("", "Pow", kNumericTypes, make_pow);
+  t.add("", "Equal", EqualOp::kTypes, make_binary<EqualOp>);
+  t.add("", "Less", LessOp::kTypes, make_binary<LessOp>);
+  t.add("", "LessOrEqual", LessOrEqualOp::kTypes, make_binary<LessOrEqualOp>);
+  t.add("", "Greater", GreaterOp::kTypes, make_binary<GreaterOp>);
+  t.add("", "GreaterOrEqual", GreaterOrEqualOp::kTypes, make_binary<GreaterOrEqualOp>);
+  t.add("", "And", AndOp::kTypes, make_binary<AndOp>);
+  t.add("", "Or", OrOp::kTypes, make_binary<OrOp>);
+  t.add("", "Xor", XorOp::kTypes, make_binary<XorOp>);
+  t.add("", "BitwiseAnd", BitwiseAndOp::kTypes, make_binary<BitwiseAndOp>);
+  t.add("", "BitwiseOr", BitwiseOrOp::kTypes, make_binary<BitwiseOrOp>);
+  t.add("", "BitwiseXor", BitwiseXorOp::kTypes, make_binary<BitwiseXorOp>);
+  t.add("", "Sum", kNumericTypes, make_variadic<AddOp, false>);
+  t.add("", "Mean", kFloatTypes, make_variadic<AddOp, true>);
+  t.add("", "Max", kNumericTypes, make_variadic<MaxOp, false>);
+  t.add("", "Min", kNumericTypes, make_variadic<MinOp, false>);
+  t.add("", "Where", kBoolTypes, make_where);
 }
 
 }  // namespace trainrt

@@ -68,8 +68,8 @@ KernelFn make_cast_like(const Node& node) { return cast_kernel(node, input_dtype
 }  // namespace
 
 void register_cast_kernels(KernelTable& t) {
-  add_kernels(t, "Cast", kAllTypes, make_cast);
-  add_kernels(t, "CastLike", kAllTypes, make_cast_like);
+  t.add("", "Cast", kAllTypes, make_cast);
+  t.add("", "CastLike", kAllTypes, make_cast_like);
 }
 
 }  // namespace trainrt

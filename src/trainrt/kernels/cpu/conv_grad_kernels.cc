@@ -108,7 +108,7 @@ KernelFn make_conv_grad(const Node& node) {
 void register_conv_grad_kernels(KernelTable& t) {
   t.add(kTrainrtDomain, "ConvGrad", DType::kF32, make_conv_grad);
   t.add(kTrainrtDomain, "ConvGrad", DType::kBF16, make_conv_grad);
-  for (DType d : {DType::kF16, DType::kF64}) t.add(kTrainrtDomain, "ConvGrad", d, reject_unsupported_conv);
+  t.add(kTrainrtDomain, "ConvGrad", DType::kF64, reject_unsupported_conv);
 }
 
 }  // namespace trainrt

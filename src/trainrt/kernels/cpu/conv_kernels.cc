@@ -110,7 +110,7 @@ KernelFn reject_unsupported_conv(const Node& node) {
 void register_conv_kernels(KernelTable& t) {
   t.add("", "Conv", DType::kF32, make_conv);
   t.add("", "Conv", DType::kBF16, make_conv);
-  for (DType d : {DType::kF16, DType::kF64}) t.add("", "Conv", d, reject_unsupported_conv);
+  t.add("", "Conv", DType::kF64, reject_unsupported_conv);
 }
 
 }  // namespace trainrt

@@ -53,8 +53,9 @@ class ConvKernelState {
 // no input channels or an empty kernel. B and Y in p.dtype.
 void fill_with_bias(const ConvProblem& p, const Tensor* b, Tensor& y);
 
-// The factory registered for the float dtypes oneDNN's convolutions do not take here (f16, f64):
-// throws UnsupportedOp naming the node and the dtype.
+// The factory registered for f64, which oneDNN's convolutions do not take here: throws UnsupportedOp
+// naming the node and the dtype. f16 has no kernel, so the session runs it in f32 between casts
+// (runtime/bf16_widening.h).
 KernelFn reject_unsupported_conv(const Node& node);
 
 }  // namespace trainrt

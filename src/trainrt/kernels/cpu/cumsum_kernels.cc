@@ -77,6 +77,11 @@ KernelFn make_cumsum(const Node& node) {
 
 }  // namespace
 
-void register_cumsum_kernels(KernelTable& t) { t.add("", "CumSum", DType::kUndefined, make_cumsum); }
+// bf16 / f16 CumSum runs widened (runtime/bf16_widening.h): sums in f32, each output rounded once, as
+// torch's cumsum of those dtypes accumulates in float.
+void register_cumsum_kernels(KernelTable& t) {
+  t.add("", "CumSum", dtype_bit(DType::kF32) | dtype_bit(DType::kF64) | dtype_bit(DType::kI32) | dtype_bit(DType::kI64),
+        make_cumsum);
+}
 
 }  // namespace trainrt

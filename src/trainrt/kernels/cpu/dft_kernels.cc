@@ -171,8 +171,9 @@ KernelFn make_dft_grad(const Node& node) {
 }  // namespace
 
 void register_dft_kernels(KernelTable& t) {
-  t.add("", "DFT", DType::kUndefined, make_dft);
-  t.add(std::string(kTrainrtDomain), "DFTGrad", DType::kUndefined, make_dft_grad);
+  const DTypeSet types = dtype_bit(DType::kF32) | dtype_bit(DType::kF64);  // bf16 / f16 run widened
+  t.add("", "DFT", types, make_dft);
+  t.add(kTrainrtDomain, "DFTGrad", types, make_dft_grad);
 }
 
 }  // namespace trainrt

@@ -250,6 +250,6 @@ KernelFn make_einsum(const Node& node) {
 
 }  // namespace
 
-void register_einsum_kernels(KernelTable& t) { t.add("", "Einsum", DType::kUndefined, make_einsum); }
+void register_einsum_kernels(KernelTable& t) { t.add("", "Einsum", kNumericTypes, make_einsum); }
 
 }  // namespace trainrt

@@ -5,12 +5,6 @@
 
 namespace trainrt {
 
-void add_kernels(KernelTable& table, std::string_view op, DTypeSet types, KernelFactory factory) {
-  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kF64, DType::kI64, DType::kI32,
-                  DType::kI8, DType::kU8, DType::kBool})
-    if (types & dtype_bit(t)) table.add("", op, t, factory);
-}
-
 void throw_unsupported_dtype(const Node& node, std::string_view which, DType t) {
   throw UnsupportedOp(fmt(node.describe(), ": no CPU kernel for ", which, " of dtype ", dtype_name(t)));
 }

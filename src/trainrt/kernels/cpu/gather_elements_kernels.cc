@@ -151,7 +151,7 @@ KernelFn make_scatter_elements(const Node& node) {
 }  // namespace
 
 void register_gather_elements_kernels(KernelTable& t) {
-  t.add("", "ScatterElements", DType::kUndefined, make_scatter_elements);
+  t.add("", "ScatterElements", kNumericTypes, make_scatter_elements);
   t.add("", "GatherElements", DType::kUndefined, make_gather_elements);
   // Keyed on its first input, the i64 shape, as GatherGrad; the kernel dispatches on dY.
   t.add(kTrainrtDomain, "GatherElementsGrad", DType::kI64, make_gather_elements_grad);

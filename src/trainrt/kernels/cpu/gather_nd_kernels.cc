@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "trainrt/core/error.h"
+#include "trainrt/kernels/cpu/reduce_util.h"
 #include "trainrt/kernels/cpu/tensor_kernels.h"
 #include "trainrt/kernels/kernel.h"
 
@@ -77,22 +78,29 @@ KernelFn make_gather_nd_grad(const Node& node) {
   };
 }
 
-// out[at] = combine(out[at], update) for reduction add, mul, max, min.
+// out[at] = combine(out[at], update) for reduction add, mul, max, min; in T's own arithmetic, f16 /
+// bf16 in float rounded on each store, as torch's index_put with accumulate of those dtypes.
 template <typename T>
 void scatter_nd_reduce(const Node& node, const std::string& reduction, const Tensor& indices, const Tensor& updates,
                        Tensor& out) {
+  using A = std::conditional_t<kIsFloat16<T>, float, T>;
   T* o = out.data<T>();
   const T* u = updates.data<T>();
   int64_t slice = 0;
   const auto apply = [&](auto combine) {
     for_each_tuple(node, out.dims(), indices, slice, [&](int64_t, int64_t to, int64_t from) {
-      for (int64_t e = 0; e < slice; ++e) o[to + e] = combine(o[to + e], u[from + e]);
+      for (int64_t e = 0; e < slice; ++e) {
+        if constexpr (kIsFloat16<T>)
+          o[to + e] = from_compute<T>(combine(to_compute(o[to + e]), to_compute(u[from + e])));
+        else
+          o[to + e] = combine(o[to + e], u[from + e]);
+      }
     });
   };
-  if (reduction == "add") apply([](T a, T b) { return a + b; });
-  else if (reduction == "mul") apply([](T a, T b) { return a * b; });
-  else if (reduction == "max") apply([](T a, T b) { return a < b ? b : a; });
-  else apply([](T a, T b) { return b < a ? b : a; });
+  if (reduction == "add") apply([](A a, A b) -> A { return a + b; });
+  else if (reduction == "mul") apply([](A a, A b) -> A { return a * b; });
+  else if (reduction == "max") apply([](A a, A b) { return a < b ? b : a; });
+  else apply([](A a, A b) { return b < a ? b : a; });
 }
 
 KernelFn make_scatter_nd(const Node& node) {
@@ -105,8 +113,7 @@ KernelFn make_scatter_nd(const Node& node) {
     const Tensor& updates = ctx.in(2);
     if (add) {
       visit_dtype(data.dtype(), [&]<typename T>() {
-        if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, int64_t> ||
-                      std::is_same_v<T, int32_t>)
+        if constexpr (dtype_in<T>(kNumericTypes))
           scatter_nd_reduce<T>(node, reduction, ctx.in(1), updates, out);
         else
           throw UnsupportedOp(fmt(node.describe(), ": reduction ", reduction, " on dtype ", dtype_name(data.dtype())));
@@ -127,7 +134,7 @@ KernelFn make_scatter_nd(const Node& node) {
 }  // namespace
 
 void register_gather_nd_kernels(KernelTable& t) {
-  t.add("", "ScatterND", DType::kUndefined, make_scatter_nd);
+  t.add("", "ScatterND", kAllTypes, make_scatter_nd);  // reductions refuse bool when they run
   t.add("", "GatherND", DType::kUndefined, make_gather_nd);
   t.add(kTrainrtDomain, "GatherNDGrad", DType::kI64, make_gather_nd_grad);  // keyed on the i64 shape
 }

@@ -13,6 +13,6 @@ KernelFn make_non_zero(const Node&) {
 
 }  // namespace
 
-void register_non_zero_kernels(KernelTable& t) { t.add("", "NonZero", DType::kUndefined, make_non_zero); }
+void register_non_zero_kernels(KernelTable& t) { t.add("", "NonZero", kAllTypes, make_non_zero); }
 
 }  // namespace trainrt

@@ -119,7 +119,8 @@ KernelFn make_pad_grad(const Node& node) {
 
 void register_pad_kernels(KernelTable& t) {
   t.add("", "Pad", DType::kUndefined, make_pad);
-  t.add(kTrainrtDomain, "PadGrad", DType::kUndefined, make_pad_grad);
+  // bf16 / f16 dY runs widened (runtime/bf16_widening.h): sums in f32, rounded once.
+  t.add(kTrainrtDomain, "PadGrad", dtype_bit(DType::kF32) | dtype_bit(DType::kF64), make_pad_grad);
 }
 
 }  // namespace trainrt

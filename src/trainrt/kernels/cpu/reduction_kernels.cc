@@ -374,7 +374,7 @@ template void reduce_along<BFloat16, double>(ReduceOp, const BFloat16*, double*,
 void register_reduction_kernels(KernelTable& t) {
   for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
                          "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"})
-    t.add("", op, DType::kUndefined, make_reduce);
+    t.add("", op, kAllTypes, make_reduce);
   register_softmax_kernels(t);
   register_layer_norm_kernels(t);
   register_loss_kernels(t);

@@ -320,9 +320,10 @@ KernelFn make_resize_grad(const Node& node) {
 }  // namespace
 
 void register_resize_kernels(KernelTable& t) {
-  t.add("", "Resize", DType::kUndefined, make_resize);
-  t.add("", "Upsample", DType::kUndefined, make_resize);
-  t.add(kTrainrtDomain, "ResizeGrad", DType::kUndefined, make_resize_grad);
+  // nearest copies any element; linear and cubic refuse integer data when they run.
+  t.add("", "Resize", kAllTypes, make_resize);
+  t.add("", "Upsample", kAllTypes, make_resize);
+  t.add(kTrainrtDomain, "ResizeGrad", kFloatTypes, make_resize_grad);
 }
 
 }  // namespace trainrt

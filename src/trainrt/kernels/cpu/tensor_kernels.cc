@@ -156,7 +156,7 @@ void register_tensor_kernels(KernelTable& t) {
   t.add("", "Size", DType::kUndefined, make_size);
   t.add("", "Constant", DType::kUndefined, make_constant);
   t.add("", "ConstantOfShape", DType::kUndefined, make_constant_of_shape);
-  t.add("", "Range", DType::kUndefined, make_range);
+  t.add("", "Range", kNumericTypes, make_range);
   t.add("", "Trilu", DType::kUndefined, make_trilu);
   register_select_kernels(t);
   register_transpose_kernels(t);

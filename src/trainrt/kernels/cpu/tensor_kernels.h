@@ -1,6 +1,7 @@
 // Internal to the shape and data movement kernels: the sub-families register_tensor_kernels adds.
-// The kernels are keyed on DType::kUndefined (any element type) and move bytes by dtype_size,
-// except Dropout (float types), Range and CumSum, which compute.
+// The kernels that only move bytes (by dtype_size) are keyed on DType::kUndefined (any element
+// type); those that compute (Dropout, Range, CumSum, ArgMax, TopK, PadGrad, ...) register under the
+// dtypes they take (kernel.h).
 //
 //   KernelTable table;
 //   register_tensor_kernels(table);  // cpu_kernels.h: adds its own kernels, then calls these

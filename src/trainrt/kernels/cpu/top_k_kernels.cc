@@ -114,8 +114,8 @@ KernelFn make_top_k_in_torch_order(const Node& node) { return make_top_k_kernel(
 }  // namespace
 
 void register_top_k_kernels(KernelTable& t) {
-  t.add("", "TopK", DType::kUndefined, make_top_k);
-  t.add(kTrainrtDomain, "TopKInTorchOrder", DType::kUndefined, make_top_k_in_torch_order);
+  t.add("", "TopK", kNumericTypes, make_top_k);
+  t.add(kTrainrtDomain, "TopKInTorchOrder", kNumericTypes, make_top_k_in_torch_order);
 }
 
 }  // namespace trainrt

@@ -14,7 +14,7 @@ KernelFn make_valid_rows(const Node& node) {
 }  // namespace
 
 void register_valid_rows_kernels(KernelTable& t) {
-  t.add(kTrainrtDomain, "ValidRows", DType::kUndefined, make_valid_rows);
+  t.add(kTrainrtDomain, "ValidRows", dtype_bit(DType::kI64) | dtype_bit(DType::kI32), make_valid_rows);
 }
 
 }  // namespace trainrt
