@@ -11,6 +11,7 @@ import copy
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 import trainrt
@@ -62,6 +63,14 @@ def assert_like_torch(module: nn.Module, make_inputs, batches=(3, 5), rtol=1e-5,
 
 def randn(*shape, seed=0):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
+def test_padding_modes_other_than_constant(mode):
+    """F.pad in reflect / replicate / circular mode: ONNX Pad (reflect, edge, wrap), gradients the engine's;
+    on the last dim of a 3-d input and the last two of a 4-d one (torch's forms for 1-d and 2-d padding)."""
+    assert_like_torch(Lambda(lambda x: F.pad(x, (2, 1), mode=mode) * 2), lambda b: [randn(b, 3, 6)])
+    assert_like_torch(Lambda(lambda x: F.pad(x, (1, 2, 2, 0), mode=mode).tanh()), lambda b: [randn(b, 2, 5, 4)])
 
 
 @pytest.mark.parametrize("fn", [

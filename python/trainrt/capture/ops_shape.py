@@ -285,13 +285,14 @@ def embedding(ctx: OpContext) -> str:
 
 @translates("aten.pad.default", "aten.constant_pad_nd.default")
 def constant_pad(ctx: OpContext) -> str:
-    """F.pad(x, (left_last, right_last, left_prev, ...), value) in constant mode: per padded dim, a
+    """F.pad(x, (left_last, right_last, left_prev, ...), value) in constant mode (the other modes:
+    _pad_from_input): per padded dim, a
     Concat with fills of the pad width (a negative pad crops, a Slice). Built from Concat and Slice,
     the gradient is theirs (dX = dY's unpadded part) and symbolic dims stay symbolic."""
     x = ctx.tensor("self")
     mode = ctx.args.get("mode", "constant")
     if mode != "constant":
-        raise ctx.unsupported(f"with mode '{mode}' has no TrainRT translation (constant mode only)")
+        return _pad_from_input(ctx, x, list(ctx["pad"]), mode)
     value = ctx.args.get("value")
     value = 0 if value is None else value
     pads = list(ctx["pad"])
@@ -315,6 +316,34 @@ def constant_pad(ctx: OpContext) -> str:
             y = ctx.emit("Concat", [p for e, p in parts if not e] + [y] + [p for e, p in parts if e], axis=axis)
             shape[axis] = shape[axis] + max(left, 0) + max(right, 0)
     return y
+
+
+# torch's padding modes and ONNX Pad's
+_PAD_MODES = {"reflect": "reflect", "replicate": "edge", "circular": "wrap"}
+
+
+def _pad_from_input(ctx: OpContext, x, pads: list, mode: str) -> str:
+    """F.pad in reflect / replicate / circular mode: ONNX Pad with the mode (edge, wrap), its pads
+    reordered from torch's (last dim's left, right, the previous dim's, ...) to ONNX's (every dim's
+    begin, then every dim's end). The engine's Pad and its gradient take every mode."""
+    if mode not in _PAD_MODES:
+        raise ctx.unsupported(f"with mode '{mode}' has no TrainRT translation")
+    if not all(is_static(p) for p in pads):
+        raise ctx.unsupported("with symbolic pad widths has no TrainRT translation")
+    begin, end = [0] * x.rank, [0] * x.rank
+    for k in range(len(pads) // 2):
+        begin[x.rank - 1 - k], end[x.rank - 1 - k] = int(pads[2 * k]), int(pads[2 * k + 1])
+    return ctx.emit("Pad", [x.name, ctx.ints(begin + end)], mode=_PAD_MODES[mode])
+
+
+@translates("aten.reflection_pad1d.default", "aten.reflection_pad2d.default", "aten.reflection_pad3d.default")
+def reflection_pad(ctx: OpContext) -> str:
+    return _pad_from_input(ctx, ctx.tensor("self"), list(ctx["padding"]), "reflect")
+
+
+@translates("aten.replication_pad1d.default", "aten.replication_pad2d.default", "aten.replication_pad3d.default")
+def replication_pad(ctx: OpContext) -> str:
+    return _pad_from_input(ctx, ctx.tensor("self"), list(ctx["padding"]), "replicate")
 
 
 def _trilu(ctx: OpContext, upper: int) -> str:
