@@ -90,8 +90,8 @@ _CODE_SPAN = re.compile(r"(`+)(?!`).*?(?<!`)\1(?!`)", re.DOTALL)
 
 
 def _markdown_files() -> list[pathlib.Path]:
-    """README, CONTRIBUTING, CHANGELOG and every other Markdown file of the repository (not build/, .venv/)."""
-    skip = {".git", ".venv", "build", "node_modules"}
+    """README, CONTRIBUTING, CHANGELOG and every other Markdown file of the repository (not build/, the venvs)."""
+    skip = {".git", ".venv", ".venv-peers", "build", "node_modules"}
     return sorted(p for p in ROOT.rglob("*.md") if not skip & set(p.relative_to(ROOT).parts))
 
 

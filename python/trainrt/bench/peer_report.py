@@ -90,7 +90,9 @@ def run(peers: dict, results: dict) -> dict:
 
 
 def _ms(seconds) -> str:
-    return "-" if seconds is None else f"{seconds * 1e3:.1f}"
+    if seconds is None:
+        return "-"
+    return f"{seconds * 1e3:.3f}" if seconds < 1e-3 else f"{seconds * 1e3:.1f}"
 
 
 def _ratio(value) -> str:
