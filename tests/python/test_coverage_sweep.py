@@ -42,6 +42,8 @@ SAMPLE = [
     "causal-lm/afmoe", "causal-lm/llama4_text", "causal-lm/mamba", "masked-lm/fnet",
     # Experts split by counts read with .tolist() (sizes known when the step runs), index_add.
     "causal-lm/jetmoe",
+    # A loss branch on tensor values (captured per branch, checked every call); a bool .item() branch.
+    "seq-cls/deberta-v2", "seq2seq/prophetnet",
 ]
 
 
