@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
-import time
 
 import numpy as np
+
+from trainrt.bench.peers import time_steps
 
 DEFAULT_PATH = "build/bench-peers/peers.json"
 
@@ -44,18 +44,7 @@ def time_training_session(onnx_path: str, x: np.ndarray, y: np.ndarray, warmup: 
         session.optimizer_step()
         return float(np.asarray(loss).reshape(-1)[0])
 
-    start = time.perf_counter()
-    first_loss = step()
-    first = time.perf_counter() - start
-    for _ in range(warmup):
-        step()
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        loss = step()
-        times.append(time.perf_counter() - start)
-    return {"first_step_s": first, "first_loss": first_loss, "last_loss": loss, "steps": steps,
-            "step_median_s": statistics.median(times)}
+    return time_steps(step, warmup, steps)
 
 
 def run(peers: dict, results: dict) -> dict:

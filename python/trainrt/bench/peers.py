@@ -167,18 +167,25 @@ def time_training_api(path: str, x: np.ndarray, y: np.ndarray, directory: str, w
         module.lazy_reset_grad()
         return float(loss)
 
+    return {**time_steps(step, warmup, steps), "parameters": len(params)}
+
+
+def time_steps(step, warmup: int, steps: int) -> dict:
+    """One trainer on one batch (`step()` -> loss): the first step timed apart, warm-up steps, then the
+    median of `steps` timed steps. The on-device API here and TrainingSession (peer_report.py) alike."""
     start = time.perf_counter()
     first_loss = step()
     first = time.perf_counter() - start
     for _ in range(warmup):
         step()
     times = []
+    loss = first_loss
     for _ in range(steps):
         start = time.perf_counter()
         loss = step()
         times.append(time.perf_counter() - start)
     return {"first_step_s": first, "first_loss": first_loss, "last_loss": loss, "steps": steps,
-            "step_median_s": statistics.median(times), "parameters": len(params)}
+            "step_median_s": statistics.median(times)}
 
 
 def main(argv=None) -> dict:
