@@ -689,6 +689,9 @@ class RTModule(torch.nn.Module):
                 ("mode", "training" if self._module.training else "eval"),
                 ("parameters / inputs / outputs", f"{len(captured.param_inputs)} / {len(captured.user_inputs)} / {len(captured.outputs)}"),
                 ("input dims", _describe_dims(captured)),
+                ("size conditions (shape guards)", "; ".join(captured.guards) or "none beyond the dims' ranges"),
+                ("branches on tensor values", "; ".join(c for _, c in captured.branch_checks) + ", checked each call"
+                 if captured.branch_checks else "none"),
                 ("mixed precision", f"{autocast} as torch.autocast runs it" if autocast else "off (f32)"),
                 ("memory planning, in-place reuse, views, constant folding", "on"),
                 ("compute optimizer (fusions, saved-set choice)", "on" if self._runtime.compute_optimizer else "off"),

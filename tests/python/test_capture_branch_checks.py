@@ -112,6 +112,7 @@ def test_a_batch_that_takes_the_other_branch_runs_on_its_own_capture(trainrt_log
     assert engine.num_captures == 2  # one per branch, each reused after
     assert "branches on tensor values" in trainrt_log.text
     assert "propagate_real_tensors" not in trainrt_log.text  # torch's own log of each decision is quiet
+    assert "0 < u0, checked each call" in trainrt_log.text  # the start-up table's row
     assert "a branch on tensor values went the other way (0 < u" in trainrt_log.text
 
 

@@ -79,11 +79,16 @@ def _steps_match_eager(model: nn.Module, batches: list[tuple]) -> trainrt.RTModu
     return engine
 
 
-def test_a_size_that_breaks_the_traced_branch_is_captured_again(trainrt_log):
+def test_a_size_that_breaks_the_traced_branch_is_captured_again(trainrt_log, monkeypatch):
+    monkeypatch.setenv("TRAINRT_LOG_LEVEL", "INFO")
+    trainrt_log.set_level("INFO", logger="trainrt")
     torch.manual_seed(0)
     _steps_match_eager(ParityBranch(), [(torch.randn(2, n, 4),) for n in (6, 7, 8, 9, 7)])
     assert "(s" in trainrt_log.text and "% 2) == 0" in trainrt_log.text
     assert "input 0 dim 1 = 7 break" in trainrt_log.text
+    # The start-up table names the condition each capture holds for: the even lengths', then the odd ones'.
+    rows = [line for line in trainrt_log.text.splitlines() if "size conditions (shape guards)" in line]
+    assert len(rows) == 2 and rows[0].endswith("% 2) == 0") and rows[1].endswith("% 2) != 0"), rows
 
 
 def test_a_guard_between_two_inputs_is_checked():
