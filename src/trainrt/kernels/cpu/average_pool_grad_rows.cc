@@ -74,7 +74,9 @@ TRAINRT_SIMD_CLONES void add_windows(const Windows& w, const PhaseSums& sums, co
 
 }  // namespace
 
-bool average_pool_grad_rows_apply(const Windows& w) { return w.in[0] == 1 && w.kernel[0] == 1 && w.out[0] == 1; }
+bool average_pool_grad_rows_apply(const Windows& w) {
+  return w.in[0] == 1 && w.kernel[0] == 1 && w.out[0] == 1 && w.kernel_fits_padded_input();
+}
 
 void average_pool_grad_plane_rows(const Windows& w, const float* dy, float* dx, bool count_include_pad) {
   const int64_t out_h = w.out[1], out_w = w.out[2], sw = w.stride[2], dw = w.dilation[2];

@@ -82,4 +82,16 @@ TEST(AveragePoolGradRows, AppliesToOneAndTwoSpatialDimsOnly) {
 }
 
 }  // namespace
+// A kernel of many taps over a much smaller input (EfficientNet's pooler, ceil mode) takes the
+// general walk, which visits only the in-bounds taps; up to 64 taps always take the rows.
+TEST(AveragePoolGradRows, LeavesAKernelFarLargerThanItsInputToTheGeneralWalk) {
+  PoolAttributes a;
+  a.ceil_mode = true;
+  a.kernel = {15, 16}, a.strides = {15, 16};
+  EXPECT_FALSE(average_pool_grad_rows_apply(Windows(a.geometry("AveragePoolGrad(test)", {1, 1, 3, 2}))));
+  EXPECT_TRUE(average_pool_grad_rows_apply(Windows(a.geometry("AveragePoolGrad(test)", {1, 1, 20, 20}))));
+  a.kernel = {8, 8}, a.strides = {8, 8};
+  EXPECT_TRUE(average_pool_grad_rows_apply(Windows(a.geometry("AveragePoolGrad(test)", {1, 1, 2, 2}))));
+}
+
 }  // namespace trainrt

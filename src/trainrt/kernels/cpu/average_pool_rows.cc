@@ -65,7 +65,9 @@ TRAINRT_SIMD_CLONES void average_rows(const WindowRows& rows, int64_t n, const f
 
 }  // namespace
 
-bool average_pool_rows_apply(const Windows& w) { return w.in[0] == 1 && w.kernel[0] == 1 && w.out[0] == 1; }
+bool average_pool_rows_apply(const Windows& w) {
+  return w.in[0] == 1 && w.kernel[0] == 1 && w.out[0] == 1 && w.kernel_fits_padded_input();
+}
 
 void average_pool_plane_rows(const Windows& w, const float* x, float* y, bool count_include_pad) {
   const int64_t out_w = w.out[2], sh = w.stride[1];

@@ -90,7 +90,7 @@ TRAINRT_SIMD_CLONES void max_rows_argmax(const WindowRows& rows, int64_t out_w, 
 bool max_pool_rows_apply(const Windows& w) {
   // Offsets, the padded rows' included, must fit in int32.
   const int64_t padded_row = w.pad_begin[2] + w.in[2] + w.pad_end[2] + w.kernel[2] * w.dilation[2] + w.stride[2];
-  return w.in[0] == 1 && w.kernel[0] == 1 && w.out[0] == 1 &&
+  return w.in[0] == 1 && w.kernel[0] == 1 && w.out[0] == 1 && w.kernel_fits_padded_input() &&
          w.in[1] * padded_row <= std::numeric_limits<int32_t>::max();
 }
 

@@ -127,6 +127,9 @@ std::vector<Case> cases() {
       {{1, 2, 5, 19}, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, true},          // s 1, ceil
       {{1, 2, 50}, {3}, {3}, {2}, {2, 1}, true},                            // 1-D, s 3, dilation
       {{1, 2, 4, 2}, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},                 // a window wider than a row
+      // EfficientNet's pooler, AvgPool2d(k, ceil_mode=True) on a smaller map: one window, mostly
+      // beyond the input (the general walk, not the row paths' k x k taps)
+      {{2, 3, 3, 2}, {15, 16}, {15, 16}, {1, 1}, {0, 0, 0, 0}, true, true},
   };
 }
 

@@ -79,6 +79,17 @@ struct Windows {
     for (int i = 0; i < 3; ++i) n *= count_along(i, r[i], start[i], include_pad);
     return n;
   }
+  // Whether the vectorized row paths suit these windows: they walk every kernel tap of the two
+  // inner dims and lay the plane out in `stride` phases, so a kernel of many taps over a much
+  // smaller padded input (EfficientNet's AvgPool2d(1280, ceil_mode=True) over a 2 x 2 map:
+  // 1280 x 1280 taps, 4 of them in bounds) cost 28 s a call, where the general walk visits the
+  // in-bounds taps alone. Small kernels (up to 64 taps) always take the row paths.
+  bool kernel_fits_padded_input() const {
+    const int64_t kernel_taps = kernel[1] * kernel[2];
+    const int64_t padded = (pad_begin[1] + in[1] + pad_end[1]) * (pad_begin[2] + in[2] + pad_end[2]);
+    return kernel_taps <= 64 || kernel_taps <= 4 * padded;
+  }
+
   // The taps a window counts along dim d: its in-bounds taps r, or with include_pad those in the
   // padded extent.
   int64_t count_along(int d, TapRange r, int64_t start, bool include_pad) const {
