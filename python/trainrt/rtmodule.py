@@ -95,7 +95,6 @@ class _Engine:
         self.single_output = captured.out_spec.is_leaf()  # the module returns one tensor
         # The branch checks of a capture specialized on data branches: the last outputs, not the user's
         self.num_checks = len(captured.branch_checks)
-        self.failed_check: str | None = None  # the condition of the last call that took another branch
         num_outputs = self.num_mutations + len(captured.differentiable_outputs)
         self.non_differentiable += list(range(num_outputs, num_outputs + self.num_checks))
         self.draws_random = self.programs.draws_random
@@ -491,6 +490,7 @@ class RTModule(torch.nn.Module):
             return self._fall_back("forced by the fallback policy", "FALLBACK_FORCE_TORCH_FORWARD", args, kwargs)
         module = self._modules["_module"]  # self._module costs two __getattr__ calls (~1.4 us)
         signature = self._call_signature(args, kwargs, module)
+        other_branches, why = [], None  # engines whose data branches this call did not take; the last one's check
         if signature is not None and self._last_call is not None and self._last_call[0] == signature:
             engine = self._last_call[1]
             module_tensors, reason = engine.module_tensors(module)
@@ -499,8 +499,8 @@ class RTModule(torch.nn.Module):
                     self._fallback_reason = None
                 try:
                     return self._run(engine, module_tensors, [*args, *kwargs.values()])
-                except _OtherBranch:
-                    pass  # the engines of the other branches are found below
+                except _OtherBranch as other:  # the engines of the other branches are found below
+                    other_branches, why = [engine], self._said_other_branch(other)
         flat, spec = pytree.tree_flatten((args, kwargs))
         tensors = [x for x in flat if isinstance(x, torch.Tensor)]
         reason = _unsupported(tensors)
@@ -512,33 +512,35 @@ class RTModule(torch.nn.Module):
                                    "FALLBACK_UNSUPPORTED_DATA", args, kwargs)
         shapes = [tuple(t.shape) for t in tensors]
         key = self._schema_key_of(flat, spec)
-        other_branches = []  # engines whose data branches this call did not take
         while True:
             engine = next((e for e in self._engines.get(key, []) if e.captured.accepts(shapes)
                            and e not in other_branches), None)
             try:
-                return self._run_on(engine, key, shapes, tensors, signature, autocast, args, kwargs, other_branches)
+                return self._run_on(engine, key, shapes, tensors, signature, autocast, args, kwargs, other_branches, why)
             except _OtherBranch as other:
-                other.args[0].failed_check = other.args[1]
                 other_branches.append(other.args[0])
-                _log.info("trainrt: %s took another branch on tensor values than its capture traced (%s does not "
-                          "hold); the call runs on the capture of its own branches", type(self._module).__name__,
-                          other.args[1])
+                why = self._said_other_branch(other)
 
-    def _run_on(self, engine, key, shapes, tensors, signature, autocast, args, kwargs, other_branches):
+    def _said_other_branch(self, other: "_OtherBranch") -> str:
+        """Logs that a call took other data branches than an engine's capture; returns the condition."""
+        _log.info("trainrt: %s took another branch on tensor values than its capture traced (%s does not hold); "
+                  "the call runs on the capture of its own branches", type(self._module).__name__, other.args[1])
+        return other.args[1]
+
+    def _run_on(self, engine, key, shapes, tensors, signature, autocast, args, kwargs, other_branches, why):
         """Runs the call on `engine`, or on a new capture when it is None (raises _OtherBranch when the
-        call takes other data branches than engine's capture)."""
+        call takes other data branches than engine's capture; `why`: the condition the last of
+        `other_branches` broke)."""
         built = engine is None
-        if built and other_branches:
+        if built and self._engines.get(key):  # say why the captures of this structure do not serve
             level = logging.INFO if self._said_recapture else logging.WARNING  # the first time loud, then INFO
             self._said_recapture = True
-            _log.log(level, "trainrt: %s is captured again: a branch on tensor values went the other way "
-                     "(%s does not hold)", type(self._module).__name__, other_branches[-1].failed_check)
-        elif built and self._engines.get(key):  # say why the capture of this structure does not serve
-            level = logging.INFO if self._said_recapture else logging.WARNING  # the first time loud, then INFO
-            self._said_recapture = True
-            _log.log(level, "trainrt: %s is captured again for input shapes %s: %s", type(self._module).__name__,
-                     shapes, self._engines[key][0].captured.mismatch(shapes))
+            if other_branches:
+                _log.log(level, "trainrt: %s is captured again: a branch on tensor values went the other way "
+                         "(%s does not hold)", type(self._module).__name__, why)
+            else:
+                _log.log(level, "trainrt: %s is captured again for input shapes %s: %s", type(self._module).__name__,
+                         shapes, self._engines[key][0].captured.mismatch(shapes))
         if built:
             reason = _unsupported(self._module.parameters())
             if reason:

@@ -241,17 +241,19 @@ def _export(module, args, kwargs, dynamic_shapes, functions: FunctionCapture) ->
         # nodes are marked for recompute (checkpoint_regions.py); a Python assert on a traced value
         # is a runtime assert (python_asserts.py).
         with keep_functions_opaque(functions), capture_checkpoints(), asserts_as_runtime_checks():
-            try:
+            def export() -> ExportedProgram:
                 return torch.export.export(module, tuple(args), dict(kwargs), dynamic_shapes=dynamic_shapes,
                                            strict=False)
+
+            try:
+                return export()
             except Exception as e:  # noqa: BLE001  (a branch on data: the example's branch, checked per call)
                 if not is_data_dependent(e):
                     raise
                 failure = e
             try:
                 with specializing_branches():
-                    ep = torch.export.export(module, tuple(args), dict(kwargs), dynamic_shapes=dynamic_shapes,
-                                             strict=False)
+                    ep = export()
             except Exception as e:  # noqa: BLE001  (both failures are said: the first is what the model does)
                 raise CaptureError(f"{_first_line(failure)}; exported on this batch's branches, it failed with "
                                    f"{type(e).__name__}: {_first_line(e)}") from e

@@ -9,9 +9,8 @@ void KernelTable::add(std::string_view domain, std::string_view op, DType dtype,
 }
 
 void KernelTable::add(std::string_view domain, std::string_view op, DTypeSet dtypes, KernelFactory f) {
-  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kF64, DType::kI64, DType::kI32, DType::kI8,
-                  DType::kU8, DType::kBool})
-    if (dtypes & dtype_bit(t)) add(domain, op, t, f);
+  for (unsigned bit = 0; bit < 8 * sizeof(DTypeSet); ++bit)  // the set's own dtypes: no list to keep in step
+    if (dtypes & (DTypeSet{1} << bit)) add(domain, op, static_cast<DType>(bit), f);
 }
 
 const KernelFactory* KernelTable::find(const std::string& domain, const std::string& op,
