@@ -1,11 +1,14 @@
-"""trainrt.optim.FP16_Optimizer around DeepSpeed's ZeRO stage 1 / 2 optimizer (trainrt/optim/deepspeed_zero.py)
+"""trainrt.optim.FP16_Optimizer around DeepSpeed's ZeRO stage 1, 2 and 3 optimizers (trainrt/optim/deepspeed_zero.py)
 on 2 ranks (gloo, DeepSpeed's CPU accelerator) against the same DeepSpeed run without it: the fp32
 master parameters within 1e-4 relative, the same global gradient norms and the same skipped step
 (an inf loss), with the engine's overflow check and norm counted as the ones that ran. Two precisions:
-- bf16 (the CPU accelerator does not take fp16): DeepSpeed casts RTModule's module to bf16 and
-  checks overflow and the norm; the engine runs the bf16 model (test_low_precision_parameters.py);
+- bf16 (the CPU accelerator does not take fp16): DeepSpeed casts RTModule's module to bf16; stage
+  1 / 2 check overflow and take the norm, stage 3 takes the norm only (its overflow check is for
+  fp16), and an inf / NaN norm skips the step; the engine runs the bf16 model
+  (test_low_precision_parameters.py);
 - engine-bf16: DeepSpeed in f32 around RTModule(mixed_precision="bf16"), fallback disabled; DeepSpeed
-  takes the norm only (no overflow check in f32), and an inf / NaN norm skips the step."""
+  takes the norm only (no overflow check in f32), and an inf / NaN norm skips the step.
+Stage 3 partitions the parameters (deepspeed.zero.Init) and RTModule gathers them (trainrt/zero3.py)."""
 
 import math
 import os
@@ -49,7 +52,8 @@ def _train(rank, stage, precision, engine_checks):
     config = {"train_micro_batch_size_per_gpu": PER_RANK, "gradient_accumulation_steps": 1,
               "zero_optimization": {"stage": stage}, "gradient_clipping": 0.05}
     torch.manual_seed(0)
-    model = TiedLM()
+    with deepspeed.zero.Init(config_dict_or_path=config, enabled=stage == 3):  # stage 3 partitions the parameters
+        model = TiedLM()
     if precision == "bf16":  # DeepSpeed casts the module to bf16: the engine trains the bf16 model
         config["bf16"] = {"enabled": True}
         wrapped = trainrt.RTModule(model)
@@ -81,14 +85,20 @@ def _plain_then_checked_rank(rank, world_size, stage, precision):
 
 @pytest.mark.slow  # two processes importing DeepSpeed: ~40 s a case
 @pytest.mark.parametrize("precision", ["bf16", "engine-bf16"])
-@pytest.mark.parametrize("stage", [1, 2])
+@pytest.mark.parametrize("stage", [1, 2, 3])
 def test_fp16_optimizer_of_a_zero_optimizer_trains_as_deepspeed_does(stage, precision):
     for plain, checked in run_on_ranks(_plain_then_checked_rank, stage, precision):
         (ref_params, ref_norms, ref_skipped, ref_passes), (params, norms, skipped, passes) = plain, checked
         assert ref_passes == []
-        # Per step the norm of the rank's partition; in bf16 also an overflow check before it, and no
-        # norm after an overflow.
-        assert len(passes) == (2 * STEPS - 1 if precision == "bf16" else STEPS) and all(n > 0 for n in passes)
+        if stage == 3:
+            # One sub-group (the default sub_group_size holds this model): per step one norm over the
+            # rank's partition of every parameter, the overflow step's too, since stage 3 checks overflow
+            # only in fp16 and the engine's -1 for an inf / NaN norm is what skips the step.
+            assert passes == [len(params)] * STEPS
+        else:
+            # Per step the norm of the rank's partition; in bf16 also an overflow check before it, and
+            # no norm after an overflow.
+            assert len(passes) == (2 * STEPS - 1 if precision == "bf16" else STEPS) and all(n > 0 for n in passes)
         assert skipped == ref_skipped == [step == OVERFLOW_STEP for step in range(STEPS)]
         assert norms[OVERFLOW_STEP] == ref_norms[OVERFLOW_STEP] == math.inf
         clean = [s for s in range(STEPS) if s != OVERFLOW_STEP]
@@ -111,7 +121,7 @@ def test_sum_of_squares_reads_bf16_and_f32_in_one_pass():
 
 
 class _OtherDeepSpeedOptimizer(torch.optim.SGD):
-    """Stands for a DeepSpeed wrapper the engine's checks do not serve (BF16_Optimizer, ZeRO-3)."""
+    """Stands for a DeepSpeed wrapper the engine's checks do not serve (BF16_Optimizer, DeepSpeed's FP16_Optimizer)."""
 
 
 _OtherDeepSpeedOptimizer.__module__ = "deepspeed.runtime.bf16_optimizer"
@@ -126,7 +136,7 @@ _DeepSpeedPlainOptimizer.__module__ = "deepspeed.ops.adam.cpu_adam"
 
 def test_other_deepspeed_optimizers_are_returned_unchanged_with_a_warning():
     inner = _OtherDeepSpeedOptimizer([torch.nn.Parameter(torch.ones(2))], lr=0.1)
-    with pytest.warns(UserWarning, match="keeps its own overflow check.*not the ZeRO stage 1 / 2 optimizer"):
+    with pytest.warns(UserWarning, match="keeps its own overflow check.*not a ZeRO stage 1, 2 or 3 optimizer"):
         assert FP16_Optimizer(inner) is inner
     with pytest.raises(TypeError, match="takes no options.*DeepSpeed config"):
         FP16_Optimizer(inner, max_grad_norm=1.0)
@@ -134,3 +144,20 @@ def test_other_deepspeed_optimizers_are_returned_unchanged_with_a_warning():
         warnings.simplefilter("error")
         for plain in (torch.optim.SGD, _DeepSpeedPlainOptimizer):
             assert isinstance(FP16_Optimizer(plain([torch.nn.Parameter(torch.ones(2))], lr=0.1)), FP16_Optimizer)
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_zero_offload_keeps_deepspeeds_checks_with_a_warning(stage):
+    """ZeRO-Offload (stage 1 / 2 `cpu_offload`, stage 3 `offload_optimizer`) takes the norm while it
+    copies gradients to the CPU: the optimizer comes back unchanged. Uninitialised optimizers with the
+    flag DeepSpeed sets stand for the real ones (the refusal reads the flag only; a real offloading run
+    is another ~40 s of DeepSpeed start-up on 2 ranks)."""
+    from deepspeed.runtime.zero.stage3 import DeepSpeedZeroOptimizer_Stage3
+    from deepspeed.runtime.zero.stage_1_and_2 import DeepSpeedZeroOptimizer
+
+    optimizer_type = DeepSpeedZeroOptimizer_Stage3 if stage == 3 else DeepSpeedZeroOptimizer
+    optimizer = optimizer_type.__new__(optimizer_type)
+    setattr(optimizer, "offload_optimizer" if stage == 3 else "cpu_offload", True)
+    with pytest.warns(UserWarning, match="keeps its own overflow check.*ZeRO-Offload"):
+        assert FP16_Optimizer(optimizer) is optimizer
+    assert "get_grad_norm_direct" not in vars(optimizer)

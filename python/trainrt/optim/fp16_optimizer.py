@@ -17,10 +17,10 @@ max_grad_norm > 0): a trainrt FusedAdam / FusedSGD takes it as its grad_scale wi
 (the gradients stay scaled), any other optimizer gets the gradients rescaled in place by one more
 engine pass (_C.scale_grads), as GradScaler.unscale_ + clip_grad_norm_ would leave them.
 
-Given a DeepSpeed ZeRO stage 1 / 2 optimizer (what `deepspeed.initialize` returns), FP16_Optimizer
-returns that optimizer itself with its overflow check and gradient norm replaced by the engine's
-pass, as ORTModule's FP16_Optimizer did; DeepSpeed keeps scaling, clipping and stepping, and the loop
-stays engine.backward(loss) / engine.step() (deepspeed_zero.py).
+Given a DeepSpeed ZeRO stage 1, 2 or 3 optimizer (what `deepspeed.initialize` returns), FP16_Optimizer
+returns that optimizer itself with its L2 gradient norm (and, in stage 1 / 2, its overflow check)
+replaced by the engine's pass, as ORTModule's FP16_Optimizer did; DeepSpeed keeps scaling, clipping
+and stepping, and the loop stays engine.backward(loss) / engine.step() (deepspeed_zero.py).
 
 Gradients must be float32 on the CPU (the engine's kernels are f32-only): keep f32 master parameters
 and run 16-bit compute under autocast. An LR scheduler takes the wrapped optimizer
