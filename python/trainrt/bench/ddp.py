@@ -13,12 +13,15 @@ end of the engine's backward (TRAINRT_ENABLE_MEM_EFFICIENT_GRAD_MGMT=0), which s
 overlap of all-reduce and backward is worth. Beside them, one process on the whole global batch with
 both cores, eager and RTModule. Medians over the timed steps; ratios are RTModule / eager.
 
-After the timed steps, one more step of each DDP mode measures what its backward adds (rank 0's;
-both ranks hold the same): the most bytes live at once during loss.backward() above those live at
-its start, torch's allocator and the engine's storage each (trainrt.bench.tensor_memory): the
-gradients, DDP's reducer's allocations and temporaries. The engine's part is net of what it frees
-meanwhile (the saved values, after their last reader), whose storage its gradients can take again.
-The gradients themselves (4 bytes per parameter element) are given beside them.
+After the timed steps, one more step of each DDP mode counts the gradients its backward holds (rank
+0's; both ranks hold the same), trainrt.bench.tensor_memory.gradient_bytes_during: the most bytes of
+parameter gradients held at once, torch's param.grad and the engine's gradients torch does not have
+yet, each storage once; and the most of those the engine held before torch had them. No backward
+here frees a gradient (torch takes the engine's without a copy and keeps it until zero_grad), so
+the first peaks at every gradient in each mode; the hand-over changes the second: all of them at
+the end of the engine's backward without it, one group handed over (1 MiB or more, or one large
+gradient) with it. Not counted: DDP's buckets, another copy of every gradient that DDP allocates
+when it is built, the same in each mode.
 
 --trace writes a Chrome trace (torch.profiler) of one RTModule DDP step on rank 0 and counts the
 all-reduces that ran inside the engine's backward (the _RTFunctionBackward node).
@@ -34,7 +37,7 @@ import time
 import torch
 
 from trainrt.bench.models import MODELS
-from trainrt.bench.tensor_memory import peak_bytes_during
+from trainrt.bench.tensor_memory import gradient_bytes_during
 from trainrt.testing import run_on_ranks
 
 _MODES = ("eager", "rtmodule", "rtmodule, at the end")
@@ -67,13 +70,14 @@ def _step(model, optimizer, args) -> None:
     optimizer.zero_grad(set_to_none=True)
 
 
-def _backward_bytes(model, optimizer, args) -> dict:
-    """One untimed step of a DDP model, what its backward adds (the module docstring says what)."""
+def _gradient_bytes(model, optimizer, args) -> dict:
+    """One untimed step of a DDP model, the gradient bytes its backward holds (the module docstring
+    says what): {"peak_bytes", "engine_peak_bytes"}."""
     loss = model(*args)
-    torch_bytes, engine_bytes = peak_bytes_during(loss.backward)
+    held = gradient_bytes_during(loss.backward, model.parameters(), getattr(model.module, "engines", []))
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    return {"torch_bytes": torch_bytes, "engine_bytes": engine_bytes}
+    return held
 
 
 def _ranks_main(rank: int, world_size: int, name: str, warmup: int, steps: int, trace: str | None) -> dict:
@@ -96,7 +100,7 @@ def _ranks_main(rank: int, world_size: int, name: str, warmup: int, steps: int, 
                 times[mode].append(elapsed.item())
     args = _half(spec.batch(warmup + steps), rank, world_size)
     result = {"step_s": {mode: statistics.median(t) for mode, t in times.items()},
-              "backward": {mode: _backward_bytes(*runs[mode], args) for mode in _MODES}}
+              "gradients_held": {mode: _gradient_bytes(*runs[mode], args) for mode in _MODES}}
     for mode, (model, _) in runs.items():
         problem = getattr(model.module, "fallback_reason", None)
         if problem is not None:
@@ -145,7 +149,7 @@ def run(name: str, warmup: int = 2, steps: int = 10, trace: str | None = None) -
     ranks = run_on_ranks(_ranks_main, name, warmup, steps, trace, timeout=1800)[0]
     gradient_bytes = 4 * sum(p.numel() for p in MODELS[name]().make().parameters())
     return {"model": name, "one_process": _one_process(name, warmup, steps), "ddp": ranks["step_s"],
-            "backward": ranks["backward"], "gradient_bytes": gradient_bytes, **({"trace": ranks["trace"]} if trace else {})}
+            "gradients_held": ranks["gradients_held"], "gradient_bytes": gradient_bytes, **({"trace": ranks["trace"]} if trace else {})}
 
 
 def markdown(rows: list[dict]) -> str:
@@ -159,12 +163,12 @@ def markdown(rows: list[dict]) -> str:
                      f"| {single['rtmodule'] / single['eager']:.2f} | {ms(ddp['eager'])} | {ms(ddp['rtmodule'])} "
                      f"| {ddp['rtmodule'] / ddp['eager']:.2f} | {ms(ddp['rtmodule, at the end'])} "
                      f"| {ddp['rtmodule, at the end'] / ddp['eager']:.2f} |")
-    lines += ["", "| model (DDP x2, rank 0) | gradients MiB | backward +MiB, torch + engine: eager | RTModule "
-              "| RTModule, gradients at the end |", "|---|---|---|---|---|"]
+    lines += ["", "| model (DDP x2, rank 0) | gradients MiB | gradients held in the backward at most, MiB (of them in "
+              "the engine, not yet torch's): eager | RTModule | RTModule, gradients at the end |", "|---|---|---|---|---|"]
     for r in rows:
-        added = [r["backward"][mode] for mode in _MODES]
+        held = [r["gradients_held"][mode] for mode in _MODES]
         lines.append(f"| {r['model']} | {mib(r['gradient_bytes'])} | "
-                     + " | ".join(f"{mib(b['torch_bytes'])} + {mib(b['engine_bytes'])}" for b in added) + " |")
+                     + " | ".join(f"{mib(h['peak_bytes'])} ({mib(h['engine_peak_bytes'])})" for h in held) + " |")
     lines += [r["trace"] for r in rows if "trace" in r]
     return "\n".join(lines)
 
