@@ -194,6 +194,7 @@ class RuntimeOptions:
     print_input_density: bool = False  # log each step's share of non-padding tokens and labels
     compute_optimizer: bool = True  # the engine's graph rewrites (fusions, saved-set choice)
     sparse_optimizer: bool = True  # losses with ignored labels run on the counted rows only
+    embedding_sparse_optimizer: bool = False  # the attention mask's padding leaves the row-wise ops
     # "bf16": each op in the dtype torch.autocast("cpu", dtype=torch.bfloat16) gives it (matmuls in
     # bf16 with f32 sums, what follows them on their bf16 results, losses in f32; autocast turns it
     # on per call too); None: f32.
@@ -386,6 +387,16 @@ OPTIONS: tuple[Option, ...] = (
            "come back whole), the loss, softmax and the products' gradients run on the valid rows. Losses and "
            "gradients are eager's. Needs the compute optimizer; the start-up table says how many losses it "
            "rewrote."),
+    Option("ENABLE_EMBEDDING_SPARSE_OPTIMIZER", "ENABLE_EMBEDDING_SPARSE_OPTIMIZER", RuntimeOptions,
+           "embedding_sparse_optimizer", _parse_flag, _FLAG,
+           "Padding elimination: the tokens the attention mask marks as padding (and no loss counts) leave "
+           "every row-wise op, from the embeddings through the projections, norms and MLPs to the loss; only "
+           "attention sees the padded sequence. Losses and gradients are eager's; the model's token-major "
+           "outputs (logits, hidden states) are zeros at padded positions, as with ORTModule's, which is why "
+           "it is off by default. It fires where it can prove the dropped rows reach no kept row: between the "
+           "embeddings and the loss, only ops that work position by position and attention masked by the "
+           "model's attention mask input; the start-up table says how many ops it moved, or why it did not "
+           "fire. Needs the compute optimizer.", default="`0`"),
     Option("ENABLE_CUSTOM_AUTOGRAD", "ENABLE_CUSTOM_AUTOGRAD", RuntimeOptions, "custom_autograd", _parse_flag,
            _FLAG,
            "On: each user `torch.autograd.Function` runs as one `PythonOp` node with its own forward and "
@@ -464,9 +475,6 @@ Example:
 
 # ORTModule variables TrainRT does not read (setting them changes nothing), and why.
 _NOT_READ = (
-    (("ENABLE_EMBEDDING_SPARSE_OPTIMIZER",),
-     "not yet: padding tokens still run through the row-wise ops; `TRAINRT_PRINT_INPUT_DENSITY` reports "
-     "their share (label sparsity is `TRAINRT_ENABLE_SPARSE_OPTIMIZER`)"),
     (("USE_EFFICIENT_ATTENTION",),
      "not needed: `scaled_dot_product_attention` becomes the engine's fused attention where it applies"),
     (("DEEPCOPY_BEFORE_MODEL_EXPORT",), "not needed: capture exports the module itself, without a copy"),

@@ -61,7 +61,7 @@ class _Engine:
     def __init__(self, captured, module: torch.nn.Module, input_requires_grad: list[bool], profile: bool = False,
                  optimize: bool = True, mem_efficient_grad_mgmt: bool | None = None, zero3_params=None,
                  num_threads: int | None = None, memory_opt_level: int = 0, label_sparsity: bool = True,
-                 memory_opt_config: str = "", checkpoint_recompute: bool = True):
+                 memory_opt_config: str = "", checkpoint_recompute: bool = True, padding_elimination: bool = False):
         self.captured = captured
         self.memory_opt_level = memory_opt_level
         self.num_threads = num_threads  # the engine's threads; None: torch's (threads.py)
@@ -83,7 +83,7 @@ class _Engine:
         self.programs = _C.ModulePrograms(captured.model.SerializeToString(), self.grad_outputs, self.wrt, profile,
                                           optimize, captured.recompute_regions if checkpoint_recompute else {},
                                           captured.layers, memory_opt_level,
-                                          label_sparsity, memory_opt_config)
+                                          label_sparsity, memory_opt_config, padding_elimination)
         unreached = set(self.programs.unreached)
         self.wrt_index = [index[name] if name not in unreached else None for name in self.wrt]
         self.num_mutations = len(captured.buffer_mutations)
@@ -263,6 +263,13 @@ def _describe_label_sparsity(engine: _Engine, runtime) -> str:
     n = engine.programs.sparse_losses
     return f"on: {n} loss{'es' if n != 1 else ''} with ignored labels run on the valid rows" if n else \
         "on: no loss with ignore_index and a mean or sum reduction in the graph"
+
+
+def _describe_padding_elimination(engine: _Engine, runtime) -> str:
+    if not runtime.embedding_sparse_optimizer or not runtime.compute_optimizer:
+        return "off"
+    what = engine.programs.padding_elimination
+    return f"on: {what}" if what.endswith("kept tokens") else f"on, not applied: {what}"
 
 
 def _describe_memory(engine: _Engine, level: int) -> str:
@@ -655,6 +662,7 @@ class RTModule(torch.nn.Module):
             return _Engine(captured, self._module, input_requires_grad, self._runtime.profile,
                            self._runtime.compute_optimizer, self._runtime.mem_efficient_grad_mgmt, self._zero3,
                            self._runtime.num_threads, level, label_sparsity=self._runtime.sparse_optimizer,
+                           padding_elimination=self._runtime.embedding_sparse_optimizer,
                            memory_opt_config=config, checkpoint_recompute=self._runtime.allow_autograd_checkpoint)
 
         try:
@@ -701,6 +709,7 @@ class RTModule(torch.nn.Module):
                 ("memory optimizer", _describe_memory(engine, engine.memory_opt_level)),
                 *([("memory budget", self._memory_plan.describe())] if self._memory_plan else []),
                 ("label sparsity", _describe_label_sparsity(engine, self._runtime)),
+                ("embedding sparsity", _describe_padding_elimination(engine, self._runtime)),
                 ("fallback policy", self._runtime.fallback_policy.name or str(self._runtime.fallback_policy)),
                 ("save ONNX", self._debug.save_path if self._debug.save_onnx else "off"),
                 ("capture (torch.export + translation)",

@@ -143,19 +143,19 @@ void bind_module_programs(nb::module_& m) {
            [](ModulePrograms* self, nb::bytes model, const std::vector<std::string>& grad_outputs,
               const std::vector<std::string>& wrt, bool profile, bool optimize,
               const std::map<std::string, int>& recompute_regions, const std::map<std::string, int>& layers,
-              int memory_level, bool label_sparsity, const std::string& memory_config) {
+              int memory_level, bool label_sparsity, const std::string& memory_config, bool padding_elimination) {
              std::shared_ptr<Graph> g = import_onnx_bytes(std::string_view(model.c_str(), model.size()));
              new (self) ModulePrograms(std::move(g), grad_outputs, wrt, profile, optimize,
                                        {.checkpoint_regions = recompute_regions,
                                         .layers = layers,
                                         .level = memory_level,
                                         .config = parse_memory_opt_config(memory_config)},
-                                       label_sparsity);
+                                       label_sparsity, padding_elimination);
            },
            nb::arg("model"), nb::arg("grad_outputs"), nb::arg("wrt"), nb::arg("profile") = false,
            nb::arg("optimize") = true, nb::arg("recompute_regions") = std::map<std::string, int>{},
            nb::arg("layers") = std::map<std::string, int>{}, nb::arg("memory_level") = 0,
-           nb::arg("label_sparsity") = true, nb::arg("memory_config") = "",
+           nb::arg("label_sparsity") = true, nb::arg("memory_config") = "", nb::arg("padding_elimination") = false,
            "recompute_regions: forward node name -> checkpoint region, recomputed in the backward; layers: "
            "forward node name -> repeated layer, which memory_level 1 or 2 recomputes (plan/layer_recompute.h); "
            "memory_config: ORTModule's MEMORY_OPT_CONFIG string (plan/recompute_subgraphs.h).")
@@ -189,6 +189,8 @@ void bind_module_programs(nb::module_& m) {
       }, "The memory optimizer's recompute subgraphs, one dict per pattern (plan/recompute_subgraphs.h).")
       .def_prop_ro("layers_recomputed", &ModulePrograms::layers_recomputed)
       .def_prop_ro("sparse_losses", &ModulePrograms::sparse_losses)
+      .def_prop_ro("padding_elimination", &ModulePrograms::padding_elimination,
+                   "what padding elimination did, or why it did not fire; empty when off")
       .def_prop_ro("nodes_recomputed", &ModulePrograms::nodes_recomputed)
       .def("profile_summary", [](ModulePrograms& p, int top) {
         return "forward program:\n" + p.forward_profiler().summary(top) + "backward program:\n" +

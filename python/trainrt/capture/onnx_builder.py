@@ -69,6 +69,7 @@ class GraphBuilder:
         self._initializers: list[TensorProto] = []
         self._inputs: list[onnx.ValueInfoProto] = []
         self._outputs: list[onnx.ValueInfoProto] = []
+        self._value_info: list[onnx.ValueInfoProto] = []
         self._used: set[str] = set()
         self._produced: set[str] = set()  # outputs of nodes (graph outputs must be one of these)
         self._consts: dict[tuple, str] = {}
@@ -97,6 +98,11 @@ class GraphBuilder:
 
     def add_output(self, name: str, dtype: torch.dtype, dims: Sequence[int | str | None]) -> None:
         self._outputs.append(helper.make_tensor_value_info(name, onnx_type(dtype), list(dims)))
+
+    def add_value_info(self, name: str, dtype: torch.dtype, dims: Sequence[int | str]) -> None:
+        """Declares a node output's type: export's symbolic dims, which inference alone loses
+        after a Reshape to a computed shape (passes read them from Value::declared)."""
+        self._value_info.append(helper.make_tensor_value_info(name, onnx_type(dtype), list(dims)))
 
     def add_initializer(self, value: torch.Tensor, hint: str) -> str:
         name = self.fresh(hint)
@@ -141,7 +147,8 @@ class GraphBuilder:
         return name in self._produced
 
     def to_model(self, graph_name: str) -> onnx.ModelProto:
-        graph = helper.make_graph(self._nodes, graph_name, self._inputs, self._outputs, self._initializers)
+        graph = helper.make_graph(self._nodes, graph_name, self._inputs, self._outputs, self._initializers,
+                                  value_info=self._value_info)
         opsets = [helper.make_opsetid("", ONNX_OPSET)] + [helper.make_opsetid(d, 1) for d in sorted(self._domains)]
         model = helper.make_model(graph, opset_imports=opsets,
                                   producer_name="trainrt.capture")

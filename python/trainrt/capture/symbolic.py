@@ -79,6 +79,25 @@ class SymbolTable:
                 out.append(self._names.get(expr) if isinstance(expr, sympy.Symbol) else None)
         return out
 
+    def declared_dims(self, shape) -> list[int | str]:
+        """The dims a value_info declares for a shape: ints, dim_param names for symbols, and for a
+        compound expression a name that equal expressions share: a product of symbols is its factors'
+        names sorted and joined by '*' ("batch*s53", what a passes/padding_elimination.h reads as
+        the flattened tokens), anything else its sympy text over the names ("(s53 + 1)//2")."""
+        out: list[int | str] = []
+        for size in shape:
+            expr = sym_expr(size)
+            if expr.is_number:
+                out.append(int(expr))
+            elif isinstance(expr, sympy.Symbol):
+                out.append(self._names.get(expr, str(expr)))
+            elif isinstance(expr, sympy.Mul) and all(isinstance(f, sympy.Symbol) for f in expr.args):
+                out.append("*".join(sorted(self._names.get(f, str(f)) for f in expr.args)))
+            else:
+                named = expr.xreplace({s: sympy.Symbol(self._names.get(s, str(s))) for s in expr.free_symbols})
+                out.append(f"({named})")
+        return out
+
     def lower(self, value) -> str:
         """A [1]-shaped int64 tensor holding an int, SymInt or sympy size expression."""
         return self._lower(sym_expr(value))

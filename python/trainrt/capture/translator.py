@@ -167,6 +167,7 @@ class _Translator:
         mutations, outputs, differentiable = self._outputs()
         branch_checks = [(self._check_output(self.symbols.lower_condition(expr)), str(expr))
                          for expr in branch_conditions(self.ep)] if self.specialized else []
+        self._declare_value_info()
         return Translation(self.b.to_model(self.graph_name), params, buffers, list(user_input_order), outputs,
                            differentiable, mutations, self.recompute_regions, self.layers, branch_checks)
 
@@ -343,6 +344,22 @@ class _Translator:
         self.b.add_output(name, value.dtype, self.symbols.dims(value.shape))
         return name
 
+
+    def _declare_value_info(self) -> None:
+        """A value_info per translated tensor, with export's symbolic dims (`batch`, `s53`,
+        `batch*s53`): the engine's shape inference cannot name the dims of a Reshape to a computed
+        shape, and a pass that follows the tokens through the model needs them. A complex value
+        has none: its real layout has a pair axis more (ops_complex.py)."""
+        declared: dict[str, TensorValue] = {}
+        pending = list(self.env.values())
+        while pending:
+            value = pending.pop()
+            if isinstance(value, (list, tuple)):
+                pending.extend(value)
+            elif isinstance(value, TensorValue) and self.b.is_node_output(value.name) and not value.dtype.is_complex:
+                declared.setdefault(value.name, value)
+        for value in declared.values():
+            self.b.add_value_info(value.name, value.dtype, self.symbols.declared_dims(value.shape))
 
     def _check_output(self, value: str) -> str:
         """A branch check as a graph output of its own ([1] bool)."""

@@ -198,6 +198,16 @@ void embedding_grad(GradContext& ctx) {
   ctx.set_input_grad(0, with_shape_of(dw, w));
 }
 
+// GatherGrad read as a forward op (passes/padding_elimination.h scatters the kept tokens' rows
+// back to the full batch with it): each row's gradient is the output gradient at its index.
+void gather_grad_grad(GradContext& ctx) {
+  const Node& n = ctx.node();
+  if (n.has_attr("padding_idx"))
+    throw UnsupportedOp(fmt(n.describe(), ": no gradient for GatherGrad with padding_idx (its skipped rows)"));
+  ctx.set_input_grad(2, ctx.emit("Gather", {ctx.output_grad(0), ctx.input(1)},
+                                 {{"axis", Attribute::of_int(n.attr_int("axis", 0))}}));
+}
+
 // ResizeGrad takes Resize-11's inputs and the node's attributes; the older forms (Upsample, Resize-10)
 // get their asymmetric, floor-rounding mapping spelled out.
 void resize_grad(GradContext& ctx) {
@@ -233,6 +243,7 @@ void register_select_gradients(GradientRegistry& r) {
   r.add(kTrainrtDomain, "TopKInTorchOrder", top_k_grad);
   r.add("", "ScatterElements", scatter_elements_grad);
   r.add(kTrainrtDomain, "Embedding", embedding_grad);
+  r.add(kTrainrtDomain, "GatherGrad", gather_grad_grad);
 }
 
 }  // namespace trainrt

@@ -42,6 +42,11 @@ struct Value {
   std::string name;
   DType dtype = DType::kUndefined;
   Shape shape = Shape::unknown_rank();
+  // The shape the file declared for a node output (value_info: capture writes export's symbolic
+  // dims there, "batch*s53" for the flattened tokens). Inference never writes it: it keeps the
+  // dims inference loses after a Reshape to a computed shape, for the passes that follow a dim
+  // through the model (passes/padding_elimination.h). Unknown rank when nothing was declared.
+  Shape declared = Shape::unknown_rank();
   Node* producer = nullptr;  // null for graph inputs and initializers
   int producer_output = 0;
   std::vector<Use> uses;

@@ -259,11 +259,15 @@ class Importer {
     }
   }
 
-  // value_info only fills in what nothing else declared.
+  // value_info only fills in a type nothing else declared; its shape is kept as the declared one.
   void apply_value_info() {
     for (const onnx::ValueInfoProto& info : model_.graph.value_info) {
       Value* v = g_->find_value(info.name);
-      if (v && v->producer && v->dtype == DType::kUndefined) apply_type(info.type, *v, "value_info");
+      if (!v || !v->producer) continue;
+      if (v->dtype == DType::kUndefined) apply_type(info.type, *v, "value_info");
+      if (info.type.kind == onnx::TypeProto::Kind::kTensor)
+        onnx::with_context([&] { return fmt("value_info '", v->name, "'"); },
+                           [&] { v->declared = shape_from_onnx(info.type); });
     }
   }
 

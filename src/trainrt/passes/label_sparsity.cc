@@ -5,6 +5,7 @@
 
 #include "trainrt/ops/op_schema.h"
 #include "trainrt/ops/valid_rows.h"
+#include "trainrt/passes/graph_edit.h"
 #include "trainrt/passes/zero_input_elimination.h"
 
 namespace trainrt {
@@ -72,37 +73,6 @@ struct Step {
   Node* node;
   int row_input;  // -1: a row view, absorbed into the flatten before the gather
 };
-
-Node* add_like(Graph& g, const Node& like, std::vector<Value*> inputs, std::string_view suffix) {
-  Node* n = g.add_node(like.op_type(), inputs, {g.unique_name(like.output(0)->name + std::string(suffix))},
-                       like.domain());
-  for (const auto& [key, value] : like.attrs()) n->set_attr(key, value);
-  infer_and_store(*n);
-  return n;
-}
-
-Value* add_op(Graph& g, const std::string& op, std::vector<Value*> inputs, const std::string& base,
-              std::string_view domain = kOnnxDomain, std::vector<std::pair<std::string, Attribute>> attrs = {}) {
-  Node* n = g.add_node(op, inputs, {g.unique_name(base)}, domain);
-  for (auto& [key, value] : attrs) n->set_attr(key, value);
-  infer_and_store(*n);
-  return n->output(0);
-}
-
-// Removes each of `nodes` once nothing reads it (a node listed twice goes once).
-void remove_unread(Graph& g, std::vector<Node*> nodes) {
-  std::sort(nodes.begin(), nodes.end());
-  nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
-  for (bool again = true; again;) {
-    again = false;
-    for (Node*& n : nodes) {
-      if (!n || is_read(g, *n)) continue;
-      g.remove_node(n);
-      n = nullptr;
-      again = true;
-    }
-  }
-}
 
 bool sparsify(Graph& g, Node& loss) {
   const std::string reduction = loss.attr_string("reduction", "mean");
@@ -179,10 +149,6 @@ bool is_valid_rows(const Value* rows) {
   if (rows->producer) return is_ours(*rows->producer, "ValidRows");
   const std::string& name = rows->name;  // a saved value in a backward program
   return name.size() > kValidRowsSuffix.size() && name.ends_with(kValidRowsSuffix);
-}
-
-Value* i64_constant(Graph& g, const std::string& base, std::vector<int64_t> v) {
-  return g.add_initializer(g.unique_name(base), Tensor::from_i64(v));
 }
 
 // dims [begin, end) of the i64 shape tensor `shape`.

@@ -35,6 +35,7 @@ std::shared_ptr<Graph> extract_subgraph(const Graph& source, const std::vector<c
       if (!v) continue;
       c->output(o)->dtype = v->dtype;
       c->output(o)->shape = v->shape;
+      c->output(o)->declared = v->declared;
       copy[v] = c->output(o);
     }
   }

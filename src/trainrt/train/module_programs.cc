@@ -9,6 +9,7 @@
 #include "trainrt/passes/label_sparsity.h"
 #include "trainrt/passes/low_precision_compute.h"
 #include "trainrt/passes/matmul_bias_fusion.h"
+#include "trainrt/passes/padding_elimination.h"
 #include "trainrt/passes/zero_input_elimination.h"
 #include "trainrt/plan/checkpoint_recompute.h"
 #include "trainrt/plan/recompute_subgraphs.h"
@@ -42,7 +43,7 @@ const PassPipeline& forward_passes() {
 
 ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::string> grad_outputs,
                                std::vector<std::string> wrt, bool profile, bool optimize,
-                               const MemoryRequest& memory, bool label_sparsity)
+                               const MemoryRequest& memory, bool label_sparsity, bool padding_elimination)
     : graph_(std::move(graph)), grad_outputs_(std::move(grad_outputs)), wrt_(std::move(wrt)),
       label_sparsity_(optimize && label_sparsity) {
   std::vector<const Node*> nodes;
@@ -53,6 +54,11 @@ ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::st
   LowPrecisionCompute().apply(*joint_);
   infer_graph_shapes(*joint_);  // the passes match on dims
   if (optimize) forward_passes().run(*joint_, &forward_pass_report_);
+  if (optimize && padding_elimination) {
+    PaddingElimination pass;
+    pass.apply(*joint_);
+    padding_elimination_ = pass.last_reason();
+  }
   if (label_sparsity_) {
     for (const Node* n : joint_->nodes()) sparse_losses_ -= n->op_type() == "ValidRows";
     LabelSparsity().apply(*joint_);

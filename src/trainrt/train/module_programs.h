@@ -72,9 +72,12 @@ class ModulePrograms {
   // (plan/layer_recompute.h).
   // `label_sparsity`: losses with ignored labels run on the valid rows (passes/label_sparsity.h),
   // with `optimize` only (ORTModule's ENABLE_SPARSE_OPTIMIZER).
+  // `padding_elimination`: the attention mask's padding tokens leave the row-wise ops
+  // (passes/padding_elimination.h), with `optimize` only (ORTModule's
+  // ENABLE_EMBEDDING_SPARSE_OPTIMIZER).
   ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::string> grad_outputs, std::vector<std::string> wrt,
                  bool profile = false, bool optimize = true, const MemoryRequest& memory = {},
-                 bool label_sparsity = true);
+                 bool label_sparsity = true, bool padding_elimination = false);
 
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs, ForwardState& state, uint64_t seed);
   // `output_grads` has one tensor per grad_outputs entry (undefined = zeros: the work only it
@@ -115,6 +118,8 @@ class ModulePrograms {
   const Graph& joint_graph() const { return *joint_; }
   // The losses label sparsity rewrote (0 when off or none matched).
   int sparse_losses() const { return sparse_losses_; }
+  // What padding elimination did ("42 ops on the kept tokens") or why it did not fire; empty when off.
+  const std::string& padding_elimination() const { return padding_elimination_; }
 
  private:
   std::shared_ptr<Graph> graph_;
@@ -143,6 +148,7 @@ class ModulePrograms {
   std::vector<RecomputePattern> recompute_patterns_;
   std::vector<PassOutcome> forward_pass_report_;
   bool label_sparsity_ = false;
+  std::string padding_elimination_;
   size_t saved_bytes_ = 0;
   std::set<std::string> donated_;  // backward inputs that are saved values: written over in place
   std::vector<size_t> inputs_read_;       // forward inputs that are backward inputs

@@ -1,0 +1,50 @@
+#include "trainrt/passes/graph_edit.h"
+
+#include <algorithm>
+
+#include "trainrt/ops/op_schema.h"
+#include "trainrt/passes/pass.h"
+
+namespace trainrt {
+
+Value* add_op(Graph& g, const std::string& op, std::vector<Value*> inputs, const std::string& base,
+              std::string_view domain, std::vector<std::pair<std::string, Attribute>> attrs) {
+  Node* n = g.add_node(op, inputs, {g.unique_name(base)}, domain);
+  for (auto& [key, value] : attrs) n->set_attr(key, value);
+  infer_and_store(*n);
+  return n->output(0);
+}
+
+Node* add_like(Graph& g, const Node& like, std::vector<Value*> inputs, std::string_view suffix) {
+  std::vector<std::string> outputs;
+  for (int o = 0; o < like.num_outputs(); ++o) {
+    const Value* v = like.output(o);
+    const bool wanted = v && (o == 0 || !v->uses.empty() || is_graph_output(g, v));
+    outputs.push_back(wanted ? g.unique_name(v->name + std::string(suffix)) : std::string());
+  }
+  while (outputs.size() > 1 && outputs.back().empty()) outputs.pop_back();
+  Node* n = g.add_node(like.op_type(), inputs, outputs, like.domain());
+  for (const auto& [key, value] : like.attrs()) n->set_attr(key, value);
+  infer_and_store(*n);
+  return n;
+}
+
+Value* i64_constant(Graph& g, const std::string& base, std::vector<int64_t> v) {
+  return g.add_initializer(g.unique_name(base), Tensor::from_i64(v));
+}
+
+void remove_unread(Graph& g, std::vector<Node*> nodes) {
+  std::sort(nodes.begin(), nodes.end());
+  nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
+  for (bool again = true; again;) {
+    again = false;
+    for (Node*& n : nodes) {
+      if (!n || is_read(g, *n)) continue;
+      g.remove_node(n);
+      n = nullptr;
+      again = true;
+    }
+  }
+}
+
+}  // namespace trainrt

@@ -1,0 +1,30 @@
+// Node building blocks the rewriting passes share (label_sparsity, padding_elimination): each adds
+// a node whose output shapes are inferred at once, so the next rewrite can read them.
+//
+//   Value* flat = add_op(g, "Flatten", {x}, x->name + "/flat", kOnnxDomain, {{"axis", Attribute::of_int(1)}});
+//   Node* copy = add_like(g, *node, inputs, "/kept");   // node's op and attributes, other inputs
+//   remove_unread(g, replaced);                          // each removed once nothing reads it
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "trainrt/ir/graph.h"
+
+namespace trainrt {
+
+// A node of `op` over `inputs` with one output named after `base`; returns that output.
+Value* add_op(Graph& g, const std::string& op, std::vector<Value*> inputs, const std::string& base,
+              std::string_view domain = kOnnxDomain, std::vector<std::pair<std::string, Attribute>> attrs = {});
+// A node with `like`'s op, domain and attributes over `inputs`; its outputs, named like's + suffix,
+// are the first and those of like's that something reads (a LayerNormalization's unread mean is
+// left out).
+Node* add_like(Graph& g, const Node& like, std::vector<Value*> inputs, std::string_view suffix);
+// An i64 initializer holding `v`, named after base.
+Value* i64_constant(Graph& g, const std::string& base, std::vector<int64_t> v);
+// Removes each of `nodes` once nothing reads it (a node listed twice goes once).
+void remove_unread(Graph& g, std::vector<Node*> nodes);
+
+}  // namespace trainrt

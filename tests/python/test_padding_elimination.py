@@ -1,0 +1,187 @@
+"""Padding elimination (TRAINRT_ENABLE_EMBEDDING_SPARSE_OPTIMIZER, passes/padding_elimination.h) against eager.
+
+Causal LM with right and left padding (GPT-2, Llama) and masked LM with padding (BERT, RoBERTa) from
+tiny configs, fallback disabled, 3 SGD-momentum steps: losses within 1e-4 relative, gradients within
+1e-4 of each tensor's largest element, logits equal to eager's at every position a token is kept,
+and exactly zero where one was dropped (the padding no loss counts). Also: models where dropping the
+padding would change a result are left whole, and say why; the option off and its ORTModule alias.
+"""
+
+import copy
+
+import onnx
+import pytest
+import torch
+import torch.nn as nn
+
+import trainrt
+
+transformers = pytest.importorskip("transformers")
+
+_SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, vocab_size=96,
+              max_position_embeddings=32)
+
+
+@pytest.fixture(autouse=True)
+def engine_only(monkeypatch):
+    monkeypatch.setenv("TRAINRT_FALLBACK_POLICY", "FALLBACK_DISABLE")
+    monkeypatch.setenv("TRAINRT_ENABLE_EMBEDDING_SPARSE_OPTIMIZER", "1")
+
+
+def _programs(rt):
+    return [e.programs for engines in rt._engines.values() for e in engines]
+
+
+def _batches(vocab, side, masked_lm=False, steps=3, seq=16):
+    """Three rows: none, 6 and 10 tokens of padding on `side`; labels -100 on the padding (and, for a
+    masked LM, on 70% of the rest)."""
+    out = []
+    for s in range(steps):
+        g = torch.Generator().manual_seed(s)
+        ids = torch.randint(2, vocab, (3, seq), generator=g)
+        mask = torch.ones_like(ids)
+        for b, pad in enumerate((0, 6, 10)):
+            if pad and side == "left":
+                mask[b, :pad] = 0
+            elif pad:
+                mask[b, seq - pad:] = 0
+        labels = ids.masked_fill(mask == 0, -100)
+        if masked_lm:
+            labels[torch.rand(ids.shape, generator=g) >= 0.3] = -100
+            labels[0, 0] = ids[0, 0]
+        out.append({"input_ids": ids, "attention_mask": mask, "labels": labels})
+    return out
+
+
+def _steps(model, batches):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    results = []
+    for batch in batches:
+        optimizer.zero_grad(set_to_none=True)
+        out = model(**batch)
+        out.loss.backward()
+        results.append((float(out.loss.detach()), out.logits.detach().clone(),
+                        {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
+        optimizer.step()
+    return results
+
+
+def _counted_rows(batch, causal):
+    """(B, S) bool: positions whose logits a counted label reads (a causal LM's loss shifts by one)."""
+    labels = batch["labels"]
+    if causal:
+        labels = torch.nn.functional.pad(labels, (0, 1), value=-100)[:, 1:]
+    return labels != -100
+
+
+def _check(model, batches, causal):
+    eager = _steps(copy.deepcopy(model), batches)
+    rt = trainrt.RTModule(copy.deepcopy(model))
+    ours = _steps(rt, batches)
+    assert rt.fallback_reason is None
+    reasons = [p.padding_elimination for p in _programs(rt)]
+    assert reasons and all(r.endswith("ops on the kept tokens") for r in reasons), reasons
+    for batch, (e_loss, e_logits, e_grads), (loss, logits, grads) in zip(batches, eager, ours):
+        assert abs(e_loss - loss) <= 1e-4 * abs(e_loss), (e_loss, loss)
+        kept = batch["attention_mask"].bool() | _counted_rows(batch, causal)
+        torch.testing.assert_close(logits[kept], e_logits[kept], rtol=1e-4, atol=1e-5)
+        assert torch.count_nonzero(logits[~kept]) == 0
+        assert set(grads) == set(e_grads)
+        for name, g in e_grads.items():
+            if name.endswith(("key.bias", "k_proj.bias")):
+                continue  # its true gradient is exactly zero: rounding noise on both sides
+            scale = g.abs().max().item() + 1e-6
+            assert (g - grads[name]).abs().max().item() <= 1e-4 * scale + 1e-6, name
+    return rt
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_gpt2(side):
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=96, n_positions=32, resid_pdrop=0.0,
+                                     embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False)
+    rt = _check(transformers.GPT2LMHeadModel(config), _batches(96, side), causal=True)
+    # The kept rows run the layers: the forward gathers the tokens once and scatters back at attention.
+    forward = onnx.load_from_string(_programs(rt)[0].forward_graph_onnx()).graph
+    assert [n.op_type for n in forward.node].count("ValidRows") >= 1
+    assert sum(n.op_type == "GatherGrad" for n in forward.node) >= 2 * 3  # q, k, v of each layer
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_llama(side):
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                                      num_key_value_heads=1, vocab_size=96, max_position_embeddings=32,
+                                      use_cache=False, pad_token_id=0)
+    _check(transformers.LlamaForCausalLM(config), _batches(96, side), causal=True)
+
+
+def test_bert_masked_lm():
+    torch.manual_seed(0)
+    config = transformers.BertConfig(**_SMALL, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    _check(transformers.BertForMaskedLM(config), _batches(96, "right", masked_lm=True), causal=False)
+
+
+def test_roberta_masked_lm():
+    torch.manual_seed(0)
+    config = transformers.RobertaConfig(**{**_SMALL, "max_position_embeddings": 40}, hidden_dropout_prob=0.0,
+                                        attention_probs_dropout_prob=0.0, pad_token_id=1)
+    _check(transformers.RobertaForMaskedLM(config), _batches(96, "right", masked_lm=True), causal=False)
+
+
+class _MeanPooled(nn.Module):
+    """Embeddings, a projection, masked attention, then a mean over the sequence: the mean would read
+    the dropped rows."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(50, 16)
+        self.proj = nn.Linear(16, 16)
+
+    def forward(self, ids, attention_mask):
+        h = self.proj(self.embed(ids))
+        a = torch.nn.functional.scaled_dot_product_attention(
+            h[:, None], h[:, None], h[:, None], attn_mask=attention_mask[:, None, None, :].bool())
+        return (a[:, 0] + h).mean(dim=1).square().sum()
+
+
+def test_an_op_across_tokens_keeps_the_padding_and_says_which():
+    torch.manual_seed(0)
+    model = _MeanPooled()
+    ids = torch.randint(0, 50, (2, 8))
+    mask = torch.ones_like(ids)
+    mask[1, 5:] = 0
+    expected = model(ids, mask)
+    rt = trainrt.RTModule(copy.deepcopy(model))
+    torch.testing.assert_close(rt(ids, mask), expected)
+    (reason,) = [p.padding_elimination for p in _programs(rt)]
+    assert "ReduceMean" in reason and "across tokens" in reason, reason
+
+
+def test_without_an_attention_mask_nothing_is_dropped():
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=96, n_positions=32, use_cache=False,
+                                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    model = transformers.GPT2LMHeadModel(config)
+    ids = torch.randint(0, 96, (2, 8))
+    rt = trainrt.RTModule(copy.deepcopy(model))
+    torch.testing.assert_close(rt(input_ids=ids, labels=ids).loss, model(input_ids=ids, labels=ids).loss)
+    (reason,) = [p.padding_elimination for p in _programs(rt)]
+    assert not reason.endswith("kept tokens"), reason
+
+
+@pytest.mark.parametrize("variable", ["TRAINRT_ENABLE_EMBEDDING_SPARSE_OPTIMIZER",
+                                      "ORTMODULE_ENABLE_EMBEDDING_SPARSE_OPTIMIZER"])
+def test_off_by_default_and_on_by_either_spelling(monkeypatch, variable):
+    monkeypatch.delenv("TRAINRT_ENABLE_EMBEDDING_SPARSE_OPTIMIZER")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=96, n_positions=32, use_cache=False,
+                                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    batch = _batches(96, "right", steps=1)[0]
+    off = trainrt.RTModule(transformers.GPT2LMHeadModel(config))
+    off(**batch)
+    assert [p.padding_elimination for p in _programs(off)] == [""]
+    monkeypatch.setenv(variable, "1")
+    on = trainrt.RTModule(transformers.GPT2LMHeadModel(config))
+    on(**batch)
+    assert [p.padding_elimination for p in _programs(on)][0].endswith("kept tokens")
