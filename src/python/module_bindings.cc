@@ -189,6 +189,8 @@ void bind_module_programs(nb::module_& m) {
       }, "The memory optimizer's recompute subgraphs, one dict per pattern (plan/recompute_subgraphs.h).")
       .def_prop_ro("layers_recomputed", &ModulePrograms::layers_recomputed)
       .def_prop_ro("sparse_losses", &ModulePrograms::sparse_losses)
+      .def_prop_ro("row_selections", &ModulePrograms::row_selections,
+                   "the forward inputs the sparse optimizers' row selection computes before each forward")
       .def_prop_ro("padding_elimination", &ModulePrograms::padding_elimination,
                    "what padding elimination did, or why it did not fire; empty when off")
       .def_prop_ro("nodes_recomputed", &ModulePrograms::nodes_recomputed)

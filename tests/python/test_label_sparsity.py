@@ -2,7 +2,8 @@
 
 Masked LM (BERT, RoBERTa) and causal LM with padding (GPT-2, Llama) from tiny configs: losses within
 1e-4 relative and gradients within the HF tests' tolerance over 3 SGD-momentum steps, with the engine's
-graph holding the sparse loss (ValidRows) and fallback disabled. Also: the logits still come back
+engine holding the sparse loss (a row selection, ValidRows, computed before the forward) and fallback
+disabled. Also: the logits still come back
 whole, a loss-only model whose LM head moves onto the valid rows, gradient rows of ignored labels
 exactly zero, batches with no and with every label counted, NLL after log_softmax, and the option off.
 """
@@ -53,7 +54,7 @@ def _check_parity(model, batches, wrap=trainrt.RTModule):
     rt_losses, rt_grads, rt_out = _steps(rt, batches)
     assert rt.fallback_reason is None
     assert [p.sparse_losses for p in _programs(rt)] == [1]
-    assert "ValidRows" in _ops(_programs(rt)[0].forward_graph_onnx())
+    assert any(name.endswith("/valid_rows") for name in _programs(rt)[0].row_selections)
     for e, r in zip(eager_losses, rt_losses):
         assert abs(e - r) <= 1e-4 * abs(e), (eager_losses, rt_losses)
     for step, (eg, rg) in enumerate(zip(eager_grads, rt_grads)):
@@ -171,18 +172,18 @@ def test_loss_only_model_runs_its_head_on_the_valid_rows(nll):
         assert abs(le - lr) <= 1e-5 * abs(le)
         for name in ge:
             torch.testing.assert_close(gr[name], ge[name], rtol=1e-4, atol=1e-6)
-    forward = _ops(_programs(rt)[0].forward_graph_onnx())
-    assert "ValidRows" in forward
-    # The head's product reads the gathered rows: no product over all N rows is left in the forward.
     programs = _programs(rt)[0]
+    rows = set(programs.row_selections)
+    assert len(rows) == 1
+    # The head's product reads the gathered rows: no product over all N rows is left in the forward.
     graph = onnx.load_from_string(programs.forward_graph_onnx()).graph
     producers = {o: n for n in graph.node for o in n.output}
     heads = [n for n in graph.node if n.op_type in ("FusedMatMul", "Gemm", "MatMul") and "head" in "".join(n.input)]
-    assert heads and all(_reads_gathered_rows(n, producers) for n in heads)
+    assert heads and all(_reads_gathered_rows(n, producers, rows) for n in heads)
 
 
-def _reads_gathered_rows(node, producers) -> bool:
-    """Whether the product's row input comes from a Gather of ValidRows (through row-wise ops)."""
+def _reads_gathered_rows(node, producers, rows) -> bool:
+    """Whether the product's row input comes from a Gather of the selected rows (through row-wise ops)."""
     seen, stack = set(), [node.input[0]]
     while stack:
         v = stack.pop()
@@ -190,7 +191,7 @@ def _reads_gathered_rows(node, producers) -> bool:
             continue
         seen.add(v)
         p = producers[v]
-        if p.op_type == "Gather" and p.input[1] in producers and producers[p.input[1]].op_type == "ValidRows":
+        if p.op_type == "Gather" and p.input[1] in rows:
             return True
         stack.extend(p.input[:1])
     return False
@@ -246,7 +247,7 @@ def test_option_off_keeps_the_dense_loss(monkeypatch):
     ids = torch.randint(0, 50, (2, 8))
     rt(ids, ids.masked_fill(ids > 25, -100)).backward()
     assert _programs(rt)[0].sparse_losses == 0
-    assert "ValidRows" not in _ops(_programs(rt)[0].forward_graph_onnx())
+    assert _programs(rt)[0].row_selections == []
 
 
 def test_ortmodule_alias(monkeypatch):

@@ -6,8 +6,8 @@ Micro-benchmarks run first (GEMM against torch.matmul on the models' products, t
 against the copy bandwidth); the GEMM's best rate on a large square product is the measured peak
 that "% peak" refers to, unless --peak-gflops names one. The models follow, then the `trainer` entry:
 transformers.Trainer's steps/s with the eager model against trainrt.hf.RTTrainer on bert-mini sequence
-classification (trainer.py), and the `sparsity` entry: label sparsity on against off, beside eager, on a
-masked LM and a padded causal LM (sparsity.py). When `make bench-peers` has written its results
+classification (trainer.py), and the `sparsity` entry: label sparsity and padding elimination on against
+off, beside eager, on a masked LM and a padded causal LM (sparsity.py). When `make bench-peers` has written its results
 (build/bench-peers/peers.json, or --peers FILE), TrainRT's ratio to ORTModule and to ORT's on-device
 training API follows, with TrainingSession timed on the peers' ONNX files (peer_report.py).
 
@@ -62,7 +62,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--peak-gflops", type=float, help="the machine's peak for %% of peak (default: measured)")
     parser.add_argument("--no-micro", action="store_true", help="skip the GEMM and optimizer micro-benchmarks")
     parser.add_argument("--no-trainer", action="store_true", help="skip the transformers.Trainer entry")
-    parser.add_argument("--no-sparsity", action="store_true", help="skip the label-sparsity entry")
+    parser.add_argument("--no-sparsity", action="store_true", help="skip the sparsity entry (label sparsity, padding elimination)")
     parser.add_argument("--profile", metavar="DIR", help="also write Chrome traces of RTModule steps and print the top ops")
     parser.add_argument("--plot", metavar="FILE.png", help="bar chart of the ratios to eager")
     parser.add_argument("--peers", metavar="FILE", help="make bench-peers' results (default: %s, when present)"
@@ -136,7 +136,7 @@ def _run(args, models: list[str], modes: list[str], warmup: int, steps: int, ind
         from trainrt.bench import sparsity
 
         rounds, sparsity_steps = _SPARSITY_ROUNDS[args.suite]
-        print("[bench] sparsity: label sparsity on / off, eager", file=sys.stderr, flush=True)
+        print("[bench] sparsity: label sparsity and padding elimination on / off, eager", file=sys.stderr, flush=True)
         results["sparsity"] = sparsity.run(rounds=rounds, steps=sparsity_steps)
     from trainrt.bench import peer_report
 

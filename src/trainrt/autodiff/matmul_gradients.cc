@@ -122,9 +122,9 @@ void fused_matmul_grad(GradContext& ctx) {
   }
   if (ctx.needs_input_grad(1)) {
     Value* db;
-    if (b->shape.rank() == 2 && a->shape.rank() > 2 && !ta) {  // a weight: one Gemm over all rows
-      Value* a2 = flatten_batch(ctx, a);
-      Value* g2 = flatten_batch(ctx, g);
+    if (b->shape.rank() == 2 && a->shape.rank() >= 2 && !ta) {  // a weight: one Gemm over all rows
+      Value* a2 = a->shape.rank() > 2 ? flatten_batch(ctx, a) : a;
+      Value* g2 = g->shape.rank() > 2 ? flatten_batch(ctx, g) : g;
       db = !tb ? gemm(ctx, a2, g2, true, false, alpha) : gemm(ctx, g2, a2, true, false, alpha);
     } else {
       db = !tb ? fused_matmul(ctx, a, g, !ta, false, alpha) : fused_matmul(ctx, g, a, true, ta, alpha);

@@ -79,9 +79,13 @@ bool sparsify(Graph& g, Node& loss) {
   if (!loss.has_attr("ignore_index") || (reduction != "mean" && reduction != "sum")) return false;
   Value *scores = loss.input(0), *labels = loss.input(1);
   if (!ranked(scores, 2) || scores->shape.rank() != 2 || !ranked(labels, 1) || labels->shape.rank() != 1) return false;
-  if (labels->producer && labels->producer->input(1) && labels->producer->input(1)->producer &&
-      is_ours(*labels->producer->input(1)->producer, "ValidRows"))
-    return false;  // already sparse
+  // Already sparse: labels = Gather(l, ValidRows(l)). (Padding elimination's Gather(l, ValidRows(keep))
+  // gathers the kept tokens' labels, which still hold ignored ones.)
+  if (const Node* gather = labels->producer; gather && is_onnx(*gather, "Gather") && gather->input(1) &&
+                                             gather->input(1)->producer &&
+                                             is_ours(*gather->input(1)->producer, "ValidRows") &&
+                                             gather->input(1)->producer->input(0) == gather->input(0))
+    return false;
   for (int o = 1; o < loss.num_outputs(); ++o)
     if (loss.output(o) && !loss.output(o)->uses.empty()) return false;
   // The gather's gradient (GatherGrad) takes f32 and f64: a bf16 head (autocast) keeps its rows

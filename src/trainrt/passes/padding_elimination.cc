@@ -388,8 +388,8 @@ class Rewrite {
         if (!v) continue;
         const std::vector<Use> uses = v->uses;
         for (const Use& u : uses)
-          if (!r_.in_region_.count(u.node)) u.node->replace_input(u.input_index, pad_back(v));
-        if (is_graph_output(g_, v)) outputs.emplace_back(v, pad_back(v));
+          if (!r_.in_region_.count(u.node)) u.node->replace_input(u.input_index, pad_back(v, false));
+        if (is_graph_output(g_, v)) outputs.emplace_back(v, pad_back(v, true));
       }
     std::vector<Node*> old = r_.nodes_;
     std::reverse(old.begin(), old.end());
@@ -402,7 +402,7 @@ class Rewrite {
   Graph& g_;
   std::map<const Value*, Value*> mapped_;    // region value -> its R-row value
   std::map<const Value*, Value*> entered_;   // outside value -> its R rows
-  std::map<const Value*, Value*> padded_;    // region value -> full rows again
+  std::map<std::pair<const Value*, bool>, Value*> padded_;  // (region value, zeroed) -> full rows again
   std::map<int64_t, Value*> keep_columns_;   // rank -> keep (N, 1, ...) as bool
   Value* rows_ = nullptr;                    // (R) i64, the kept positions
   Value* keep_ = nullptr;                    // (N) bool
@@ -558,9 +558,12 @@ class Rewrite {
       if (n.output(o) && copy->output(o)) mapped_[n.output(o)] = copy->output(o);
   }
 
-  // (R, rest) back to the region value's own shape, zeros at the dropped tokens.
-  Value* pad_back(Value* v) {
-    if (auto it = padded_.find(v); it != padded_.end()) return it->second;
+  // (R, rest) back to the region value's own shape. The scatter adds the selection's copies of
+  // one dropped token's row (ops/valid_rows.h) into that row: a finite value no kept row reads
+  // (attention masks it; what comes back in is gathered by the kept rows) and no gradient reaches
+  // (each copy's is zero). A model output gets zeros there (`zeroed`), as documented.
+  Value* pad_back(Value* v, bool zeroed) {
+    if (auto it = padded_.find({v, zeroed}); it != padded_.end()) return it->second;
     Value* x = mapped_.at(v);
     const std::string name = v->name + "/padded";
     const int64_t rank = x->shape.rank();
@@ -568,21 +571,24 @@ class Rewrite {
     Value* full_shape = add_op(g_, "Concat", {n_, tail}, name + "/full_shape", kOnnxDomain, {{"axis", Attribute::of_int(0)}});
     Value* full = add_op(g_, "GatherGrad", {full_shape, rows_, x}, name + "/scatter", kTrainrtDomain,
                          {{"axis", Attribute::of_int(0)}});
-    Value*& column = keep_columns_[rank];
-    if (!column) {
-      std::vector<int64_t> dims = {-1};
-      dims.resize(static_cast<size_t>(rank), 1);
-      column = add_op(g_, "Reshape", {keep_, i64_constant(g_, name + "/keep_dims", dims)}, keep_->name + "/column");
+    Value* y = full;
+    if (zeroed) {
+      Value*& column = keep_columns_[rank];
+      if (!column) {
+        std::vector<int64_t> dims = {-1};
+        dims.resize(static_cast<size_t>(rank), 1);
+        column = add_op(g_, "Reshape", {keep_, i64_constant(g_, name + "/keep_dims", dims)}, keep_->name + "/column");
+      }
+      Tensor zero = x->dtype == DType::kF64 ? Tensor::scalar<double>(0.0) : Tensor::scalar<float>(0.0f);
+      y = add_op(g_, "Where", {column, full, g_.add_initializer(g_.unique_name(name + "/zero"), zero)},
+                 name + "/zeroed");
     }
-    Tensor zero = x->dtype == DType::kF64 ? Tensor::scalar<double>(0.0) : Tensor::scalar<float>(0.0f);
-    Value* y = add_op(g_, "Where", {column, full, g_.add_initializer(g_.unique_name(name + "/zero"), zero)},
-                      name + "/zeroed");
     if (r_.region_.at(v) == 2) {
       Value* dims = add_op(g_, "Concat", {token_shape_, tail}, name + "/token_shape", kOnnxDomain,
                            {{"axis", Attribute::of_int(0)}});
       y = add_op(g_, "Reshape", {y, dims}, name);
     }
-    return padded_[v] = y;
+    return padded_[{v, zeroed}] = y;
   }
 };
 

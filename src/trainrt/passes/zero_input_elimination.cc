@@ -17,6 +17,7 @@ const std::map<std::pair<std::string_view, std::string_view>, std::vector<int>>&
       {{kOnnxDomain, "Identity"}, {0}},      {{kOnnxDomain, "Transpose"}, {0}},
       {{kOnnxDomain, "Cast"}, {0}},          {{kOnnxDomain, "Expand"}, {0}},
       {{kOnnxDomain, "Slice"}, {0}},         {{kOnnxDomain, "Neg"}, {0}},
+      {{kOnnxDomain, "Gather"}, {0}},
       {{kOnnxDomain, "ReduceSum"}, {0}},     {{kOnnxDomain, "ReduceMean"}, {0}},
       {{kOnnxDomain, "Mul"}, {0, 1}},        {{kOnnxDomain, "Div"}, {0}},
       {{kOnnxDomain, "MatMul"}, {0, 1}},     {{kOnnxDomain, "Gemm"}, {0, 1}},
@@ -34,7 +35,20 @@ const std::map<std::pair<std::string_view, std::string_view>, std::vector<int>>&
   return table;
 }
 
+// A constant whose every element is zero (Where's other branch in a gradient: Where(c, dY, 0)).
+bool zero_constant(const Value* v) {
+  if (!v || !v->is_initializer()) return false;
+  const Tensor& t = v->data;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (t.dtype() == DType::kF32 && t.data<float>()[i] != 0.f) return false;
+    if (t.dtype() == DType::kF64 && t.data<double>()[i] != 0.0) return false;
+  }
+  return t.dtype() == DType::kF32 || t.dtype() == DType::kF64;
+}
+
 bool makes_zero(const Node& n, const std::set<const Value*>& zero) {
+  if (n.domain() == kOnnxDomain && n.op_type() == "Where")  // zero where both branches are
+    return (zero.count(n.input(1)) || zero_constant(n.input(1))) && (zero.count(n.input(2)) || zero_constant(n.input(2)));
   auto it = zero_preserving().find({n.domain(), n.op_type()});
   if (it == zero_preserving().end()) return false;
   // A product with a bias (Gemm's C, FusedMatMul's third input) adds it: not zero.

@@ -64,6 +64,7 @@ ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::st
     LabelSparsity().apply(*joint_);
     for (const Node* n : joint_->nodes()) sparse_losses_ += n->op_type() == "ValidRows";
   }
+  if (optimize) row_selection_ = hoist_row_selections(*joint_);
   GradientResult result = build_gradients(*joint_, {.outputs_with_grad = grad_outputs_, .wrt = wrt_});
   output_grad_inputs_ = result.output_grad_inputs;
   unreached_ = result.unreached;
@@ -107,8 +108,9 @@ ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::st
   options.donated_inputs = donated_;
   backward_options_ = options;
   const std::set<std::string> read(programs_.backward_inputs.begin(), programs_.backward_inputs.end());
-  for (size_t i = 0; i < programs_.forward->inputs().size(); ++i)
+  for (size_t i = 0; i < graph_->inputs().size(); ++i)  // the caller's inputs, not the row selections
     if (read.count(programs_.forward->inputs()[i]->name)) inputs_read_.push_back(i);
+  if (row_selection_.graph) row_selection_session_ = std::make_unique<Session>(row_selection_.graph, SessionOptions{});
   for (size_t i = 0; i < num_outputs_; ++i) output_is_read_.push_back(read.count(forward_outputs[i]->name) > 0);
   backward_ = std::make_unique<Session>(programs_.backward, options);
   last_backward_ = backward_.get();
@@ -117,7 +119,21 @@ ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::st
   inference_ = std::make_unique<Session>(low_precision_graph(graph_), inference_options);
 }
 
-std::vector<Tensor> ModulePrograms::forward(const std::vector<Tensor>& inputs, ForwardState& state, uint64_t seed) {
+std::vector<std::string> ModulePrograms::row_selections() const {
+  std::vector<std::string> names;
+  if (row_selection_.graph)
+    for (const Value* v : row_selection_.graph->outputs()) names.push_back(v->name);
+  return names;
+}
+
+std::vector<Tensor> ModulePrograms::forward(const std::vector<Tensor>& caller_inputs, ForwardState& state,
+                                            uint64_t seed) {
+  std::vector<Tensor> inputs = caller_inputs;
+  if (row_selection_session_) {  // the rows the sparse optimizers keep, as inputs of their own
+    std::vector<Tensor> picked;
+    for (size_t i : row_selection_.inputs) picked.push_back(caller_inputs.at(i));
+    for (Tensor& rows : row_selection_session_->run(picked)) inputs.push_back(std::move(rows));
+  }
   forward_->set_seed(seed);
   std::vector<Tensor> out = forward_->run(inputs);
   // The state owns the saved values alone (the outputs after the model's), so that the backward

@@ -33,6 +33,7 @@
 #include "trainrt/plan/layer_recompute.h"
 #include "trainrt/plan/partition.h"
 #include "trainrt/runtime/session.h"
+#include "trainrt/train/row_selection_prologue.h"
 
 namespace trainrt {
 
@@ -118,6 +119,9 @@ class ModulePrograms {
   const Graph& joint_graph() const { return *joint_; }
   // The losses label sparsity rewrote (0 when off or none matched).
   int sparse_losses() const { return sparse_losses_; }
+  // The forward inputs the row-selection prologue computes (train/row_selection_prologue.h): label
+  // sparsity's "<labels>/valid_rows", padding elimination's "<mask>/kept_tokens/rows".
+  std::vector<std::string> row_selections() const;
   // What padding elimination did ("42 ops on the kept tokens") or why it did not fire; empty when off.
   const std::string& padding_elimination() const { return padding_elimination_; }
 
@@ -149,6 +153,8 @@ class ModulePrograms {
   std::vector<PassOutcome> forward_pass_report_;
   bool label_sparsity_ = false;
   std::string padding_elimination_;
+  RowSelectionPrologue row_selection_;               // the sparse optimizers' ValidRows, run before the forward
+  std::unique_ptr<Session> row_selection_session_;
   size_t saved_bytes_ = 0;
   std::set<std::string> donated_;  // backward inputs that are saved values: written over in place
   std::vector<size_t> inputs_read_;       // forward inputs that are backward inputs
