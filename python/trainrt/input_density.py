@@ -5,6 +5,10 @@ feeds an embedding with a padding index, the share of entries that are not that 
 every input that reaches a cross-entropy loss as its labels, the share that is not the ignore
 index. A low density says a batch spends most of its compute on padding (sort or pack sequences).
 
+After each step the report also says what the sparse optimizers skipped (describe_skipped): the rows
+label sparsity's loss reads, the tokens padding elimination runs, and the FLOPs of the products the
+dropped tokens no longer pass through.
+
 The inputs to observe are found in the captured ONNX graph: the embedding's indices input (com.trainrt
 Embedding, attribute padding_idx) and the labels of SoftmaxCrossEntropyLoss (attribute ignore_index),
 followed back through ops that only move or select labels (Reshape, Slice, Concat with padding...).
@@ -70,3 +74,19 @@ class InputDensityObserver:
             what = "padding" if kind == "embedding" else "ignore_index"
             lines.append(f"  {name} ({kind}, {what} {pad}): density {100 * density:.1f}% of {t.numel()}")
         return "trainrt input density\n" + "\n".join(lines)
+
+
+def describe_skipped(row_counts, row_flops: int) -> str | None:
+    """What the sparse optimizers skipped in the last forward: `row_counts` are the engine's
+    (name, rows kept, rows selected from) per row selection (ModulePrograms.last_row_counts; kept is
+    rounded up to a multiple of 64 as the engine plans it), `row_flops` the forward FLOPs of one token
+    row in the products padding elimination moved (the backward's two products cost twice that)."""
+    lines = []
+    for name, kept, of in row_counts:
+        if name.endswith("/kept_tokens/rows"):
+            skipped = of - kept
+            lines.append(f"  padding elimination: {kept} of {of} tokens computed, {skipped} skipped "
+                         f"({3 * skipped * row_flops / 1e9:.2f} GFLOP of products, forward and backward)")
+        else:
+            lines.append(f"  label sparsity ({name.removesuffix('/valid_rows')}): the loss reads {kept} of {of} rows")
+    return "trainrt sparsity\n" + "\n".join(lines) if lines else None

@@ -457,7 +457,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("PRINT_INPUT_DENSITY", "PRINT_INPUT_DENSITY", RuntimeOptions, "print_input_density", _parse_flag,
            _FLAG,
            "Logs each step's share of embedding inputs that are not padding and of labels that are not "
-           "ignored, at WARNING."),
+           "ignored, at WARNING; and what the sparse optimizers skipped: the rows label sparsity's loss reads, "
+           "the tokens padding elimination runs and the GFLOPs of products the dropped ones skip."),
     Option("PROFILE", None, RuntimeOptions, "profile", _parse_flag, _FLAG,
            "Per-node timings of the engine programs: `model.profile_summary()` (op types by total time) and "
            "`model.write_profile(prefix)` (Chrome traces)."),

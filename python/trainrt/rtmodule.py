@@ -37,7 +37,7 @@ from torch.utils import _pytree as pytree
 from trainrt import _C, fsdp, memory_budget, python_op, shared_captures, threads, zero3
 from trainrt.engine_arrays import capsules, engine_view, from_engine as _from_engine
 from trainrt.gradient_handoff import GradientHandoff
-from trainrt.input_density import InputDensityObserver
+from trainrt.input_density import InputDensityObserver, describe_skipped
 from trainrt.options import FallbackPolicy
 from trainrt.optim import step_in_backward
 
@@ -773,8 +773,11 @@ class RTModule(torch.nn.Module):
                     named_buffers[fqn].copy_(value)
         if self._runtime.print_memory_stats:
             _log.warning("trainrt memory: %s", engine.programs.memory_stats())
-        if self._runtime.print_input_density and (report := engine.input_density.describe(tensors)):
-            _log.warning("%s", report)
+        if self._runtime.print_input_density:
+            for report in (engine.input_density.describe(tensors),
+                           describe_skipped(engine.programs.last_row_counts, engine.programs.padding_row_flops)):
+                if report:
+                    _log.warning("%s", report)
         if engine.single_output:
             return user[0]
         return pytree.tree_unflatten(list(user), engine.captured.out_spec)

@@ -189,6 +189,15 @@ void bind_module_programs(nb::module_& m) {
       }, "The memory optimizer's recompute subgraphs, one dict per pattern (plan/recompute_subgraphs.h).")
       .def_prop_ro("layers_recomputed", &ModulePrograms::layers_recomputed)
       .def_prop_ro("sparse_losses", &ModulePrograms::sparse_losses)
+      .def_prop_ro("last_row_counts",
+                   [](const ModulePrograms& p) {
+                     nb::list rows;
+                     for (const auto& c : p.last_row_counts()) rows.append(nb::make_tuple(c.name, c.kept, c.of));
+                     return rows;
+                   },
+                   "per row selection of the last forward: (name, rows kept, rows it selected from)")
+      .def_prop_ro("padding_row_flops", &ModulePrograms::padding_row_flops,
+                   "forward FLOPs of one token row in the products padding elimination moved")
       .def_prop_ro("row_selections", &ModulePrograms::row_selections,
                    "the forward inputs the sparse optimizers' row selection computes before each forward")
       .def_prop_ro("padding_elimination", &ModulePrograms::padding_elimination,

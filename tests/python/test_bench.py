@@ -228,7 +228,7 @@ def test_suite_runs_the_sparsity_entry_and_reports_it(tmp_path, monkeypatch, cap
           "--json", str(out_json), "--markdown", str(out_md)])
     assert calls == [(2, 5)]  # the quick suite's rounds
     results = json.loads(out_json.read_text())
-    assert set(results["sparsity"]["bert-mlm"]["median_ms"]) == {"eager", "sparse-off", "sparse-on"}
+    assert set(results["sparsity"]["bert-mlm"]["median_ms"]) == {"eager", "sparse-off", "labels-on", "sparse-on"}
     assert "| bert-mlm |" in out_md.read_text() and "| bert-mlm |" in capsys.readouterr().out
 
 

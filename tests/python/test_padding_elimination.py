@@ -186,3 +186,22 @@ def test_off_by_default_and_on_by_either_spelling(monkeypatch, variable):
     on = trainrt.RTModule(transformers.GPT2LMHeadModel(config))
     on(**batch)
     assert [p.padding_elimination for p in _programs(on)][0].endswith("kept tokens")
+
+
+def test_the_density_inspector_says_what_was_skipped(monkeypatch, trainrt_log):
+    monkeypatch.setenv("TRAINRT_PRINT_INPUT_DENSITY", "1")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=96, n_positions=256, use_cache=False,
+                                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    rt = trainrt.RTModule(transformers.GPT2LMHeadModel(config))
+    ids = torch.randint(2, 96, (2, 128))
+    mask = torch.ones_like(ids)
+    mask[1, 28:] = 0  # 156 of 256 tokens kept: 192 as planned, 64 skipped
+    rt(input_ids=ids, attention_mask=mask, labels=ids.masked_fill(mask == 0, -100)).loss.backward()
+    (programs,) = _programs(rt)
+    # One layer's products per token: c_attn 32 x 96, c_proj 32 x 32, c_fc 32 x 128, mlp c_proj 128 x 32, and
+    # the LM head 32 x 96 (forward 2 K N each; forward and backward three times that).
+    assert programs.padding_row_flops == 2 * 32 * (96 + 32 + 128 + 96) + 2 * 128 * 32
+    gflop = 3 * 64 * programs.padding_row_flops / 1e9
+    assert f"padding elimination: 192 of 256 tokens computed, 64 skipped ({gflop:.2f} GFLOP" in trainrt_log.text
+    assert "label sparsity (" in trainrt_log.text and "the loss reads 192 of 192 rows" in trainrt_log.text

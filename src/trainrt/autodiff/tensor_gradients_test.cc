@@ -119,6 +119,17 @@ TEST(TensorGradients, GatherMatchesFiniteDifferences) {
   worst.check({.op = "Gather"}, {random_f64({4, 3}, 23), make_tensor<int32_t>({3}, {3, 3, -1})});
 }
 
+// GatherGrad read as a forward op (passes/padding_elimination.h scatters the kept rows back with
+// it): the rows' gradient, repeats included, is the output gradient gathered at their indices.
+TEST(TensorGradients, GatherGradAsAForwardOpMatchesFiniteDifferences) {
+  WorstErrors worst;
+  const std::string ours(kTrainrtDomain);
+  worst.check({.op = "GatherGrad", .domain = ours},
+              {i64({5, 3}), make_tensor<int64_t>({4}, {1, 4, 4, 0}), random_f64({4, 3}, 24)}, {.wrt = {2}});
+  worst.check({.op = "GatherGrad", .attrs = {{"axis", int_attr(1)}}, .domain = ours},
+              {i64({2, 6}), make_tensor<int64_t>({3}, {5, 0, 2}), random_f64({2, 3}, 25)}, {.wrt = {2}});
+}
+
 TEST(TensorGradients, GatherNDMatchesFiniteDifferences) {
   WorstErrors worst;
   // (3, 4, 2) by (row, col) pairs: slices of 2, one pair repeated, one negative.

@@ -597,7 +597,13 @@ class Rewrite {
 bool PaddingElimination::apply_impl(Graph& graph) const {
   Region region(graph);
   reason_ = region.analyse();
+  row_flops_ = 0;
   if (!reason_.empty()) return false;
+  for (const Node* n : region.nodes_) {
+    if (!is_ours(*n, "FusedMatMul") && !is_onnx(*n, "MatMul") && !is_onnx(*n, "Gemm")) continue;
+    const Shape& w = n->input(1)->shape;
+    if (w.rank_known && w.is_static()) row_flops_ += 2 * w.dims[0].value * w.dims[1].value;
+  }
   Rewrite(region).run();
   reason_ = std::to_string(region.nodes_.size()) + " ops on the kept tokens";
   return true;

@@ -41,12 +41,16 @@ class PaddingElimination : public Pass {
   // Why the last apply changed nothing ("no attention mask among the inputs"), or the region's
   // size when it fired ("42 ops on the kept tokens").
   const std::string& last_reason() const { return reason_; }
+  // Forward FLOPs one token row costs in the products the last apply moved (2 K N each, from their
+  // weights' dims): what a dropped row saves, three times over with the backward's two products.
+  int64_t row_flops() const { return row_flops_; }
 
  protected:
   bool apply_impl(Graph& graph) const override;
 
  private:
   mutable std::string reason_;
+  mutable int64_t row_flops_ = 0;
 };
 
 }  // namespace trainrt

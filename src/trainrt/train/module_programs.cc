@@ -58,6 +58,7 @@ ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::st
     PaddingElimination pass;
     pass.apply(*joint_);
     padding_elimination_ = pass.last_reason();
+    padding_row_flops_ = pass.row_flops();
   }
   if (label_sparsity_) {
     for (const Node* n : joint_->nodes()) sparse_losses_ -= n->op_type() == "ValidRows";
@@ -122,7 +123,7 @@ ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::st
 std::vector<std::string> ModulePrograms::row_selections() const {
   std::vector<std::string> names;
   if (row_selection_.graph)
-    for (const Value* v : row_selection_.graph->outputs()) names.push_back(v->name);
+    for (size_t i = 0; i < row_selection_.num_selections; ++i) names.push_back(row_selection_.graph->outputs()[i]->name);
   return names;
 }
 
@@ -132,7 +133,13 @@ std::vector<Tensor> ModulePrograms::forward(const std::vector<Tensor>& caller_in
   if (row_selection_session_) {  // the rows the sparse optimizers keep, as inputs of their own
     std::vector<Tensor> picked;
     for (size_t i : row_selection_.inputs) picked.push_back(caller_inputs.at(i));
-    for (Tensor& rows : row_selection_session_->run(picked)) inputs.push_back(std::move(rows));
+    std::vector<Tensor> out = row_selection_session_->run(picked);
+    const size_t k = row_selection_.num_selections;
+    last_row_counts_.clear();
+    for (size_t i = 0; i < k; ++i) {
+      last_row_counts_.push_back({row_selection_.graph->outputs()[i]->name, out[i].dims()[0], out[k + i].to_i64_vector()[0]});
+      inputs.push_back(std::move(out[i]));
+    }
   }
   forward_->set_seed(seed);
   std::vector<Tensor> out = forward_->run(inputs);

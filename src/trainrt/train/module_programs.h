@@ -122,6 +122,14 @@ class ModulePrograms {
   // The forward inputs the row-selection prologue computes (train/row_selection_prologue.h): label
   // sparsity's "<labels>/valid_rows", padding elimination's "<mask>/kept_tokens/rows".
   std::vector<std::string> row_selections() const;
+  // Per row selection, of the last forward: (its name, rows kept, rows it selected from).
+  struct RowCount {
+    std::string name;
+    int64_t kept = 0, of = 0;
+  };
+  const std::vector<RowCount>& last_row_counts() const { return last_row_counts_; }
+  // Forward FLOPs a row of the products padding elimination moved costs (0 when it did not fire).
+  int64_t padding_row_flops() const { return padding_row_flops_; }
   // What padding elimination did ("42 ops on the kept tokens") or why it did not fire; empty when off.
   const std::string& padding_elimination() const { return padding_elimination_; }
 
@@ -155,6 +163,8 @@ class ModulePrograms {
   std::string padding_elimination_;
   RowSelectionPrologue row_selection_;               // the sparse optimizers' ValidRows, run before the forward
   std::unique_ptr<Session> row_selection_session_;
+  std::vector<RowCount> last_row_counts_;
+  int64_t padding_row_flops_ = 0;
   size_t saved_bytes_ = 0;
   std::set<std::string> donated_;  // backward inputs that are saved values: written over in place
   std::vector<size_t> inputs_read_;       // forward inputs that are backward inputs

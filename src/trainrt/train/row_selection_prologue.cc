@@ -47,6 +47,12 @@ RowSelectionPrologue hoist_row_selections(Graph& joint) {
     }
   for (const Node* n : selections) outputs.push_back(n->output(0));
   prologue.graph = extract_subgraph(joint, nodes, inputs, outputs, joint.name + "_row_selection");
+  prologue.num_selections = selections.size();
+  Graph& p = *prologue.graph;
+  for (size_t i = 0; i < selections.size(); ++i) {
+    Value* from = p.find_value(selections[i]->input(0)->name);
+    p.add_output(add_op(p, "Size", {from}, from->name + "/count"));
+  }
   for (Node* n : selections) {
     Value* rows = n->output(0);
     joint.remove_node(n);

@@ -22,8 +22,11 @@
 namespace trainrt {
 
 struct RowSelectionPrologue {
-  std::shared_ptr<Graph> graph;  // null when the graph selects no rows
-  std::vector<size_t> inputs;    // the joint graph inputs (indices) the prologue reads, in its order
+  // Null when the graph selects no rows. Outputs: each selection's rows (R), then for each the count
+  // of rows it selects from (N, an i64 scalar): what the density inspector reports as skipped.
+  std::shared_ptr<Graph> graph;
+  std::vector<size_t> inputs;  // the joint graph inputs (indices) the prologue reads, in its order
+  size_t num_selections = 0;
 };
 
 // Moves every ValidRows computed from graph inputs alone, with the nodes before it, into the
