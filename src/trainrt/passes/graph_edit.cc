@@ -1,6 +1,7 @@
 #include "trainrt/passes/graph_edit.h"
 
 #include <algorithm>
+#include <map>
 
 #include "trainrt/ops/op_schema.h"
 #include "trainrt/passes/pass.h"
@@ -45,6 +46,24 @@ void remove_unread(Graph& g, std::vector<Node*> nodes) {
       again = true;
     }
   }
+}
+
+void become(Graph& g, Value* v, Value* out) {
+  Node* p = v->producer;
+  if (!p || !v->uses.empty() || is_graph_output(g, v)) {
+    g.add_node_with_outputs("Identity", {v}, {out});
+    return;
+  }
+  std::vector<Value*> outputs = p->outputs();
+  outputs[static_cast<size_t>(v->producer_output)] = out;
+  const std::vector<Value*> inputs = p->inputs();
+  const std::map<std::string, Attribute> attrs = p->attrs();
+  const std::string op = p->op_type(), domain = p->domain();
+  out->dtype = v->dtype;
+  out->shape = v->shape;
+  g.remove_node(p);
+  Node* n = g.add_node_with_outputs(op, inputs, outputs, domain);
+  for (const auto& [key, value] : attrs) n->set_attr(key, value);
 }
 
 }  // namespace trainrt

@@ -26,5 +26,10 @@ Node* add_like(Graph& g, const Node& like, std::vector<Value*> inputs, std::stri
 Value* i64_constant(Graph& g, const std::string& base, std::vector<int64_t> v);
 // Removes each of `nodes` once nothing reads it (a node listed twice goes once).
 void remove_unread(Graph& g, std::vector<Node*> nodes);
+// Makes `out`, a value that lost its producer (a graph output whose node a rewrite replaced), the
+// result of the node computing `v`, in v's place, when nothing else reads v: no Identity between
+// them, whose output would be a view of v's storage, which the session keeps after handing the
+// output over (runtime/execution_plan.h, views) until its next run. Otherwise out = Identity(v).
+void become(Graph& g, Value* v, Value* out);
 
 }  // namespace trainrt

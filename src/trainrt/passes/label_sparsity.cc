@@ -211,7 +211,7 @@ Pushed push_into_at(Graph& g, Node& reader, int at, Node& scatter, Node* view) {
     const std::vector<Use> uses = out->uses;
     if (is_graph_output(g, out)) {
       g.remove_node(&reader);
-      g.add_node_with_outputs("Identity", {z}, {out});
+      become(g, z, out);
     } else {
       for (const Use& u : uses) u.node->replace_input(u.input_index, z);
       g.remove_node(&reader);
@@ -233,9 +233,9 @@ Pushed push_into_at(Graph& g, Node& reader, int at, Node& scatter, Node* view) {
     const std::vector<Use> uses = out->uses;
     const bool output = is_graph_output(g, out);
     g.remove_node(&reader);
-    if (output) g.add_node_with_outputs("Identity", {n->output(0)}, {out});
-    else for (const Use& u : uses) u.node->replace_input(u.input_index, n->output(0));
     infer_and_store(*n);
+    if (output) become(g, n->output(0), out);
+    else for (const Use& u : uses) u.node->replace_input(u.input_index, n->output(0));
     return Pushed::kReplaced;
   }
   // A sum over all rows: the scattered zeros add nothing.

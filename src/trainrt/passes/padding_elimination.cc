@@ -394,7 +394,7 @@ class Rewrite {
     std::vector<Node*> old = r_.nodes_;
     std::reverse(old.begin(), old.end());
     for (Node* n : old) g_.remove_node(n);  // a model output's value loses its producer: an Identity below
-    for (const auto& [out, padded] : outputs) g_.add_node_with_outputs("Identity", {padded}, {out});
+    for (const auto& [out, padded] : outputs) become(g_, padded, out);
   }
 
  private:

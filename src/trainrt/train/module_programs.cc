@@ -54,15 +54,21 @@ ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::st
   LowPrecisionCompute().apply(*joint_);
   infer_graph_shapes(*joint_);  // the passes match on dims
   if (optimize) forward_passes().run(*joint_, &forward_pass_report_);
+  // The sparse optimizers join the pass report, each with the nodes it took (negative: added).
+  const auto report = [&](const Pass& pass) {
+    const int64_t before = joint_->num_nodes();
+    const bool changed = pass.apply(*joint_);
+    forward_pass_report_.push_back({std::string(pass.name()), changed, before - joint_->num_nodes()});
+  };
   if (optimize && padding_elimination) {
     PaddingElimination pass;
-    pass.apply(*joint_);
+    report(pass);
     padding_elimination_ = pass.last_reason();
     padding_row_flops_ = pass.row_flops();
   }
   if (label_sparsity_) {
     for (const Node* n : joint_->nodes()) sparse_losses_ -= n->op_type() == "ValidRows";
-    LabelSparsity().apply(*joint_);
+    report(LabelSparsity());
     for (const Node* n : joint_->nodes()) sparse_losses_ += n->op_type() == "ValidRows";
   }
   if (optimize) row_selection_ = hoist_row_selections(*joint_);
