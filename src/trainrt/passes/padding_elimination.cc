@@ -108,9 +108,9 @@ class Region {
       if (tainted_.count(v) && !region_.count(v))
         return "model output '" + v->name + "' is computed across tokens from the embeddings";
     for (const auto& [v, l] : region_)
-      if ((exits(v) || is_graph_output(g_, v)) && v->dtype != DType::kF32 && v->dtype != DType::kF64)
+      if ((exits(v) || is_graph_output(g_, v)) && !is_floating(v->dtype))
         return "'" + v->name + "' leaves the kept rows as " + std::string(dtype_name(v->dtype)) +
-               " (the scatter back takes f32 / f64)";
+               " (the scatter back takes floating-point values)";
     return find_mask();
   }
 
@@ -568,6 +568,11 @@ class Rewrite {
     const std::string name = v->name + "/padded";
     const int64_t rank = x->shape.rank();
     Value* tail = shape_tail(x, 1, name);
+    const DType dtype = x->dtype;  // bf16 / f16 (autocast) are scattered in f32, which GatherGrad sums in
+    const auto cast = [&](Value* t, DType to, const std::string& what) {
+      return add_op(g_, "Cast", {t}, name + what, kOnnxDomain, {{"to", Attribute::of_int(dtype_to_onnx(to))}});
+    };
+    if (dtype != DType::kF32 && dtype != DType::kF64) x = cast(x, DType::kF32, "/f32");
     Value* full_shape = add_op(g_, "Concat", {n_, tail}, name + "/full_shape", kOnnxDomain, {{"axis", Attribute::of_int(0)}});
     Value* full = add_op(g_, "GatherGrad", {full_shape, rows_, x}, name + "/scatter", kTrainrtDomain,
                          {{"axis", Attribute::of_int(0)}});
@@ -583,6 +588,7 @@ class Rewrite {
       y = add_op(g_, "Where", {column, full, g_.add_initializer(g_.unique_name(name + "/zero"), zero)},
                  name + "/zeroed");
     }
+    if (y->dtype != dtype) y = cast(y, dtype, "/narrowed");
     if (r_.region_.at(v) == 2) {
       Value* dims = add_op(g_, "Concat", {token_shape_, tail}, name + "/token_shape", kOnnxDomain,
                            {{"axis", Attribute::of_int(0)}});
