@@ -48,8 +48,8 @@ from trainrt.capture.shape_guards import check_size_expression
 from trainrt.treespec_json import spec_from_json, spec_to_json, value_from_json, value_to_json
 
 _log = logging.getLogger("trainrt")
-_FORMAT = 7  # 3: pickled entries; 4: ONNX bytes + JSON, checksummed (data only); 5: recompute_regions; 6: layers;
-# 7: shape guards
+_FORMAT = 8  # 3: pickled entries; 4: ONNX bytes + JSON, checksummed (data only); 5: recompute_regions; 6: layers;
+# 7: shape guards; 8: the graph declares export's symbolic dims on its values (value_info)
 _MAGIC = b"TRAINRT-EXPORT-CACHE %d\n" % _FORMAT
 _SPECS = ("in_spec", "out_spec")
 # the functions a compound input dim may call, as str() of torch's size expressions prints them
