@@ -69,8 +69,7 @@ class Region {
 
   // Empty when the rewrite may run; else why not.
   std::string analyse() {
-    order_ = g_.topological_order();
-    for (Node* n : order_) {
+    for (Node* n : g_.topological_order()) {
       set_dims(*n);
       if (!tokens_ && is_seed_candidate(*n)) {
         const Shape& ids = dims(n->input(1));
@@ -115,7 +114,6 @@ class Region {
   }
 
   Graph& g_;
-  std::vector<Node*> order_;
   std::optional<Tokens> tokens_;
   std::map<const Value*, Shape> dims_;
   std::map<const Value*, int> region_;  // region value -> its lead (token dims: 2 for (B, S), 1 for (B*S))
@@ -393,7 +391,7 @@ class Rewrite {
       }
     std::vector<Node*> old = r_.nodes_;
     std::reverse(old.begin(), old.end());
-    for (Node* n : old) g_.remove_node(n);  // a model output's value loses its producer: an Identity below
+    for (Node* n : old) g_.remove_node(n);  // a model output's value loses its producer: given back below
     for (const auto& [out, padded] : outputs) become(g_, padded, out);
   }
 
