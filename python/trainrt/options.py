@@ -391,9 +391,10 @@ OPTIONS: tuple[Option, ...] = (
            "embedding_sparse_optimizer", _parse_flag, _FLAG,
            "Padding elimination: the tokens the attention mask marks as padding (and no loss counts) leave "
            "every row-wise op, from the embeddings through the projections, norms and MLPs to the loss; only "
-           "attention sees the padded sequence. Losses and gradients are eager's; the model's token-major "
-           "outputs (logits, hidden states) are zeros at padded positions, as with ORTModule's, which is why "
-           "it is off by default. It fires where it can prove the dropped rows reach no kept row: between the "
+           "attention sees the padded sequence. Losses and gradients are eager's, and so are the model's outputs "
+           "at real tokens; at padded positions its token-major outputs (logits, hidden states) are zeros, as "
+           "with ORTModule's, and an attention cache holds unspecified values, which is why it is off by "
+           "default. It fires where it can prove the dropped rows reach no kept row: between the "
            "embeddings and the loss, only ops that work position by position and attention masked by the "
            "model's attention mask input; the start-up table says how many ops it moved, or why it did not "
            "fire. Needs the compute optimizer.", default="`0`"),

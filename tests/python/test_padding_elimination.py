@@ -230,3 +230,32 @@ def test_bf16_autocast_matches_the_engine_without_it(monkeypatch):
         if name.endswith("attn.c_attn.bias"):
             continue  # its key third's true gradient is zero: rounding noise on both sides
         assert (results["1"][1][name] - g).abs().max() <= 2e-2 * g.abs().max() + 1e-6, name
+
+
+def test_a_model_returning_its_attention_cache():
+    """use_cache=True (the config's default) returns the keys and values: the pass still applies, the
+    loss, gradients and logits at kept positions are eager's, and so are the cache's kept positions."""
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                                      num_key_value_heads=1, vocab_size=96, max_position_embeddings=32)
+    assert config.use_cache
+    model = transformers.LlamaForCausalLM(config)
+    batch = _batches(96, "right", steps=1)[0]
+    eager = copy.deepcopy(model)(**batch)
+    rt = trainrt.RTModule(copy.deepcopy(model))
+    ours = rt(**batch)
+    assert [p.padding_elimination for p in _programs(rt)][0].endswith("kept tokens")
+    assert abs(float(ours.loss) - float(eager.loss)) <= 1e-5 * abs(float(eager.loss))
+    kept = batch["attention_mask"].bool()
+    torch.testing.assert_close(ours.logits[kept], eager.logits[kept], rtol=1e-4, atol=1e-5)
+    for layer in range(config.num_hidden_layers):
+        for ours_kv, eager_kv in zip(_layer_cache(ours.past_key_values, layer), _layer_cache(eager.past_key_values, layer)):
+            # (B, heads, S, head dim): the kept tokens' keys and values
+            torch.testing.assert_close(ours_kv.transpose(1, 2)[kept], eager_kv.transpose(1, 2)[kept], rtol=1e-4, atol=1e-5)
+
+
+def _layer_cache(cache, layer):
+    """(keys, values) of one layer of a transformers cache, across its versions' layouts."""
+    if hasattr(cache, "layers"):
+        return cache.layers[layer].keys, cache.layers[layer].values
+    return cache.key_cache[layer], cache.value_cache[layer]

@@ -24,9 +24,11 @@
 // a value leaves, every op up to the next region entry or model output works position by position
 // (elementwise, transposes and reshapes, ops whose axes are static feature dims), and the only
 // op mixing positions is ScaledDotProductAttention with a mask computed from the attention mask,
-// so that no kept query attends a dropped key. The model's token-major outputs are zeros at
-// dropped positions (as ORTModule's padding elimination documents); a model whose other outputs
-// would see dropped rows is left as it is, and why is in `last_reason()`.
+// so that no kept query attends a dropped key. Every value outside the region is then eager's at
+// the kept positions. Model outputs are eager's at kept positions; at dropped ones the token-major
+// outputs (logits, hidden states) are zeros (as ORTModule's padding elimination documents) and the
+// others (an attention cache's keys and values) hold unspecified values. A model the pass cannot
+// prove this for is left as it is, and why is in `last_reason()`.
 #pragma once
 
 #include <string>
