@@ -82,7 +82,7 @@ class SymbolTable:
     def declared_dims(self, shape) -> list[int | str]:
         """The dims a value_info declares for a shape: ints, dim_param names for symbols, and for a
         compound expression a name that equal expressions share: a product of symbols is its factors'
-        names sorted and joined by '*' ("batch*s53", what a passes/padding_elimination.h reads as
+        names sorted and joined by '*' ("batch*s53", which passes/padding_elimination.h reads as
         the flattened tokens), anything else its sympy text over the names ("(s53 + 1)//2")."""
         out: list[int | str] = []
         for size in shape:
