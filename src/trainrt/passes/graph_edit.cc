@@ -16,7 +16,8 @@ Value* add_op(Graph& g, const std::string& op, std::vector<Value*> inputs, const
   return n->output(0);
 }
 
-Node* add_like(Graph& g, const Node& like, std::vector<Value*> inputs, std::string_view suffix) {
+Node* add_like(Graph& g, const Node& like, std::vector<Value*> inputs, std::string_view suffix,
+               std::vector<std::pair<std::string, Attribute>> overrides) {
   std::vector<std::string> outputs;
   for (int o = 0; o < like.num_outputs(); ++o) {
     const Value* v = like.output(o);
@@ -26,6 +27,7 @@ Node* add_like(Graph& g, const Node& like, std::vector<Value*> inputs, std::stri
   while (outputs.size() > 1 && outputs.back().empty()) outputs.pop_back();
   Node* n = g.add_node(like.op_type(), inputs, outputs, like.domain());
   for (const auto& [key, value] : like.attrs()) n->set_attr(key, value);
+  for (auto& [key, value] : overrides) n->set_attr(key, value);
   infer_and_store(*n);
   return n;
 }

@@ -18,10 +18,11 @@ namespace trainrt {
 // A node of `op` over `inputs` with one output named after `base`; returns that output.
 Value* add_op(Graph& g, const std::string& op, std::vector<Value*> inputs, const std::string& base,
               std::string_view domain = kOnnxDomain, std::vector<std::pair<std::string, Attribute>> attrs = {});
-// A node with `like`'s op, domain and attributes over `inputs`; its outputs, named like's + suffix,
-// are the first and those of like's that something reads (a LayerNormalization's unread mean is
-// left out).
-Node* add_like(Graph& g, const Node& like, std::vector<Value*> inputs, std::string_view suffix);
+// A node with `like`'s op, domain and attributes (but `overrides`) over `inputs`; its outputs,
+// named like's + suffix, are the first and those of like's that something reads (a
+// LayerNormalization's unread mean is left out).
+Node* add_like(Graph& g, const Node& like, std::vector<Value*> inputs, std::string_view suffix,
+               std::vector<std::pair<std::string, Attribute>> overrides = {});
 // An i64 initializer holding `v`, named after base.
 Value* i64_constant(Graph& g, const std::string& base, std::vector<int64_t> v);
 // Removes each of `nodes` once nothing reads it (a node listed twice goes once).

@@ -538,17 +538,7 @@ class Rewrite {
         if (n.has_attr("axes")) attrs.emplace_back("axes", Attribute::of_ints(axes));
         else inputs[1] = i64_constant(g_, n.name() + "/kept_axes", axes);
       }
-      std::vector<std::string> outputs;
-      for (int o = 0; o < n.num_outputs(); ++o) {
-        const Value* v = n.output(o);
-        const bool wanted = v && (o == 0 || !v->uses.empty() || is_graph_output(g_, v));
-        outputs.push_back(wanted ? g_.unique_name(base(v)) : std::string());
-      }
-      while (outputs.size() > 1 && outputs.back().empty()) outputs.pop_back();
-      copy = g_.add_node(n.op_type(), inputs, outputs, n.domain());
-      for (const auto& [key, value] : n.attrs()) copy->set_attr(key, value);
-      for (auto& [key, value] : attrs) copy->set_attr(key, value);
-      infer_and_store(*copy);
+      copy = add_like(g_, n, inputs, suffix, std::move(attrs));
     }
     for (int o = 0; o < n.num_outputs() && o < copy->num_outputs(); ++o)
       if (n.output(o) && copy->output(o)) mapped_[n.output(o)] = copy->output(o);

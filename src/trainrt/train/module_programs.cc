@@ -135,8 +135,9 @@ std::vector<std::string> ModulePrograms::row_selections() const {
 
 std::vector<Tensor> ModulePrograms::forward(const std::vector<Tensor>& caller_inputs, ForwardState& state,
                                             uint64_t seed) {
-  std::vector<Tensor> inputs = caller_inputs;
-  if (row_selection_session_) {  // the rows the sparse optimizers keep, as inputs of their own
+  std::vector<Tensor> with_rows;  // the caller's inputs and the rows the sparse optimizers keep
+  if (row_selection_session_) {
+    with_rows = caller_inputs;
     std::vector<Tensor> picked;
     for (size_t i : row_selection_.inputs) picked.push_back(caller_inputs.at(i));
     std::vector<Tensor> out = row_selection_session_->run(picked);
@@ -144,9 +145,10 @@ std::vector<Tensor> ModulePrograms::forward(const std::vector<Tensor>& caller_in
     last_row_counts_.clear();
     for (size_t i = 0; i < k; ++i) {
       last_row_counts_.push_back({row_selection_.graph->outputs()[i]->name, out[i].dims()[0], out[k + i].to_i64_vector()[0]});
-      inputs.push_back(std::move(out[i]));
+      with_rows.push_back(std::move(out[i]));
     }
   }
+  const std::vector<Tensor>& inputs = row_selection_session_ ? with_rows : caller_inputs;  // no copy without rows
   forward_->set_seed(seed);
   std::vector<Tensor> out = forward_->run(inputs);
   // The state owns the saved values alone (the outputs after the model's), so that the backward
