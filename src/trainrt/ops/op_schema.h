@@ -83,6 +83,9 @@ struct OpSchema {
   // Output 0 holds input 0's bytes unchanged, in another shape (Reshape, Flatten, Squeeze,
   // Unsqueeze, Identity): the plan may make it a view of input 0's memory instead of a copy.
   bool is_view = false;
+  // Output 0 equals input 0 whenever their dims are equal (ReduceSumToShape to X's own shape,
+  // Expand to X's dims): where a plan sees equal static dims it makes output 0 a view, as above.
+  bool view_when_same_dims = false;
   // False for ops with random outputs (Dropout): never constant-folded or deduplicated.
   bool deterministic = true;
 

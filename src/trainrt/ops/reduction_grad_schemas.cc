@@ -136,7 +136,7 @@ void infer_nll_grad(InferenceContext& ctx) {
 
 void register_reduction_grad_schemas(OpRegistry& r) {
   r.add({.domain = std::string(kTrainrtDomain), .name = "ReduceSumToShape", .min_inputs = 2, .max_inputs = 2,
-         .infer = infer_reduce_sum_to_shape});
+         .infer = infer_reduce_sum_to_shape, .view_when_same_dims = true});
   const std::string trainrt(kTrainrtDomain);
   // dX[j] is computed from dY[j] and Y[j] once the row's (or column's) sum is known.
   for (const char* op : {"SoftmaxGrad", "LogSoftmaxGrad"})

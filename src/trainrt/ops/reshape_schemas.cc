@@ -236,7 +236,7 @@ void register_reshape_schemas(OpRegistry& r) {
   r.add({.name = "Unsqueeze", .min_inputs = 1, .max_inputs = 2, .infer = infer_unsqueeze, .inplace = same_bytes,
          .is_view = true});
   r.add({.name = "Transpose", .min_inputs = 1, .max_inputs = 1, .infer = infer_transpose});
-  r.add({.name = "Expand", .min_inputs = 2, .max_inputs = 2, .infer = infer_expand});
+  r.add({.name = "Expand", .min_inputs = 2, .max_inputs = 2, .infer = infer_expand, .view_when_same_dims = true});
   r.add({.name = "Tile", .min_inputs = 2, .max_inputs = 2, .infer = infer_tile});
 }
 

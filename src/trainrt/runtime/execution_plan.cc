@@ -232,8 +232,11 @@ class PlanBuilder {
   // sharing it; a view of the caller's or the plan's memory (inputs, parameters, constants) or of a
   // value sized at run time stays a copy.
   bool make_view(const Node& node, const OpSchema& schema, const InferenceContext& ctx, int input_slot) {
-    if (!schema.is_view || node.num_outputs() != 1 || !node.output(0) || input_slot < 0) return false;
+    if (node.num_outputs() != 1 || !node.output(0) || input_slot < 0) return false;
     if (!ctx.output(0).shape.is_static() || ctx.output(0).dtype != ctx.input_dtype(0)) return false;
+    const bool same_dims = ctx.input_shape(0).is_static() &&
+                           ctx.input_shape(0).concrete() == ctx.output(0).shape.concrete();
+    if (!schema.is_view && !(schema.view_when_same_dims && same_dims)) return false;
     if (!is_graph_output(node.output(0)) || (is_consumed(node.output(0)) && !is_kept(node.output(0)))) return true;
     Slot& viewed = plan_->slots[static_cast<size_t>(viewed_slot(input_slot))];
     if (viewed.kind == SlotKind::kArena) viewed.kind = SlotKind::kOutput;

@@ -7,8 +7,8 @@
 //   3. each remaining value becomes an arena buffer when its dims are static, a "dynamic" value
 //      (sized at run time by re-running inference on real inputs) otherwise, or a graph output
 //      (fresh storage handed to the caller every run);
-//   4. outputs of view ops (Reshape, Flatten, Squeeze, Unsqueeze, Identity) become views of their
-//      input's memory: no buffer, no copy; the step only points the view at the input's bytes (a
+//   4. outputs of view ops (Reshape, Flatten, Squeeze, Unsqueeze, Identity; ReduceSumToShape and
+//      Expand whose output has input 0's dims) become views of their input's memory: no buffer, no copy; the step only points the view at the input's bytes (a
 //      view handed to the caller shares the fresh storage of the value it views);
 //   5. lifetimes from the schedule (a read of a view is a read of the buffer it views, so that
 //      buffer lives as long as any view of it), in-place aliases where the op's schema allows and

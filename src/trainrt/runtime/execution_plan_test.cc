@@ -1,4 +1,5 @@
-// ExecutionPlan views: outputs of Reshape / Flatten / Squeeze / Unsqueeze / Identity take no buffer
+// ExecutionPlan views: outputs of Reshape / Flatten / Squeeze / Unsqueeze / Identity (and of
+// ReduceSumToShape / Expand that change no dims) take no buffer
 // and copy nothing, the buffer they view lives as long as they do, and no in-place write clobbers a
 // value (or a caller's tensor) that a view still shows. The last test checks both promises on
 // random programs: results against a plain reference, and a replay of the plan that tracks which
@@ -65,6 +66,43 @@ TEST(ExecutionPlan, AChainOfViewsTakesNoBufferAndCopiesNothing) {
     Tensor out = session.run({in})[0];
     ASSERT_EQ(out.dims(), (std::vector<int64_t>{2, 12}));
     for (int64_t i = 0; i < 24; ++i) EXPECT_EQ(out.data<float>()[i], std::max(-in.data<float>()[i], 0.f));
+  }
+}
+
+// ReduceSumToShape and Expand are views when the plan sees that their output has input 0's dims (the
+// gradient of a product of two same-shaped tensors, an Expand to x's own dims), and compute when
+// they do not: d (4, 6) summed to (1, 6) and x expanded to (2, 4, 6).
+TEST(ExecutionPlan, SumToItsOwnShapeAndExpandToItsOwnDimsAreViews) {
+  auto g = new_graph();
+  Value* x = g->add_input("x", DType::kF32, Shape({4, 6}));
+  Value* d = g->add_node("Neg", {x}, {"d"})->output(0);                                  // (4, 6)
+  Value* same = g->add_initializer("same", Tensor::from_i64({4, 6}));
+  Value* row = g->add_initializer("row", Tensor::from_i64({1, 6}));
+  Value* wide = g->add_initializer("wide", Tensor::from_i64({2, 4, 6}));
+  Value* s = g->add_node("ReduceSumToShape", {d, same}, {"s"}, kTrainrtDomain)->output(0);  // view of d
+  Value* e = g->add_node("Expand", {s, same}, {"e"})->output(0);                            // view of d
+  Value* r = g->add_node("ReduceSumToShape", {e, row}, {"r"}, kTrainrtDomain)->output(0);   // (1, 6)
+  Value* w = g->add_node("Expand", {e, wide}, {"w"})->output(0);                            // (2, 4, 6)
+  g->add_output(g->add_node("Relu", {e}, {"y"})->output(0));
+  g->add_output(g->add_node("Relu", {r}, {"yr"})->output(0));
+  g->add_output(g->add_node("Relu", {w}, {"yw"})->output(0));
+  Tensor in = random_tensor({4, 6}, 3);
+
+  auto plan = plan_for(*g, {in});
+  EXPECT_EQ(plan->stats.num_views, 2);
+  Session session(g);
+  std::vector<Tensor> out = session.run({in});
+  ASSERT_EQ(out[1].dims(), (std::vector<int64_t>{1, 6}));
+  ASSERT_EQ(out[2].dims(), (std::vector<int64_t>{2, 4, 6}));
+  for (int64_t j = 0; j < 6; ++j) {
+    float sum = 0;
+    for (int64_t i = 0; i < 4; ++i) {
+      const float v = -in.data<float>()[i * 6 + j];
+      EXPECT_EQ(out[0].data<float>()[i * 6 + j], std::max(v, 0.f));
+      EXPECT_EQ(out[2].data<float>()[24 + i * 6 + j], std::max(v, 0.f));
+      sum += v;
+    }
+    EXPECT_FLOAT_EQ(out[1].data<float>()[j], std::max(sum, 0.f));
   }
 }
 
