@@ -5,7 +5,7 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(TRAINRT_LAYERS core ir ops kernels kernels_cpu autodiff passes plan runtime optim train)
+set(TRAINRT_LAYERS core ir ops kernels kernels_cpu kernels_codegen autodiff passes plan runtime optim train)
 
 # The headers trainrt.h reaches through `#include "trainrt/..."`, found by reading them.
 function(trainrt_header_closure out)
@@ -48,7 +48,7 @@ install(FILES "${CMAKE_BINARY_DIR}/TrainRTConfig.cmake" "${CMAKE_BINARY_DIR}/Tra
 
 # pkg-config: static libraries in link order (each before those it uses), then the system ones.
 set(TRAINRT_PC_LIBS "")
-foreach(layer train runtime plan passes autodiff kernels_cpu kernels ops ir optim core)
+foreach(layer train runtime plan passes autodiff kernels_codegen kernels_cpu kernels ops ir optim core)
   string(APPEND TRAINRT_PC_LIBS " -ltrainrt_${layer}")
 endforeach()
 get_filename_component(TRAINRT_DNNL_LIBDIR "${TRAINRT_DNNL_LIBRARY}" DIRECTORY)

@@ -195,6 +195,9 @@ class RuntimeOptions:
     compute_optimizer: bool = True  # the engine's graph rewrites (fusions, saved-set choice)
     sparse_optimizer: bool = True  # losses with ignored labels run on the counted rows only
     embedding_sparse_optimizer: bool = False  # the attention mask's padding leaves the row-wise ops
+    # Elementwise chains of the engine programs as generated C++ kernels (src/trainrt/kernels/codegen/).
+    use_codegen: bool = False
+    codegen_debug: bool = False  # writes the fused subgraphs and generated sources into codegen_debug/
     # "bf16": each op in the dtype torch.autocast("cpu", dtype=torch.bfloat16) gives it (matmuls in
     # bf16 with f32 sums, what follows them on their bf16 results, losses in f32; autocast turns it
     # on per call too); None: f32.
@@ -398,6 +401,20 @@ OPTIONS: tuple[Option, ...] = (
            "embeddings and the loss, only ops that work position by position and attention masked by the "
            "model's attention mask input; the start-up table says how many ops it moved, or why it did not "
            "fire. Needs the compute optimizer.", default="`0`"),
+    Option("USE_CODEGEN", "USE_TRITON", RuntimeOptions, "use_codegen", _parse_flag, _FLAG,
+           "Code generation, the CPU's counterpart of ORTModule's Triton path: each chain of elementwise ops in "
+           "the forward and backward programs (activations and their gradients, residual adds, norm scales, "
+           "masks) becomes one generated, vectorized C++ kernel that reads its inputs and writes its results "
+           "once. Kernels are compiled at first use by the C++ compiler the build used, in one unit per "
+           "program, and kept on disk (`<TRAINRT_CACHE_DIR>/codegen`, else `~/.cache/trainrt/codegen`, a "
+           "directory only you may write; another is not read), so a second process compiles nothing. Without "
+           "a compiler, or when a compile fails, the ops run unfused and a warning says why. Results are the "
+           "unfused kernels' within rounding. Needs the compute optimizer; the start-up table says how many "
+           "ops it fused and what compiling cost.", default="`0`"),
+    Option("CODEGEN_DEBUG", "TRITON_DEBUG", RuntimeOptions, "codegen_debug", _parse_flag, _FLAG,
+           "Writes each fused subgraph (`<symbol>.txt`: the ops it replaced, then its generated function) and "
+           "each compiled unit's source (`<unit>.cc`) into `codegen_debug/` in the working directory.",
+           default="`0`"),
     Option("ENABLE_CUSTOM_AUTOGRAD", "ENABLE_CUSTOM_AUTOGRAD", RuntimeOptions, "custom_autograd", _parse_flag,
            _FLAG,
            "On: each user `torch.autograd.Function` runs as one `PythonOp` node with its own forward and "
@@ -480,8 +497,8 @@ _NOT_READ = (
     (("USE_EFFICIENT_ATTENTION",),
      "not needed: `scaled_dot_product_attention` becomes the engine's fused attention where it applies"),
     (("DEEPCOPY_BEFORE_MODEL_EXPORT",), "not needed: capture exports the module itself, without a copy"),
-    (("USE_TRITON", "TRITON_CONFIG_FILE", "TRITON_DEBUG", "USE_FLASH_ATTENTION"),
-     "GPU only; code generation for the CPU is planned"),
+    (("TRITON_CONFIG_FILE", "USE_FLASH_ATTENTION"),
+     "GPU only; code generation for the CPU is `TRAINRT_USE_CODEGEN`, which needs no config file"),
     (("ENABLE_TUNING", "MAX_TUNING_DURATION_MS", "TUNING_RESULTS_PATH"), "op tuning is planned"),
 )
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
+import os
 import types
 
 import torch
@@ -61,7 +62,8 @@ class _Engine:
     def __init__(self, captured, module: torch.nn.Module, input_requires_grad: list[bool], profile: bool = False,
                  optimize: bool = True, mem_efficient_grad_mgmt: bool | None = None, zero3_params=None,
                  num_threads: int | None = None, memory_opt_level: int = 0, label_sparsity: bool = True,
-                 memory_opt_config: str = "", checkpoint_recompute: bool = True, padding_elimination: bool = False):
+                 memory_opt_config: str = "", checkpoint_recompute: bool = True, padding_elimination: bool = False,
+                 codegen: tuple[str, str] | None = None):
         self.captured = captured
         self.memory_opt_level = memory_opt_level
         self.num_threads = num_threads  # the engine's threads; None: torch's (threads.py)
@@ -83,7 +85,8 @@ class _Engine:
         self.programs = _C.ModulePrograms(captured.model.SerializeToString(), self.grad_outputs, self.wrt, profile,
                                           optimize, captured.recompute_regions if checkpoint_recompute else {},
                                           captured.layers, memory_opt_level,
-                                          label_sparsity, memory_opt_config, padding_elimination)
+                                          label_sparsity, memory_opt_config, padding_elimination,
+                                          codegen is not None, *(codegen or ("", "")))
         unreached = set(self.programs.unreached)
         self.wrt_index = [index[name] if name not in unreached else None for name in self.wrt]
         self.num_mutations = len(captured.buffer_mutations)
@@ -263,6 +266,27 @@ def _describe_label_sparsity(engine: _Engine, runtime) -> str:
     n = engine.programs.sparse_losses
     return f"on: {n} loss{'es' if n != 1 else ''} with ignored labels run on the valid rows" if n else \
         "on: no loss with ignore_index and a mean or sum reduction in the graph"
+
+
+def _codegen_dirs(runtime) -> tuple[str, str] | None:
+    """(cache dir, debug dir) for the engine's generated kernels, or None when code generation is off."""
+    if not runtime.use_codegen:
+        return None
+    cache = os.path.join(runtime.cache_dir, "codegen") if runtime.cache_dir else ""
+    return cache, os.path.abspath("codegen_debug") if runtime.codegen_debug else ""
+
+
+def _describe_codegen(engine: _Engine, runtime) -> str:
+    if not runtime.use_codegen:
+        return "off (TRAINRT_USE_CODEGEN=1 turns it on)"
+    if not runtime.compute_optimizer:
+        return "off: needs the compute optimizer"
+    fused = {row["pass"]: row["nodes_removed"] for row in engine.programs.forward_pass_report
+             if row["pass"].startswith("ElementwiseFusion")}
+    stats = _C.codegen_stats()
+    return (f"{fused.get('ElementwiseFusion', 0)} forward and {fused.get('ElementwiseFusion (backward)', 0)} backward "
+            f"ops fewer; {stats['units_compiled']} units compiled, {stats['units_from_cache']} from the disk cache, "
+            f"{stats['compile_seconds']:.2f} s in this process ({stats['compiler']})")
 
 
 def _describe_padding_elimination(engine: _Engine, runtime) -> str:
@@ -663,7 +687,8 @@ class RTModule(torch.nn.Module):
                            self._runtime.compute_optimizer, self._runtime.mem_efficient_grad_mgmt, self._zero3,
                            self._runtime.num_threads, level, label_sparsity=self._runtime.sparse_optimizer,
                            padding_elimination=self._runtime.embedding_sparse_optimizer,
-                           memory_opt_config=config, checkpoint_recompute=self._runtime.allow_autograd_checkpoint)
+                           memory_opt_config=config, checkpoint_recompute=self._runtime.allow_autograd_checkpoint,
+                           codegen=_codegen_dirs(self._runtime))
 
         try:
             if self._runtime.memory_budget_mb is None:
@@ -706,6 +731,7 @@ class RTModule(torch.nn.Module):
                 ("memory planning, in-place reuse, views, constant folding", "on"),
                 ("compute optimizer (fusions, saved-set choice)", "on" if self._runtime.compute_optimizer else "off"),
                 ("graph passes (forward, before autodiff)", engine.programs.forward_pass_summary),
+                ("generated kernels", _describe_codegen(engine, self._runtime)),
                 ("memory optimizer", _describe_memory(engine, engine.memory_opt_level)),
                 *([("memory budget", self._memory_plan.describe())] if self._memory_plan else []),
                 ("label sparsity", _describe_label_sparsity(engine, self._runtime)),

@@ -132,6 +132,15 @@ void bind_module_programs(nb::module_& m) {
         const Tensor& t = o.momentum_buffer(index);
         return t.defined() ? capsule_from_tensor(t) : nb::none();
       }, nb::arg("index"), "The momentum buffer the first SGD step created (engine memory), or None.");
+  m.def("codegen_stats", [] {
+    const CodegenStats s = codegen_stats();
+    nb::dict d;
+    d["units_compiled"] = s.units_compiled;
+    d["units_from_cache"] = s.units_from_cache;
+    d["compile_seconds"] = s.compile_seconds;
+    d["compiler"] = codegen_compiler();
+    return d;
+  }, "Generated kernels in this process: compiler runs, units loaded from the disk cache, seconds spent, compiler.");
   m.def("parse_memory_opt_config", [](const std::string& text) {
     nb::dict out;
     for (const auto& [pattern, choice] : parse_memory_opt_config(text)) out[pattern.c_str()] = nb::make_tuple(choice.on, choice.count);
@@ -143,22 +152,28 @@ void bind_module_programs(nb::module_& m) {
            [](ModulePrograms* self, nb::bytes model, const std::vector<std::string>& grad_outputs,
               const std::vector<std::string>& wrt, bool profile, bool optimize,
               const std::map<std::string, int>& recompute_regions, const std::map<std::string, int>& layers,
-              int memory_level, bool label_sparsity, const std::string& memory_config, bool padding_elimination) {
+              int memory_level, bool label_sparsity, const std::string& memory_config, bool padding_elimination,
+              bool codegen, const std::string& codegen_cache_dir, const std::string& codegen_debug_dir) {
+             std::optional<CodegenOptions> generated;
+             if (codegen) generated = CodegenOptions{.cache_dir = codegen_cache_dir, .debug_dir = codegen_debug_dir};
              std::shared_ptr<Graph> g = import_onnx_bytes(std::string_view(model.c_str(), model.size()));
              new (self) ModulePrograms(std::move(g), grad_outputs, wrt, profile, optimize,
                                        {.checkpoint_regions = recompute_regions,
                                         .layers = layers,
                                         .level = memory_level,
                                         .config = parse_memory_opt_config(memory_config)},
-                                       label_sparsity, padding_elimination);
+                                       label_sparsity, padding_elimination, generated);
            },
            nb::arg("model"), nb::arg("grad_outputs"), nb::arg("wrt"), nb::arg("profile") = false,
            nb::arg("optimize") = true, nb::arg("recompute_regions") = std::map<std::string, int>{},
            nb::arg("layers") = std::map<std::string, int>{}, nb::arg("memory_level") = 0,
            nb::arg("label_sparsity") = true, nb::arg("memory_config") = "", nb::arg("padding_elimination") = false,
+           nb::arg("codegen") = false, nb::arg("codegen_cache_dir") = "", nb::arg("codegen_debug_dir") = "",
            "recompute_regions: forward node name -> checkpoint region, recomputed in the backward; layers: "
            "forward node name -> repeated layer, which memory_level 1 or 2 recomputes (plan/layer_recompute.h); "
-           "memory_config: ORTModule's MEMORY_OPT_CONFIG string (plan/recompute_subgraphs.h).")
+           "memory_config: ORTModule's MEMORY_OPT_CONFIG string (plan/recompute_subgraphs.h); codegen: elementwise "
+           "chains as generated kernels, cached in codegen_cache_dir (empty: ~/.cache/trainrt/codegen), sources and "
+           "subgraphs written to codegen_debug_dir when set (train/codegen_fusion.h).")
       .def_prop_ro("forward_pass_report", [](const ModulePrograms& p) {
         nb::list rows;
         for (const PassOutcome& o : p.forward_pass_report()) {

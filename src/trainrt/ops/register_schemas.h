@@ -19,6 +19,7 @@ void register_batch_norm_schemas(OpRegistry& r);  // BatchNormalization and its 
 void register_pool_schemas(OpRegistry& r);        // MaxPool, AveragePool, Global*Pool and their gradient ops
 void register_attention_schemas(OpRegistry& r);  // ScaledDotProductAttention and its Grad
 void register_python_op_schemas(OpRegistry& r);  // PythonOp and PythonOpGrad: a user's autograd.Function
+void register_fused_elementwise_schema(OpRegistry& r);  // FusedElementwise: elementwise subgraphs as one op
 
 inline void register_all_schemas(OpRegistry& r) {
   register_elementwise_schemas(r);
@@ -33,6 +34,7 @@ inline void register_all_schemas(OpRegistry& r) {
   register_pool_schemas(r);
   register_attention_schemas(r);
   register_python_op_schemas(r);
+  register_fused_elementwise_schema(r);
 }
 
 }  // namespace trainrt

@@ -4,7 +4,7 @@
 
 #include "trainrt/core/error.h"
 #include "trainrt/core/logging.h"
-#include "trainrt/kernels/cpu/cpu_kernels.h"
+#include "trainrt/kernels/codegen/fused_elementwise_kernel.h"
 #include "trainrt/ops/op_schema.h"
 #include "trainrt/runtime/bf16_widening.h"
 
@@ -53,7 +53,7 @@ Tensor handed_over(const ExecutionPlan& plan, int s) {
 
 Session::Session(std::shared_ptr<Graph> graph, SessionOptions options)
     : graph_(std::move(graph)), options_(std::move(options)),
-      kernels_(options_.kernels ? options_.kernels : &cpu_kernel_table()),
+      kernels_(options_.kernels ? options_.kernels : &engine_kernel_table()),
       arena_(options_.arena ? options_.arena : std::make_shared<Arena>()) {
   TRAINRT_CHECK(graph_ != nullptr);
   widen_bf16_without_kernel(*graph_, *kernels_);  // mixed precision: ops with no bf16 kernel run in f32

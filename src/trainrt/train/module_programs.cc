@@ -14,6 +14,7 @@
 #include "trainrt/plan/checkpoint_recompute.h"
 #include "trainrt/plan/recompute_subgraphs.h"
 #include "trainrt/plan/saved_values.h"
+#include "trainrt/train/codegen_fusion.h"
 #include "trainrt/train/low_precision_graph.h"
 
 namespace trainrt {
@@ -43,7 +44,8 @@ const PassPipeline& forward_passes() {
 
 ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::string> grad_outputs,
                                std::vector<std::string> wrt, bool profile, bool optimize,
-                               const MemoryRequest& memory, bool label_sparsity, bool padding_elimination)
+                               const MemoryRequest& memory, bool label_sparsity, bool padding_elimination,
+                               std::optional<CodegenOptions> codegen)
     : graph_(std::move(graph)), grad_outputs_(std::move(grad_outputs)), wrt_(std::move(wrt)),
       label_sparsity_(optimize && label_sparsity) {
   std::vector<const Node*> nodes;
@@ -85,6 +87,12 @@ ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::st
   recompute_patterns_ = recompute_subgraphs(*joint_, result, memory.config, /*cheap_by_default=*/optimize);
   programs_ = partition_joint_graph(*joint_, result);
   if (label_sparsity_) RowScatterPushdown().apply(*programs_.backward);
+  if (optimize && codegen) {
+    forward_pass_report_.push_back(fuse_elementwise_with_codegen(*programs_.forward, *codegen));
+    PassOutcome backward = fuse_elementwise_with_codegen(*programs_.backward, *codegen);
+    backward.pass += " (backward)";
+    forward_pass_report_.push_back(backward);
+  }
   // Backward outputs come in grad_of order (sorted by name); map each wrt entry to its position.
   std::vector<std::string> order;
   for (const auto& [name, grad] : result.grad_of) order.push_back(name);

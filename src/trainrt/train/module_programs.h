@@ -24,11 +24,13 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "trainrt/ir/graph.h"
+#include "trainrt/kernels/codegen/compiler.h"
 #include "trainrt/passes/pass.h"
 #include "trainrt/plan/layer_recompute.h"
 #include "trainrt/plan/partition.h"
@@ -76,9 +78,12 @@ class ModulePrograms {
   // `padding_elimination`: the attention mask's padding tokens leave the row-wise ops
   // (passes/padding_elimination.h), with `optimize` only (ORTModule's
   // ENABLE_EMBEDDING_SPARSE_OPTIMIZER).
+  // `codegen`: elementwise chains of the forward and backward programs run as generated kernels
+  // (train/codegen_fusion.h), with `optimize` only (ORTModule's USE_TRITON).
   ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::string> grad_outputs, std::vector<std::string> wrt,
                  bool profile = false, bool optimize = true, const MemoryRequest& memory = {},
-                 bool label_sparsity = true, bool padding_elimination = false);
+                 bool label_sparsity = true, bool padding_elimination = false,
+                 std::optional<CodegenOptions> codegen = std::nullopt);
 
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs, ForwardState& state, uint64_t seed);
   // `output_grads` has one tensor per grad_outputs entry (undefined = zeros: the work only it

@@ -54,33 +54,17 @@ constexpr double kInvSqrt2Pi = 0.39894228040143267794;  // 1 / sqrt(2 pi)
 constexpr double kSqrt2OverPi = 0.79788456080286535588;
 constexpr double kGeluCubic = 0.044715;
 
-// d/dx x Phi(x) = Phi(x) + x phi(x); Phi(x) = erfc(-x / sqrt(2)) / 2 stays accurate for x < 0.
+// d/dx x Phi(x) = Phi(x) + x phi(x) (vector_math.h).
 struct GeluGradOp {
-  float operator()(float dy, float x) const {
-    const float cdf = 0.5f * erfc_f32(x * -static_cast<float>(kInvSqrt2));
-    const float pdf = static_cast<float>(kInvSqrt2Pi) * exp_f32(-0.5f * x * x);
-    return dy * (cdf + x * pdf);
-  }
+  float operator()(float dy, float x) const { return gelu_grad_f32(dy, x); }
   double operator()(double dy, double x) const {
     return dy * (0.5 * std::erfc(-x * kInvSqrt2) + x * kInvSqrt2Pi * std::exp(-0.5 * x * x));
   }
 };
 
-// d/dx 0.5 x (1 + tanh u) = s + 0.5 x sech^2(u) u', with e = exp(-2|u|) <= 1 so nothing
-// overflows or cancels: sech^2(u) = 4 e / (1 + e)^2, and s = 1 / (1 + e) for u >= 0, e / (1 + e)
-// below. Past |x| = kFlat the derivative is 1 or 0 to the last bit (and x^3 could overflow).
+// d/dx 0.5 x (1 + tanh u) (vector_math.h; the double form below follows the same steps).
 struct GeluTanhGradOp {
-  float operator()(float dy, float x) const {
-    constexpr float kFlat = 12.f;
-    const bool flat = abs_f32(x) > kFlat;
-    const float xc = select_f32(flat, 0.f, x);
-    const float u = static_cast<float>(kSqrt2OverPi) * (xc + static_cast<float>(kGeluCubic) * xc * xc * xc);
-    const float du = static_cast<float>(kSqrt2OverPi) * (1.f + 3.f * static_cast<float>(kGeluCubic) * xc * xc);
-    const float e = exp_f32(-2.f * abs_f32(u));
-    const float r = 1.f / (1.f + e);
-    const float d = select_f32(u < 0.f, e * r, r) + 0.5f * xc * (4.f * e * r * r) * du;
-    return dy * select_f32(flat, select_f32(x > 0.f, 1.f, 0.f), d);
-  }
+  float operator()(float dy, float x) const { return gelu_tanh_grad_f32(dy, x); }
   double operator()(double dy, double x) const {
     constexpr double kFlat = 40;
     if (std::abs(x) > kFlat) return x > 0 ? dy : 0.0;

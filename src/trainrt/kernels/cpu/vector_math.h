@@ -210,8 +210,30 @@ TRAINRT_VECTOR_INLINE float gelu_f32(float x) { return 0.5f * x * erfc_f32(x * -
 // GELU, tanh form: 0.5 x (1 + tanh(u)) = x sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3).
 // ONNX Gelu-20 approximate="tanh".
 TRAINRT_VECTOR_INLINE float gelu_tanh_f32(float x) {
-  const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+  const float u = 0.7978845608028654f * (x + static_cast<float>(0.044715) * x * x * x);
   return x / (1.f + exp_f32(-2.f * u));
+}
+
+// d/dx GELU (exact form) times dy: Phi(x) + x phi(x), Phi(x) = erfc(-x / sqrt(2)) / 2 accurate
+// for x < 0. The GeluGrad kernel and generated kernels share it (same bits).
+TRAINRT_VECTOR_INLINE float gelu_grad_f32(float dy, float x) {
+  const float cdf = 0.5f * erfc_f32(x * -static_cast<float>(0.70710678118654752440));
+  const float pdf = static_cast<float>(0.39894228040143267794) * exp_f32(-0.5f * x * x);
+  return dy * (cdf + x * pdf);
+}
+
+// d/dx GELU (tanh form) times dy: s + 0.5 x sech^2(u) u', with e = exp(-2|u|) <= 1 so nothing
+// overflows or cancels: sech^2(u) = 4 e / (1 + e)^2, and s = 1 / (1 + e) for u >= 0, e / (1 + e)
+// below. Past |x| = 12 the derivative is 1 or 0 to the last bit (and x^3 could overflow).
+TRAINRT_VECTOR_INLINE float gelu_tanh_grad_f32(float dy, float x) {
+  const bool flat = abs_f32(x) > 12.f;
+  const float xc = select_f32(flat, 0.f, x);
+  const float u = static_cast<float>(0.79788456080286535588) * (xc + static_cast<float>(0.044715) * xc * xc * xc);
+  const float du = static_cast<float>(0.79788456080286535588) * (1.f + 3.f * static_cast<float>(0.044715) * xc * xc);
+  const float e = exp_f32(-2.f * abs_f32(u));
+  const float r = 1.f / (1.f + e);
+  const float d = select_f32(u < 0.f, e * r, r) + 0.5f * xc * (4.f * e * r * r) * du;
+  return dy * select_f32(flat, select_f32(x > 0.f, 1.f, 0.f), d);
 }
 
 }  // namespace trainrt
