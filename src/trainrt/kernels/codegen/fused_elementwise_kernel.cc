@@ -1,6 +1,7 @@
 #include "trainrt/kernels/codegen/fused_elementwise_kernel.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -20,6 +21,9 @@ namespace {
 constexpr int64_t kRun = 4096;
 // Elements per parallel task at least.
 constexpr int64_t kTaskElements = 16384;
+// Inputs, outputs and output rank the generated walk takes; more run the body's ops.
+constexpr size_t kMaxArgs = 64;
+constexpr size_t kMaxRank = 12;
 
 // How the output's elements map to one input's, for one input dims signature.
 struct InputWalk {
@@ -140,20 +144,21 @@ void run_item(ElementwiseRowFn fn, const Walk& w, KernelContext& ctx, int64_t it
   thread_local std::vector<float> buffers;  // keeps its largest size: no steady-state allocation
   const size_t n_in = w.inputs.size(), n_out = static_cast<size_t>(ctx.outputs.size());
   if (buffers.size() < n_in * kRun) buffers.resize(n_in * kRun);
-  const void* in[64];
-  void* out[64];
+  const void* in[kMaxArgs];
+  void* out[kMaxArgs];
   const int64_t row = item / runs_per_row, c0 = (item % runs_per_row) * kRun, n = std::min(kRun, w.cols - c0);
-  // The row's offset into each input (an odometer over the outer dims, from the last).
+  // The row's offset into each input (its index over the outer dims, from the last).
+  std::array<int64_t, kMaxRank> index;
   int64_t rest = row;
-  std::vector<int64_t> index(w.outer_dims.size());
-  for (size_t k = w.outer_dims.size(); k-- > 0;) {
+  const size_t outer = w.outer_dims.size();
+  for (size_t k = outer; k-- > 0;) {
     index[k] = rest % w.outer_dims[k];
     rest /= w.outer_dims[k];
   }
   for (size_t i = 0; i < n_in; ++i) {
     const InputWalk& iw = w.inputs[i];
     int64_t offset = 0;
-    for (size_t k = 0; k < index.size(); ++k) offset += index[k] * iw.outer_strides[k];
+    for (size_t k = 0; k < outer; ++k) offset += index[k] * iw.outer_strides[k];
     const auto* base = static_cast<const unsigned char*>(ctx.in(static_cast<int>(i)).raw());
     if (iw.varies) {
       in[i] = base + static_cast<size_t>(offset + c0) * iw.element_size;
@@ -192,7 +197,8 @@ struct FusedKernel {
   }
 
   void operator()(KernelContext& ctx) {
-    if (!fn || ctx.inputs.size() > 64 || ctx.outputs.size() > 64) return run_unfused(*body, ctx);
+    if (!fn || ctx.inputs.size() > kMaxArgs || ctx.outputs.size() > kMaxArgs || ctx.out(0).rank() > static_cast<int64_t>(kMaxRank))
+      return run_unfused(*body, ctx);
     const std::shared_ptr<const Walk> w = walk_for(ctx);
     if (!w->generated) return run_unfused(*body, ctx);
     if (w->rows == 0 || w->cols == 0) return;
