@@ -198,6 +198,11 @@ class RuntimeOptions:
     # Elementwise chains of the engine programs as generated C++ kernels (src/trainrt/kernels/codegen/).
     use_codegen: bool = False
     codegen_debug: bool = False  # writes the fused subgraphs and generated sources into codegen_debug/
+    # Op tuning (src/trainrt/kernels/cpu/op_tuning.h): measure each matrix product's splits over the
+    # threads on its real shapes, keep the fastest; results saved to / read from tuning_results_path.
+    enable_tuning: bool = False
+    max_tuning_duration_ms: float = 30.0
+    tuning_results_path: str | None = None
     # "bf16": each op in the dtype torch.autocast("cpu", dtype=torch.bfloat16) gives it (matmuls in
     # bf16 with f32 sums, what follows them on their bf16 results, losses in f32; autocast turns it
     # on per call too); None: f32.
@@ -336,6 +341,16 @@ def _parse_budget(value: str) -> float:
     return mb
 
 
+def _parse_duration(value: str) -> float:
+    try:
+        ms = float(value)
+    except ValueError:
+        ms = -1.0
+    if not ms > 0:
+        raise ValueError(f"TRAINRT_MAX_TUNING_DURATION_MS={value!r}: a positive number of milliseconds")
+    return ms
+
+
 def _parse_threads(value: str) -> int:
     if not value.strip().isdigit() or int(value) < 1:
         raise ValueError(f"TRAINRT_NUM_THREADS={value!r}: a number of threads, at least 1")
@@ -415,6 +430,19 @@ OPTIONS: tuple[Option, ...] = (
            "Writes each fused subgraph (`<symbol>.txt`: the ops it replaced, then its generated function) and "
            "each compiled unit's source (`<unit>.cc`) into `codegen_debug/` in the working directory.",
            default="`0`"),
+    Option("ENABLE_TUNING", "ENABLE_TUNING", RuntimeOptions, "enable_tuning", _parse_flag, _FLAG,
+           "Op tuning: the first time a matrix product of a new shape runs, its ways of splitting over the "
+           "threads (column or row blocks of 64, 128, 256 or one per thread, or whole) are timed on the real "
+           "operands and the fastest is kept for the rest of the process (and written to "
+           "`TRAINRT_TUNING_RESULTS_PATH` when set). Costs up to `TRAINRT_MAX_TUNING_DURATION_MS` per shape, "
+           "once.", default="`0`"),
+    Option("MAX_TUNING_DURATION_MS", "MAX_TUNING_DURATION_MS", RuntimeOptions, "max_tuning_duration_ms",
+           _parse_duration, "milliseconds, a positive number", "Time op tuning may spend measuring one shape."),
+    Option("TUNING_RESULTS_PATH", "TUNING_RESULTS_PATH", RuntimeOptions, "tuning_results_path", str, "file path",
+           "A JSON file of tuning choices, keyed by op, dtypes, shapes and threads, with the CPU model and the "
+           "oneDNN and TrainRT versions they were measured with. Written after each new choice when tuning is "
+           "on; read, with no measuring, when it is off. A file made on another CPU or with other library "
+           "versions, or malformed, is ignored with a warning."),
     Option("ENABLE_CUSTOM_AUTOGRAD", "ENABLE_CUSTOM_AUTOGRAD", RuntimeOptions, "custom_autograd", _parse_flag,
            _FLAG,
            "On: each user `torch.autograd.Function` runs as one `PythonOp` node with its own forward and "
@@ -499,7 +527,6 @@ _NOT_READ = (
     (("DEEPCOPY_BEFORE_MODEL_EXPORT",), "not needed: capture exports the module itself, without a copy"),
     (("TRITON_CONFIG_FILE", "USE_FLASH_ATTENTION"),
      "GPU only; code generation for the CPU is `TRAINRT_USE_CODEGEN`, which needs no config file"),
-    (("ENABLE_TUNING", "MAX_TUNING_DURATION_MS", "TUNING_RESULTS_PATH"), "op tuning is planned"),
 )
 
 

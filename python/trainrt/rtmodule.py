@@ -682,6 +682,9 @@ class RTModule(torch.nn.Module):
             raise _BuildFailed(str(err), "FALLBACK_UNSUPPORTED_TORCH_MODEL") from err
         captured_at = time.perf_counter()
 
+        _C.set_tuning_options(self._runtime.enable_tuning, self._runtime.max_tuning_duration_ms,
+                              self._runtime.tuning_results_path or "")
+
         def make(level: int, config: str) -> _Engine:
             return _Engine(captured, self._module, input_requires_grad, self._runtime.profile,
                            self._runtime.compute_optimizer, self._runtime.mem_efficient_grad_mgmt, self._zero3,

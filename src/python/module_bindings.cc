@@ -14,6 +14,7 @@
 
 #include "bindings.h"
 #include "trainrt/ir/onnx_export.h"
+#include "trainrt/kernels/cpu/op_tuning.h"
 #include "trainrt/ir/onnx_import.h"
 #include "trainrt/ops/op_schema.h"
 #include "trainrt/train/module_programs.h"
@@ -132,6 +133,12 @@ void bind_module_programs(nb::module_& m) {
         const Tensor& t = o.momentum_buffer(index);
         return t.defined() ? capsule_from_tensor(t) : nb::none();
       }, nb::arg("index"), "The momentum buffer the first SGD step created (engine memory), or None.");
+  m.def("set_tuning_options", [](bool enabled, double max_ms, const std::string& results_path) {
+    set_tuning_options({.enabled = enabled, .max_ms = max_ms, .results_path = results_path});
+  }, nb::arg("enabled"), nb::arg("max_ms"), nb::arg("results_path"),
+     "Op tuning for the whole process (kernels/cpu/op_tuning.h); a results file is read now when it exists.");
+  m.def("tuned_choice", [](const std::string& key) { return tuned_choice(key).value_or(""); }, nb::arg("key"),
+        "The tuning choice for a problem key, or '' (for tests and inspection).");
   m.def("codegen_stats", [] {
     const CodegenStats s = codegen_stats();
     nb::dict d;

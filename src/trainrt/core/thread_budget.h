@@ -14,5 +14,7 @@ namespace trainrt {
 // n <= 0 or above the pool's size: the whole pool. Safe to call between engine calls from any thread.
 void set_thread_budget(int n);
 int thread_budget();  // the threads a loop may use now (1 .. the pool's size)
+// Whether the calling thread is running a chunk of a ThreadPool loop (a loop it starts runs serially).
+bool inside_thread_pool_loop();
 
 }  // namespace trainrt

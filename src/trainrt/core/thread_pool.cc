@@ -22,6 +22,8 @@ int thread_budget() {
   return n > 0 && n < size ? n : size;
 }
 
+bool inside_thread_pool_loop() { return t_inside_pool; }
+
 int ThreadPool::default_num_threads() {
   cpu_set_t set;
   CPU_ZERO(&set);

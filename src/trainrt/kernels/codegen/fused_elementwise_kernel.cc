@@ -115,7 +115,7 @@ Walk make_walk(const Graph& body, const std::vector<std::vector<int64_t>>& in_di
 
 // The body's ops one after another through the CPU kernels: the path where no generated function
 // can run (no compiler, dims the generated walk does not cover).
-void run_unfused(const Graph& body, KernelContext& ctx) {
+void run_unfused(const Graph& body, const std::string& node, KernelContext& ctx) {
   std::map<const Value*, Tensor> values;
   for (size_t i = 0; i < body.inputs().size(); ++i) values[body.inputs()[i]] = ctx.in(static_cast<int>(i));
   for (const Value* v : body.initializers()) values[v] = v->data;
@@ -133,7 +133,7 @@ void run_unfused(const Graph& body, KernelContext& ctx) {
     const Tensor& v = values.at(body.outputs()[j]);
     Tensor& y = ctx.out(static_cast<int>(j));
     if (v.dims() != y.dims())
-      throw ShapeError(fmt("FusedElementwise: body output ", j, " has dims ", to_string(v.dims()), ", expected ",
+      throw ShapeError(fmt(node, ": body output ", j, " has dims ", to_string(v.dims()), ", expected ",
                            to_string(y.dims())));
     std::memcpy(y.raw(), v.raw(), y.nbytes());
   }
@@ -180,7 +180,7 @@ struct FusedKernel {
   std::shared_ptr<const Graph> body;
   ElementwiseRowFn fn = nullptr;
   std::vector<DType> dtypes;
-  std::string node;
+  std::string node;  // node.describe(), for errors
   std::mutex mutex;  // guards walk (a plan's kernels may run in two sessions' threads)
   std::shared_ptr<const Walk> walk;
 
@@ -198,9 +198,9 @@ struct FusedKernel {
 
   void operator()(KernelContext& ctx) {
     if (!fn || ctx.inputs.size() > kMaxArgs || ctx.outputs.size() > kMaxArgs || ctx.out(0).rank() > static_cast<int64_t>(kMaxRank))
-      return run_unfused(*body, ctx);
+      return run_unfused(*body, node, ctx);
     const std::shared_ptr<const Walk> w = walk_for(ctx);
-    if (!w->generated) return run_unfused(*body, ctx);
+    if (!w->generated) return run_unfused(*body, node, ctx);
     if (w->rows == 0 || w->cols == 0) return;
     const int64_t runs_per_row = (w->cols + kRun - 1) / kRun, items = w->rows * runs_per_row;
     const int64_t per_item = std::min(w->cols, kRun);

@@ -18,12 +18,18 @@
 // end-to-end demo up to 5x slower on a busy 2-core machine). So oneDNN runs single-threaded here (the
 // calling thread's OpenMP team size is set to 1 around each call, onednn_runtime.h) and the ThreadPool splits a large
 // product into pieces: over the batch, else over column blocks of C (each piece then packs only its
-// own part of B), else over row blocks. The pool hands out pieces dynamically and its caller takes
+// own part of B) or row blocks, as op tuning measured fastest for the problem (choose_split). The pool hands out pieces dynamically and its caller takes
 // part, so a preempted worker delays only the piece it holds.
 #include "trainrt/kernels/cpu/gemm.h"
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
+#include <cstdlib>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -33,8 +39,10 @@
 
 #include "trainrt/core/error.h"
 #include "trainrt/core/tensor.h"
+#include "trainrt/core/thread_budget.h"
 #include "trainrt/core/thread_pool.h"
 #include "trainrt/kernels/cpu/onednn_runtime.h"
+#include "trainrt/kernels/cpu/op_tuning.h"
 
 namespace trainrt {
 namespace {
@@ -206,6 +214,90 @@ void check_args(int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b, int
   TRAINRT_CHECK(ldc >= std::max<int64_t>(1, n), "gemm ldc=", ldc, " too small");
 }
 
+// Pieces of at least kMinPieceMacs multiply-adds (about 10 us on one core): smaller ones cost
+// more in wake-ups and per-call overhead than a second core gives back.
+constexpr int64_t kMinPieceMacs = int64_t{1} << 21;
+int64_t grain(int64_t unit_macs) { return (kMinPieceMacs + unit_macs - 1) / unit_macs; }
+
+// How one product is split over the pool's threads: C's column blocks (each piece packs only its
+// part of B), row blocks, or whole on the calling thread. Op tuning (op_tuning.h) names it
+// "columns 64", "rows 128", "whole".
+struct Split {
+  enum Kind { kWhole, kColumns, kRows } kind = kWhole;
+  int64_t block = 0;
+  std::string name() const {
+    return kind == kWhole ? "whole" : fmt(kind == kColumns ? "columns " : "rows ", block);
+  }
+  static std::optional<Split> parse(const std::string& text) {
+    if (text == "whole") return Split{};
+    for (auto [prefix, kind] : {std::pair{"columns ", kColumns}, std::pair{"rows ", kRows}}) {
+      if (text.rfind(prefix, 0) != 0) continue;
+      const int64_t block = std::atoll(text.c_str() + std::strlen(prefix));
+      if (block > 0) return Split{kind, block};
+    }
+    return std::nullopt;
+  }
+};
+
+// The split of a (m, n) product without tuning: 64-column blocks, else 64-row blocks, else whole.
+Split default_split(int64_t m, int64_t n) {
+  constexpr int64_t kBlock = 64;
+  if (n >= 2 * kBlock) return {Split::kColumns, kBlock};
+  if (m >= 2 * kBlock) return {Split::kRows, kBlock};
+  return {};
+}
+
+// The splits worth measuring for a (m, n) product on `threads` threads: blocks of 64, 128, 256
+// and one block per thread, along columns and rows, and whole.
+std::vector<Split> candidate_splits(int64_t m, int64_t n, int threads) {
+  std::vector<Split> out = {Split{}};
+  for (auto [kind, extent] : {std::pair{Split::kColumns, n}, std::pair{Split::kRows, m}}) {
+    const int64_t per_thread = (extent + threads - 1) / threads;
+    for (int64_t block : {int64_t{64}, int64_t{128}, int64_t{256}, (per_thread + 15) / 16 * 16})
+      if (extent >= 2 * block &&
+          std::none_of(out.begin(), out.end(), [&](const Split& s) { return s.kind == kind && s.block == block; }))
+        out.push_back({kind, block});
+  }
+  return out;
+}
+
+// The split for this product: the tuned choice when there is one; with tuning on (and not inside
+// a parallel loop, where products run serially), each candidate timed on `measure` into a scratch
+// C until the budget is spent, the fastest recorded; else default_split.
+template <typename T, typename Measure>
+Split choose_split(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc,
+                   float alpha, float beta, Measure&& measure) {
+  const int threads = thread_budget();
+  const std::string key = fmt("gemm ", std::is_same_v<T, float> ? "f32 " : "bf16 ", trans_a ? "T" : "N",
+                              trans_b ? "T" : "N", " m=", m, " n=", n, " k=", k, " lda=", lda, " ldb=", ldb, " ldc=",
+                              ldc, " alpha=", alpha, " beta=", beta, " threads=", threads);
+  if (std::optional<std::string> choice = tuned_choice(key))
+    if (std::optional<Split> split = Split::parse(*choice)) return *split;
+  const TuningOptions options = tuning_options();
+  if (!options.enabled || inside_thread_pool_loop()) return default_split(m, n);
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::duration<double, std::milli>(options.max_ms);
+  std::vector<T> scratch(static_cast<size_t>((m - 1) * ldc + n));
+  Split best = default_split(m, n);
+  double best_us = std::numeric_limits<double>::infinity();
+  for (const Split& split : candidate_splits(m, n, threads)) {
+    measure(split, scratch.data());  // warm: primitives made, B packed
+    double fastest = std::numeric_limits<double>::infinity();
+    for (int rep = 0; rep < 5 && Clock::now() < deadline; ++rep) {
+      const auto start = Clock::now();
+      measure(split, scratch.data());
+      fastest = std::min(fastest, std::chrono::duration<double, std::micro>(Clock::now() - start).count());
+    }
+    if (fastest < best_us) {
+      best = split;
+      best_us = fastest;
+    }
+    if (Clock::now() >= deadline) break;
+  }
+  record_choice(key, best.name(), best_us);
+  return best;
+}
+
 template <typename T>
 void product_batched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                   const T* a, int64_t lda, int64_t stride_a, const T* b, int64_t ldb, int64_t stride_b,
@@ -229,31 +321,35 @@ void product_batched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64
                 std::bit_cast<uint32_t>(alpha), std::bit_cast<uint32_t>(beta), onednn_type<T>()};
     run(key, pa, pb, pc);
   };
-  // Pieces of at least kMinPieceMacs multiply-adds (about 10 us on one core): smaller ones cost
-  // more in wake-ups and per-call overhead than a second core gives back.
-  constexpr int64_t kMinPieceMacs = int64_t{1} << 21;
-  constexpr int64_t kBlock = 64;  // rows or columns per unit of work
-  auto grain = [](int64_t unit_macs) { return (kMinPieceMacs + unit_macs - 1) / unit_macs; };
   ThreadPool& pool = ThreadPool::global();
   if (batch > 1) {
     pool.parallel_for(batch, grain(m * n * k), [&](int64_t begin, int64_t end) {
       piece(end - begin, m, n, a + begin * stride_a, b + begin * stride_b, c + begin * stride_c);
     });
-  } else if (n >= 2 * kBlock) {
-    int64_t blocks = (n + kBlock - 1) / kBlock;
-    pool.parallel_for(blocks, grain(m * kBlock * k), [&](int64_t begin, int64_t end) {
-      int64_t j0 = begin * kBlock, j1 = std::min(n, end * kBlock);
-      piece(1, m, j1 - j0, a, trans_b ? b + j0 * ldb : b + j0, c + j0);
-    });
-  } else if (m >= 2 * kBlock) {
-    int64_t blocks = (m + kBlock - 1) / kBlock;
-    pool.parallel_for(blocks, grain(kBlock * n * k), [&](int64_t begin, int64_t end) {
-      int64_t i0 = begin * kBlock, i1 = std::min(m, end * kBlock);
-      piece(1, i1 - i0, n, trans_a ? a + i0 : a + i0 * lda, b, c + i0 * ldc);
-    });
-  } else {
-    piece(1, m, n, a, b, c);
+    return;
   }
+  // C (m, n) split into column or row blocks of C, or run whole on the calling thread.
+  auto run_split = [&](Split split, T* out) {
+    const int64_t blocks = split.kind == Split::kColumns ? (n + split.block - 1) / split.block
+                           : split.kind == Split::kRows  ? (m + split.block - 1) / split.block
+                                                         : 1;
+    if (split.kind == Split::kColumns) {
+      pool.parallel_for(blocks, grain(m * split.block * k), [&](int64_t begin, int64_t end) {
+        int64_t j0 = begin * split.block, j1 = std::min(n, end * split.block);
+        piece(1, m, j1 - j0, a, trans_b ? b + j0 * ldb : b + j0, out + j0);
+      });
+    } else if (split.kind == Split::kRows) {
+      pool.parallel_for(blocks, grain(split.block * n * k), [&](int64_t begin, int64_t end) {
+        int64_t i0 = begin * split.block, i1 = std::min(m, end * split.block);
+        piece(1, i1 - i0, n, trans_a ? a + i0 : a + i0 * lda, b, out + i0 * ldc);
+      });
+    } else {
+      piece(1, m, n, a, b, out);
+    }
+  };
+  run_split(choose_split<T>(trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta,
+                            [&](Split split, T* scratch) { run_split(split, scratch); }),
+            c);
 }
 
 }  // namespace

@@ -7,8 +7,9 @@
 // propagate). The library doing the work (oneDNN, chosen by measurement: docs/gemm.md) stays
 // behind this header; its primitives are created once per problem shape, cached, and safe to run
 // from several threads at once. Large products are split into pieces run on ThreadPool::global()
-// (one thread per piece; oneDNN's own OpenMP threads stay unused). Called from inside a ThreadPool
-// loop, a product runs on the calling thread alone.
+// (one thread per piece; oneDNN's own OpenMP threads stay unused): column or row blocks of C, or
+// whole, as op tuning chose for the problem (op_tuning.h) or else 64-column blocks. Called from
+// inside a ThreadPool loop, a product runs on the calling thread alone.
 //
 //   // Linear layer forward: Y(256, 2048) = X(256, 784) W(2048, 784)^T
 //   gemm_f32(false, true, 256, 2048, 784, 1.f, x, 784, w, 784, 0.f, y, 2048);
