@@ -125,3 +125,18 @@ def test_ortmodule_alias_turns_it_on(tmp_path):
     assert on["units_compiled"] >= 1
     off = _child({"TRAINRT_USE_CODEGEN": "0", "TRAINRT_CACHE_DIR": str(tmp_path / "c2")}, tmp_path)
     assert off["units_compiled"] == 0 and off["loss"] == pytest.approx(on["loss"], rel=1e-5)
+
+
+def test_saved_programs_keep_the_fused_bodies(tmp_path, monkeypatch):
+    """TRAINRT_SAVE_ONNX_PATH writes FusedElementwise nodes with their bodies as graph attributes,
+    which the engine reads back."""
+    import onnx
+
+    monkeypatch.setenv("TRAINRT_SAVE_ONNX_PATH", str(tmp_path / "onnx"))
+    rt = trainrt.RTModule(_llama())
+    _train(rt, steps=1)
+    saved = onnx.load(str(tmp_path / "onnx" / "trainrt_optimized_backward.onnx"))
+    fused = [n for n in saved.graph.node if n.op_type == "FusedElementwise"]
+    assert fused and all(a.name == "body" and a.type == onnx.AttributeProto.GRAPH for n in fused for a in n.attribute)
+    session = trainrt.Session(saved.SerializeToString())  # imports the bodies
+    assert len(session.input_names) == len(saved.graph.input)

@@ -65,6 +65,9 @@ onnx::TypeProto type_to_onnx(const Value& v) {
 
 onnx::ValueInfoProto value_info(const Value& v) { return {v.name, type_to_onnx(v)}; }
 
+class ExternalData;
+onnx::GraphProto graph_to_onnx(const Graph& g, ExternalData* external);
+
 onnx::AttributeProto attribute_to_onnx(const Node& n, const std::string& name, const Attribute& a) {
   onnx::AttributeProto p;
   p.name = name;
@@ -100,8 +103,9 @@ onnx::AttributeProto attribute_to_onnx(const Node& n, const std::string& name, c
       p.t = tensor_to_onnx(a.t, "");
       break;
     case Attribute::Kind::kGraph:
-      throw UnsupportedOp(
-          fmt(n.describe(), ": attribute '", name, "' is a graph; exporting subgraphs is not supported"));
+      if (!a.g) throw InvalidModel(fmt(n.describe(), ": graph attribute '", name, "' holds no graph"));
+      p.type = onnx::kAttrGraph;
+      p.g = std::make_shared<onnx::GraphProto>(graph_to_onnx(*a.g, nullptr));
   }
   return p;
 }

@@ -248,9 +248,23 @@ class Importer {
       case onnx::kAttrFloats: return Attribute::of_floats(a.floats);
       case onnx::kAttrInts: return Attribute::of_ints(a.ints);
       case onnx::kAttrStrings: return Attribute::of_strings(a.strings);
-      case onnx::kAttrGraph:
+      case onnx::kAttrGraph: {
+        // A body that names its own inputs (FusedElementwise's), imported as a graph of its own; a
+        // body reading values of the enclosing graph (If's, Loop's) is refused naming the value.
+        if (!a.g) throw InvalidModel("graph attribute holds no graph");
+        onnx::ModelProto body;
+        body.ir_version = model_.ir_version;
+        body.opset_import = model_.opset_import;
+        body.functions = model_.functions;
+        body.has_graph = true;
+        body.graph = *a.g;
+        Attribute out;
+        out.kind = Attribute::Kind::kGraph;
+        out.g = Importer(body, dir_).run();
+        return out;
+      }
       case onnx::kAttrGraphs:
-        throw UnsupportedOp("graph attributes (subgraphs of If, Loop, Scan) are not supported yet");
+        throw UnsupportedOp("lists of graph attributes are not supported");
       case onnx::kAttrUndefined: throw InvalidModel("no value is set");
       default:
         if (a.type < 0 || a.type > onnx::kAttrTypeProtos)

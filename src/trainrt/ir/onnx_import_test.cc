@@ -291,8 +291,13 @@ TEST(OnnxImport, AttributeErrors) {
   graph_attr.name = "then_branch";
   graph_attr.type = onnx::kAttrGraph;
   g.node[1].attribute = {graph_attr};
-  expect_import_error<UnsupportedOp>(make_model(g),
-                                     {"node 'relu' (Relu): attribute 'then_branch': graph attributes"});
+  expect_import_error<InvalidModel>(make_model(g),
+                                    {"node 'relu' (Relu): attribute 'then_branch': graph attribute holds no graph"});
+  // A body that reads a value of the enclosing graph (an If branch's way) is refused, naming it.
+  graph_attr.g = std::make_shared<onnx::GraphProto>(mlp_graph());
+  graph_attr.g->input.clear();
+  g.node[1].attribute = {graph_attr};
+  expect_import_error<InvalidModel>(make_model(g), {"node 'relu' (Relu): attribute 'then_branch'", "is not defined"});
   onnx::AttributeProto sparse;
   sparse.name = "sparse_value";
   sparse.type = onnx::kAttrSparseTensor;

@@ -139,6 +139,9 @@ ValueInfoProto decode_value_info(WireReader r) {
   return v;
 }
 
+void decode_graph_into(WireReader r, GraphProto& g);
+WireWriter encode_graph(const GraphProto& g);
+
 // Reads one value field of an attribute; returns the attribute type that field implies.
 int32_t decode_attribute_value(WireReader& r, AttributeProto& a) {
   switch (r.field()) {
@@ -150,7 +153,10 @@ int32_t decode_attribute_value(WireReader& r, AttributeProto& a) {
     case 8: r.read_repeated(a.ints); return kAttrInts;
     case 9: a.strings.push_back(r.read_string()); return kAttrStrings;
     // Not modelled: the importer refuses them by name.
-    case 6: r.skip(); return kAttrGraph;
+    case 6:
+      if (!a.g) a.g = std::make_shared<GraphProto>();
+      with_context([] { return "graph"; }, [&] { decode_graph_into(r.read_message(), *a.g); });
+      return kAttrGraph;
     case 10: r.skip(); return kAttrTensors;
     case 11: r.skip(); return kAttrGraphs;
     case 14: r.skip(); return kAttrTypeProto;
@@ -325,7 +331,10 @@ WireWriter encode_attribute(const AttributeProto& a) {
     case kAttrStrings:
       for (const std::string& s : a.strings) w.write_string(9, s);
       break;
-    default:  // kinds that are not modelled (graphs, sparse tensors, ...) carry only their type
+    case kAttrGraph:
+      if (a.g) w.write_message(6, encode_graph(*a.g));
+      break;
+    default:  // kinds that are not modelled (lists of graphs, sparse tensors, ...) carry only their type
       break;
   }
   return w;

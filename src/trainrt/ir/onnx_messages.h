@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -92,6 +93,8 @@ struct ValueInfoProto {
   TypeProto type;
 };
 
+struct GraphProto;
+
 struct AttributeProto {
   std::string name;
   std::string ref_attr_name;      // set in a function body: take the value of the caller's attribute
@@ -103,6 +106,7 @@ struct AttributeProto {
   std::vector<float> floats;
   std::vector<int64_t> ints;
   std::vector<std::string> strings;
+  std::shared_ptr<GraphProto> g;  // kAttrGraph (a body: FusedElementwise's, If's branches)
 };
 
 struct NodeProto {
