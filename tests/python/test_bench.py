@@ -76,6 +76,17 @@ def test_every_suite_model_is_defined():
         assert set(names) <= set(MODELS)
 
 
+def test_llama_mini_and_the_codegen_mode_run(tmp_path):
+    spec = MODELS["llama-mini"]()
+    loss = spec.make()(*spec.batch(0))
+    assert loss.ndim == 0 and 8.5 < loss.item() < 9.5  # about log(8192) at initialization
+    out_json = tmp_path / "bench.json"
+    main(["--models", "tiny", "--modes", "rtmodule,rtmodule-codegen", "--steps", "2", "--warmup", "1", "--no-micro",
+          "--no-trainer", "--no-sparsity", "--json", str(out_json)])
+    result = json.loads(out_json.read_text())["models"][0]["modes"]
+    assert "error" not in result["rtmodule-codegen"] and result["rtmodule-codegen"]["step_median_s"] > 0
+
+
 def test_a_failing_mode_is_reported_and_the_others_run(tmp_path, monkeypatch):
     from trainrt.bench import modes
 

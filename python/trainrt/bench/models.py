@@ -142,6 +142,39 @@ def _bert(name: str, layers: int, dim: int, heads: int, vocab: int, seq: int, ba
                      f"sequence {seq}, batch {batch}, 15% masked, half the batch padded")
 
 
+class CausalLMLoss(nn.Module):
+    """A transformers causal LM as the suite's models are: (input_ids, labels) -> loss."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, labels):
+        return self.model(input_ids=input_ids, labels=labels).loss
+
+
+def _llama(name: str, layers: int, dim: int, heads: int, vocab: int, seq: int, batch: int, mlp: int) -> ModelSpec:
+    # per block: q, k, v, o (4 C^2) and the SwiGLU MLP's gate, up, down (3 C x mlp); plus the LM head (V x C)
+    matmul_weights = layers * (4 * dim * dim + 3 * dim * mlp) + vocab * dim
+    flops = 6 * matmul_weights * batch * seq + 12 * layers * batch * seq * seq * dim
+
+    def make():
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        config = LlamaConfig(vocab_size=vocab, hidden_size=dim, intermediate_size=mlp, num_hidden_layers=layers,
+                             num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=seq)
+        return CausalLMLoss(LlamaForCausalLM(config))
+
+    def make_batch(step):
+        g = torch.Generator().manual_seed(step)
+        ids = torch.randint(0, vocab, (batch, seq), generator=g)
+        return ids, ids
+
+    return ModelSpec(name, make, make_batch, flops,
+                     f"transformers LlamaForCausalLM (RMSNorm, SwiGLU, rotary), {layers} layers, {dim} hidden, "
+                     f"{heads} heads, MLP {mlp}, vocab {vocab}, sequence {seq}, batch {batch}")
+
+
 MODELS: dict[str, Callable[[], ModelSpec]] = {
     # 3 layers of 32 at batch 16 with SGD: a step of microseconds, so its time is each front end's
     # fixed cost per step
@@ -150,10 +183,11 @@ MODELS: dict[str, Callable[[], ModelSpec]] = {
     "cnn": _cnn,
     "bert-mini": lambda: _bert("bert-mini", layers=4, dim=256, heads=4, vocab=8192, seq=128, batch=8),
     "gpt2-mini": lambda: _gpt("gpt2-mini", layers=4, dim=256, heads=4, vocab=8192, seq=128, batch=8),
+    "llama-mini": lambda: _llama("llama-mini", layers=4, dim=256, heads=4, vocab=8192, seq=128, batch=8, mlp=688),
     "gpt2-small": lambda: _gpt("gpt2-small", layers=12, dim=768, heads=12, vocab=50257, seq=256, batch=1),
 }
 
 SUITES: dict[str, list[str]] = {
     "quick": ["tiny", "mlp", "cnn", "gpt2-mini", "bert-mini"],
-    "full": ["tiny", "mlp", "cnn", "gpt2-mini", "bert-mini", "gpt2-small"],
+    "full": ["tiny", "mlp", "cnn", "gpt2-mini", "bert-mini", "llama-mini", "gpt2-small"],
 }

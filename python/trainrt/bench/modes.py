@@ -112,6 +112,25 @@ class RT(Mode):
         return total
 
 
+class RTCodegen(RT):
+    """RTModule with generated elementwise kernels (TRAINRT_USE_CODEGEN=1, read when it is built)."""
+
+    name = "rtmodule-codegen"
+
+    def wrap(self, model):
+        import os
+
+        previous = os.environ.get("TRAINRT_USE_CODEGEN")
+        os.environ["TRAINRT_USE_CODEGEN"] = "1"
+        try:
+            return super().wrap(model)
+        finally:
+            if previous is None:
+                del os.environ["TRAINRT_USE_CODEGEN"]
+            else:
+                os.environ["TRAINRT_USE_CODEGEN"] = previous
+
+
 class EagerBF16(Mode):
     name = "eager-bf16"
 
@@ -157,7 +176,7 @@ class RTBF16Params(RT):
         return super().step(_bf16_inputs(args))
 
 
-MODES: dict[str, type[Mode]] = {m.name: m for m in (Eager, Compile, RT, EagerBF16, RTBF16, EagerBF16Params,
+MODES: dict[str, type[Mode]] = {m.name: m for m in (Eager, Compile, RT, RTCodegen, EagerBF16, RTBF16, EagerBF16Params,
                                                     RTBF16Params)}
 DEFAULT_MODES = [Eager.name, Compile.name, RT.name]
 DDP_MODE = "ddp"  # on request: 2 spawned ranks per model, eager and RTModule DDP (trainrt.bench.ddp)
