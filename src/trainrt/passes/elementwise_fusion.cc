@@ -212,8 +212,12 @@ bool ElementwiseFusion::fusible(const Node& n) {
 
 bool ElementwiseFusion::apply_impl(Graph& graph) const {
   Grouping grouping;
+  const auto left = [&](const Node& n) {
+    return std::any_of(n.inputs().begin(), n.inputs().end(),
+                       [&](const Value* in) { return in && leave_readers_of_.count(in->name); });
+  };
   for (Node* n : graph.topological_order())
-    if (fusible(*n)) grouping.add(n);
+    if (fusible(*n) && !left(*n)) grouping.add(n);
   const std::vector<Group> groups = grouping.groups_with_several_nodes();
   if (groups.empty()) return false;
   std::vector<Body> bodies;

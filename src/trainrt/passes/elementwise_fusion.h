@@ -26,6 +26,8 @@
 #pragma once
 
 #include <functional>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "trainrt/passes/pass.h"
@@ -35,7 +37,10 @@ namespace trainrt {
 class ElementwiseFusion : public Pass {
  public:
   using Accept = std::function<std::vector<bool>(const std::vector<const Graph*>& bodies)>;
-  explicit ElementwiseFusion(Accept accept) : accept_(std::move(accept)) {}
+  // Nodes reading a value named in `leave_readers_of` stay unfused (a backward's output gradients,
+  // which may be zeros that ZeroInputElimination removes the readers of, op by op).
+  explicit ElementwiseFusion(Accept accept, std::set<std::string> leave_readers_of = {})
+      : accept_(std::move(accept)), leave_readers_of_(std::move(leave_readers_of)) {}
   std::string_view name() const override { return "ElementwiseFusion"; }
   // Whether the pass knows how to fuse `node` (op, attributes, dtypes).
   static bool fusible(const Node& node);
@@ -45,6 +50,7 @@ class ElementwiseFusion : public Pass {
 
  private:
   Accept accept_;
+  std::set<std::string> leave_readers_of_;
 };
 
 }  // namespace trainrt

@@ -139,5 +139,19 @@ TEST(ElementwiseFusion, FusesOnlyWhatItCanWriteAndMovesScalarConstantsIn) {
   EXPECT_EQ(body_of(*g).initializers().size(), 2u);
 }
 
+// A reader of a value named to the pass (an output gradient that may be zeros) stays unfused.
+TEST(ElementwiseFusion, LeavesTheReadersOfNamedValues) {
+  auto g = graph_with_opsets();
+  Value* x = g->add_input("x", DType::kF32, kTokens);
+  Value* dy = g->add_input("dy", DType::kF32, kTokens);
+  g->add_output(op(*g, "Sigmoid", {op(*g, "Mul", {op(*g, "Neg", {x}), dy})}));  // Neg, Sigmoid: alone
+  g->add_output(op(*g, "Tanh", {op(*g, "Exp", {x})}));                           // one group
+  infer_graph_shapes(*g);
+  ASSERT_TRUE(ElementwiseFusion(accept_all, {"dy"}).apply(*g));
+  EXPECT_EQ(count(*g, "Mul"), 1);
+  EXPECT_EQ(count(*g, "FusedElementwise"), 1);
+  EXPECT_EQ(g->num_nodes(), 4);
+}
+
 }  // namespace
 }  // namespace trainrt

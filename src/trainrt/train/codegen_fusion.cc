@@ -9,7 +9,8 @@
 
 namespace trainrt {
 
-PassOutcome fuse_elementwise_with_codegen(Graph& program, const CodegenOptions& options) {
+PassOutcome fuse_elementwise_with_codegen(Graph& program, const CodegenOptions& options,
+                                          std::set<std::string> leave_readers_of) {
   const auto accept = [&options](const std::vector<const Graph*>& bodies) {
     std::vector<GeneratedFunction> functions;
     std::vector<int> function_of(bodies.size(), -1);
@@ -35,7 +36,7 @@ PassOutcome fuse_elementwise_with_codegen(Graph& program, const CodegenOptions& 
     }
     return accepted;
   };
-  ElementwiseFusion pass(accept);
+  ElementwiseFusion pass(accept, std::move(leave_readers_of));
   const int64_t before = program.num_nodes();
   const bool changed = pass.apply(program);
   return {std::string(pass.name()), changed, before - program.num_nodes()};

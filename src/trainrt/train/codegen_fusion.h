@@ -9,12 +9,17 @@
 //   PassOutcome outcome = fuse_elementwise_with_codegen(*programs.backward, options);
 #pragma once
 
+#include <set>
+#include <string>
+
 #include "trainrt/ir/graph.h"
 #include "trainrt/kernels/codegen/compiler.h"
 #include "trainrt/passes/pass.h"
 
 namespace trainrt {
 
-PassOutcome fuse_elementwise_with_codegen(Graph& program, const CodegenOptions& options);
+// Nodes reading a value named in `leave_readers_of` stay unfused (ElementwiseFusion).
+PassOutcome fuse_elementwise_with_codegen(Graph& program, const CodegenOptions& options,
+                                          std::set<std::string> leave_readers_of = {});
 
 }  // namespace trainrt

@@ -89,7 +89,9 @@ ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::st
   if (label_sparsity_) RowScatterPushdown().apply(*programs_.backward);
   if (optimize && codegen) {
     forward_pass_report_.push_back(fuse_elementwise_with_codegen(*programs_.forward, *codegen));
-    PassOutcome backward = fuse_elementwise_with_codegen(*programs_.backward, *codegen);
+    // The output gradients may come as zeros: their readers stay ops ZeroInputElimination knows.
+    PassOutcome backward = fuse_elementwise_with_codegen(
+        *programs_.backward, *codegen, {output_grad_inputs_.begin(), output_grad_inputs_.end()});
     backward.pass += " (backward)";
     forward_pass_report_.push_back(backward);
   }
