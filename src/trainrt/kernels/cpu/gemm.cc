@@ -247,17 +247,21 @@ Split default_split(int64_t m, int64_t n) {
   return {};
 }
 
-// The splits worth measuring for a (m, n) product on `threads` threads: blocks of 64, 128, 256
-// and one block per thread, along columns and rows, and whole.
+// The splits worth measuring for a (m, n) product on `threads` threads: the default first (so that
+// a budget too small to measure the rest keeps it), then blocks of 64, 128, 256 along columns and
+// rows (two pieces a thread at least), and whole last.
 std::vector<Split> candidate_splits(int64_t m, int64_t n, int threads) {
-  std::vector<Split> out = {Split{}};
-  for (auto [kind, extent] : {std::pair{Split::kColumns, n}, std::pair{Split::kRows, m}}) {
-    const int64_t per_thread = (extent + threads - 1) / threads;
-    for (int64_t block : {int64_t{64}, int64_t{128}, int64_t{256}, (per_thread + 15) / 16 * 16})
-      if (extent >= 2 * block &&
-          std::none_of(out.begin(), out.end(), [&](const Split& s) { return s.kind == kind && s.block == block; }))
-        out.push_back({kind, block});
-  }
+  std::vector<Split> out = {default_split(m, n)};
+  const auto add = [&](Split split) {
+    if (std::none_of(out.begin(), out.end(), [&](const Split& s) { return s.kind == split.kind && s.block == split.block; }))
+      out.push_back(split);
+  };
+  // No block per thread: with exactly one piece per thread, a worker that wakes late leaves the
+  // caller both pieces (twice the time), which a quick measurement may not see.
+  for (auto [kind, extent] : {std::pair{Split::kColumns, n}, std::pair{Split::kRows, m}})
+    for (int64_t block : {int64_t{64}, int64_t{128}, int64_t{256}})
+      if (extent >= 2 * block * threads) add({kind, block});
+  add(Split{});
   return out;
 }
 
@@ -283,7 +287,7 @@ Split choose_split(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
   for (const Split& split : candidate_splits(m, n, threads)) {
     measure(split, scratch.data());  // warm: primitives made, B packed
     double fastest = std::numeric_limits<double>::infinity();
-    for (int rep = 0; rep < 5 && Clock::now() < deadline; ++rep) {
+    for (int rep = 0; rep < 5 && (rep == 0 || Clock::now() < deadline); ++rep) {  // timed once at least
       const auto start = Clock::now();
       measure(split, scratch.data());
       fastest = std::min(fastest, std::chrono::duration<double, std::micro>(Clock::now() - start).count());

@@ -47,7 +47,7 @@ TEST_F(TuningTest, MeasuresOnceRecordsAndWritesTheFile) {
   set_tuning_options({.enabled = true, .max_ms = 200, .results_path = file.string()});
   const Tensor tuned = product(200, 328, 72);
   testing::expect_close(tuned, untuned, 1e-5, 1e-5);
-  const auto choices = choices_in(file);
+  const auto choices = choices_in(file);  // this test's product only: it runs first
   ASSERT_EQ(choices.size(), 1u);
   const auto& [key, choice] = *choices.begin();
   EXPECT_NE(key.find("gemm f32 NN m=200 n=328 k=72"), std::string::npos) << key;
@@ -58,6 +58,20 @@ TEST_F(TuningTest, MeasuresOnceRecordsAndWritesTheFile) {
   const nlohmann::json j = nlohmann::json::parse(in);
   EXPECT_EQ(j["cpu"], tuning_cpu());
   EXPECT_EQ(j["onednn"].get<std::string>() + " " + j["trainrt"].get<std::string>(), tuning_library_versions());
+}
+
+// With no time to measure the others, the default split (64-column blocks) is measured first and
+// kept: a short budget never makes a product slower than untuned.
+TEST_F(TuningTest, ATooShortBudgetKeepsTheDefaultSplit) {
+  set_tuning_options({.enabled = true, .max_ms = 1e-6, .results_path = file.string()});
+  product(136, 392, 40);
+  int found = 0;
+  for (const auto& [key, choice] : choices_in(file))
+    if (key.find("m=136 n=392 k=40") != std::string::npos) {
+      EXPECT_EQ(choice, "columns 64");
+      ++found;
+    }
+  EXPECT_EQ(found, 1);
 }
 
 TEST_F(TuningTest, AResultsFileIsReadWithTuningOff) {
