@@ -26,7 +26,7 @@ constexpr const char* kTrainUsage =
     "usage: trainrt train MODEL.onnx --data DATA.safetensors --input NAME --label NAME\n"
     "         --loss cross_entropy|mse --optimizer sgd|adamw --lr LR --batch B --steps N\n"
     "         [--weight-decay W] [--momentum M] [--max-grad-norm X] [--warmup N] [--frozen NAME,...]\n"
-    "         [--output NAME] [--no-shuffle] [--seed S] [--save DIR]";
+    "         [--output NAME] [--no-shuffle] [--seed S] [--save DIR] [--codegen]";
 
 std::vector<std::string> split_commas(const std::string& s) {
   std::vector<std::string> out;
@@ -79,6 +79,7 @@ TrainingConfig make_config(const Args& args, const std::string& loss) {
   config.loss = loss;
   if (args.has("--frozen")) config.frozen = split_commas(args.get("--frozen", ""));
   config.seed = static_cast<uint64_t>(number(args, "--seed", 0));
+  if (args.has("--codegen")) config.codegen = CodegenOptions{};  // generated elementwise kernels
   std::string optimizer = require(args, "--optimizer");
   double lr = number(args, "--lr", -1);
   if (lr < 0) throw Error(fmt("train: --lr is required and must be >= 0\n", kTrainUsage));

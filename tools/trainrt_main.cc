@@ -14,7 +14,7 @@ constexpr const char* kUsage =
     "  run MODEL.onnx [--dim NAME=VALUE]... [--profile trace.json] [--repeat N]\n"
     "                                             run on random inputs: output shapes, time, memory\n"
     "  train MODEL.onnx --data DATA.safetensors --input NAME --label NAME --loss cross_entropy|mse\n"
-    "        --optimizer sgd|adamw --lr LR --batch B --steps N [--weight-decay W] [--no-shuffle] [--save DIR]\n"
+    "        --optimizer sgd|adamw --lr LR --batch B --steps N [--weight-decay W] [--no-shuffle] [--save DIR] [--codegen]\n"
     "                                             train from C++ alone (see trainrt train --help)\n";
 
 }  // namespace
@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
   }
   try {
     std::string command = argv[1];
-    auto args = trainrt::cli::parse_args(argc, argv, 2, {"--no-shuffle"});
+    auto args = trainrt::cli::parse_args(argc, argv, 2, {"--no-shuffle", "--codegen"});
     if (command == "inspect") return trainrt::cli::inspect_command(args);
     if (command == "run") return trainrt::cli::run_command(args);
     if (command == "train") return trainrt::cli::train_command(args);

@@ -28,7 +28,7 @@ std::unique_ptr<TrainingSession> make_session(const nb::object& model, const std
                                               const std::string& label, const std::string& optimizer,
                                               double lr, std::optional<double> weight_decay, double momentum,
                                               double max_grad_norm, int64_t warmup, int64_t total,
-                                              const std::vector<std::string>& frozen, uint64_t seed) {
+                                              const std::vector<std::string>& frozen, uint64_t seed, bool codegen) {
   std::shared_ptr<Graph> graph;
   if (nb::isinstance<nb::bytes>(model)) {
     nb::bytes b = nb::cast<nb::bytes>(model);
@@ -44,6 +44,7 @@ std::unique_ptr<TrainingSession> make_session(const nb::object& model, const std
   }
   config.frozen = frozen;
   config.seed = seed;
+  if (codegen) config.codegen = CodegenOptions{};
   if (optimizer == "sgd") {
     config.optimizer.kind = OptimizerKind::kSgd;
     config.optimizer.sgd.lr = lr;
@@ -71,16 +72,16 @@ void bind_training(nb::module_& m) {
            [](TrainingSession* self, const nb::object& model, const std::string& loss, const std::string& append,
               const std::string& output, const std::string& label, const std::string& optimizer, double lr,
               std::optional<double> weight_decay, double momentum, double max_grad_norm, int64_t warmup,
-              int64_t total, const std::vector<std::string>& frozen, uint64_t seed) {
+              int64_t total, const std::vector<std::string>& frozen, uint64_t seed, bool codegen) {
              auto s = make_session(model, loss, append, output, label, optimizer, lr, weight_decay, momentum,
-                                   max_grad_norm, warmup, total, frozen, seed);
+                                   max_grad_norm, warmup, total, frozen, seed, codegen);
              new (self) TrainingSession(std::move(*s));
            },
            nb::arg("model"), nb::arg("loss") = "", nb::arg("append_loss") = "", nb::arg("output") = "",
            nb::arg("label") = "", nb::arg("optimizer") = "adamw", nb::arg("lr") = 1e-3,
            nb::arg("weight_decay") = nb::none(), nb::arg("momentum") = 0.0, nb::arg("max_grad_norm") = 0.0,
            nb::arg("warmup_steps") = 0, nb::arg("total_steps") = 0,
-           nb::arg("frozen") = std::vector<std::string>{}, nb::arg("seed") = 0)
+           nb::arg("frozen") = std::vector<std::string>{}, nb::arg("seed") = 0, nb::arg("codegen") = false)
       .def("train_step",
            [](TrainingSession& s, const std::vector<AnyArray>& inputs) {
              auto tensors = to_tensors(s, inputs);

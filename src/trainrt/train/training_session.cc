@@ -12,6 +12,7 @@
 #include "trainrt/optim/grad_ops.h"
 #include "trainrt/passes/low_precision_compute.h"
 #include "trainrt/plan/partition.h"
+#include "trainrt/train/codegen_fusion.h"
 #include "trainrt/train/low_precision_graph.h"
 
 namespace trainrt {
@@ -69,6 +70,7 @@ TrainingSession::TrainingSession(std::shared_ptr<Graph> graph, TrainingConfig co
   LowPrecisionCompute().apply(*joint_);  // bf16 / f16 nodes whose schema takes f32 only: between casts
   infer_graph_shapes(*joint_);  // gradient rules read ranks and dims an exported file may not declare
   build_gradients(*joint_, {.loss = config_.loss, .wrt = param_names_});
+  if (config_.codegen) fuse_elementwise_with_codegen(*joint_, *config_.codegen);
 
   SessionOptions options;
   options.mutable_initializers = {param_names_.begin(), param_names_.end()};

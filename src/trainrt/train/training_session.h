@@ -19,10 +19,12 @@
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "trainrt/ir/graph.h"
+#include "trainrt/kernels/codegen/compiler.h"
 #include "trainrt/optim/adam.h"
 #include "trainrt/optim/sgd.h"
 #include "trainrt/runtime/session.h"
@@ -46,6 +48,8 @@ struct TrainingConfig {
   OptimizerConfig optimizer;
   LrSchedule schedule;
   uint64_t seed = 0;                  // seeds Dropout and other random ops
+  // Elementwise chains as generated kernels (train/codegen_fusion.h); nullopt: off.
+  std::optional<CodegenOptions> codegen;
 };
 
 class TrainingSession {
