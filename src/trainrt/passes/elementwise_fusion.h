@@ -15,7 +15,8 @@
 //   Values read only inside the group exist no more.
 // - No cycle: a node joins a group only when none of its other inputs depends on the group
 //   (with every group counted as one node).
-// - f32 values (and bool conditions) only; random ops (Dropout) never join.
+// - f32 and bf16 values (and bool conditions) only, one float dtype per op but a Cast between the
+//   two; random ops (Dropout) never join.
 // - f32 scalar initializers (eps, 0.5) and Pow's exponent move into the body as constants.
 //
 // `accept` sees every group's body at once (codegen compiles them in one unit) and says which

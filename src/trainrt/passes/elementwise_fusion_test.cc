@@ -115,18 +115,18 @@ TEST(ElementwiseFusion, RefusedGroupsStayUnfused) {
   EXPECT_EQ(g->num_nodes(), 2);
 }
 
-// Dropout (random), bf16 values and a Pow with a computed exponent never join a group; an eps
+// Dropout (random), f16 values and a Pow with a computed exponent never join a group; an eps
 // constant moves into the body, where it is no input.
 TEST(ElementwiseFusion, FusesOnlyWhatItCanWriteAndMovesScalarConstantsIn) {
   auto g = graph_with_opsets();
   Value* x = g->add_input("x", DType::kF32, kTokens);
-  Value* h = g->add_input("h", DType::kBF16, kTokens);
+  Value* h = g->add_input("h", DType::kF16, kTokens);
   Value* eps = g->add_initializer("eps", Tensor::scalar<float>(1e-6f));
   Value* two = g->add_initializer("two", Tensor::scalar<float>(2.f));
   Value* d = op(*g, "Dropout", {op(*g, "Relu", {x})});
   Value* p = op(*g, "Pow", {op(*g, "Add", {x, eps}), two});  // Add + Pow: one group, eps and 2 inside
   Value* q = op(*g, "Pow", {x, op(*g, "Neg", {x})});          // a computed exponent: not fusible
-  Value* b = op(*g, "Neg", {op(*g, "Abs", {h})});              // bf16: not fusible
+  Value* b = op(*g, "Neg", {op(*g, "Abs", {h})});              // f16: not fusible
   for (Value* v : {d, p, q, b}) g->add_output(v);
   infer_graph_shapes(*g);
 

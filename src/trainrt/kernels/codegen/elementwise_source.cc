@@ -35,11 +35,14 @@ class Emitter {
       if (op == "Div") return "(" + a[0] + " / " + a[1] + ")";
       if (op == "Max") return "(((" + a[0] + " > " + a[1] + ") | (" + a[0] + " != " + a[0] + ")) ? " + a[0] + " : " + a[1] + ")";
       if (op == "Min") return "(((" + a[0] + " < " + a[1] + ") | (" + a[0] + " != " + a[0] + ")) ? " + a[0] + " : " + a[1] + ")";
-      if (op == "Sum") {  // a left fold, as the variadic kernel: ((x0 + x1) + x2) ...
+      if (op == "Sum") {  // a left fold, as the variadic kernel: ((x0 + x1) + x2) ..., each sum stored (rounded)
+        const bool bf16 = n.output(0)->dtype == DType::kBF16;
         std::string s = a[0];
-        for (size_t i = 1; i < a.size(); ++i) s = "(" + s + " + " + a[i] + ")";
+        for (size_t i = 1; i < a.size(); ++i)
+          s = (bf16 && i + 1 < a.size() ? "bf16_round(" : "(") + s + " + " + a[i] + ")";
         return s;
       }
+      if (op == "Cast") return a[0];  // f32 <-> bf16: the output's rounding is the cast
       if (op == "Neg") return "(-" + a[0] + ")";
       if (op == "Abs") return "abs_f32(" + a[0] + ")";
       if (op == "Relu") return "(" + a[0] + " < 0.f ? 0.f : " + a[0] + ")";
@@ -93,7 +96,8 @@ class Emitter {
   }
 };
 
-const char* c_type(DType t) { return t == DType::kBool ? "unsigned char" : "float"; }
+const char* c_type(DType t) { return t == DType::kBool ? "unsigned char" : t == DType::kBF16 ? "uint16_t" : "float"; }
+bool is_written(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kBool; }
 
 }  // namespace
 
@@ -106,8 +110,21 @@ std::string stable_hash(const std::string& text) {
 }
 
 const std::string& kernel_prelude() {
-  static const std::string prelude = std::string("#include <cstdint>\n") + kVectorMathText +
-                                     "\nusing namespace trainrt;\n";
+  // bf16 as the engine stores it (core/dtype_convert.cc): a load widens exactly, a store rounds
+  // to nearest even (NaN stays a quiet NaN); bf16_round is a store and a load, what an op with a
+  // bf16 output does to its f32 result.
+  static const std::string prelude = std::string("#include <cstdint>\n") + kVectorMathText + R"(
+using namespace trainrt;
+[[gnu::always_inline]] inline float bf16_load(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
+[[gnu::always_inline]] inline uint16_t bf16_bits(float f) {
+  const uint32_t u = std::bit_cast<uint32_t>(f);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const uint32_t nan = (u >> 16) | 0x40u;
+  const uint32_t mask = 0u - static_cast<uint32_t>((u & 0x7fffffffu) > 0x7f800000u);
+  return static_cast<uint16_t>((nan & mask) | (rounded & ~mask));
+}
+[[gnu::always_inline]] inline float bf16_round(float f) { return bf16_load(bf16_bits(f)); }
+)";
   return prelude;
 }
 
@@ -116,20 +133,22 @@ std::optional<GeneratedFunction> elementwise_function(const Graph& body, std::st
   std::ostringstream loads, stores, ptrs, math;
   for (size_t i = 0; i < body.inputs().size(); ++i) {
     const Value* v = body.inputs()[i];
-    if (v->dtype != DType::kF32 && v->dtype != DType::kBool) {
-      *why = fmt("body input ", i, " has dtype ", dtype_name(v->dtype), ": the generator writes f32 and bool only");
+    if (!is_written(v->dtype)) {
+      *why = fmt("body input ", i, " has dtype ", dtype_name(v->dtype), ": the generator writes f32, bf16 and bool");
       return std::nullopt;
     }
     ptrs << "  const " << c_type(v->dtype) << "* __restrict x" << i << " = static_cast<const " << c_type(v->dtype)
          << "*>(in[" << i << "]);\n";
     const std::string value = "v" + std::to_string(name.size());
-    loads << "    const " << (v->dtype == DType::kBool ? "bool " : "float ") << value << " = x" << i << "[i]"
-          << (v->dtype == DType::kBool ? " != 0" : "") << ";\n";
+    const std::string load = v->dtype == DType::kBool   ? "x" + std::to_string(i) + "[i] != 0"
+                             : v->dtype == DType::kBF16 ? "bf16_load(x" + std::to_string(i) + "[i])"
+                                                        : "x" + std::to_string(i) + "[i]";
+    loads << "    const " << (v->dtype == DType::kBool ? "bool " : "float ") << value << " = " << load << ";\n";
     name[v] = value;
   }
   for (const Value* v : body.initializers()) {
-    if (v->dtype != DType::kF32 || v->data.numel() != 1) continue;  // a Pow exponent: read by pow()
-    name[v] = float_literal(v->data.data<float>()[0]);
+    if ((v->dtype != DType::kF32 && v->dtype != DType::kBF16) || v->data.numel() != 1) continue;  // Pow's: pow()
+    name[v] = float_literal(static_cast<float>(v->data.to_double(0)));
   }
   const Emitter emitter;
   for (const Node* n : body.topological_order()) {
@@ -146,16 +165,22 @@ std::optional<GeneratedFunction> elementwise_function(const Graph& body, std::st
         return std::nullopt;
       }
     const Value* out = n->output(0);
+    if (!is_written(out->dtype)) {
+      *why = fmt(n->describe(), ": output dtype ", dtype_name(out->dtype), " is not one the generator writes");
+      return std::nullopt;
+    }
     const std::string value = "v" + std::to_string(name.size());
-    math << "    const " << (out->dtype == DType::kBool ? "bool " : "float ") << value << " = " << e << ";\n";
+    math << "    const " << (out->dtype == DType::kBool ? "bool " : "float ") << value << " = "
+         << (out->dtype == DType::kBF16 ? "bf16_round(" + e + ")" : e) << ";\n";
     name[out] = value;
   }
   for (size_t j = 0; j < body.outputs().size(); ++j) {
     const Value* v = body.outputs()[j];
     ptrs << "  " << c_type(v->dtype) << "* __restrict y" << j << " = static_cast<" << c_type(v->dtype) << "*>(out[" << j
          << "]);\n";
-    stores << "    y" << j << "[i] = " << (v->dtype == DType::kBool ? "static_cast<unsigned char>(" : "(") << name.at(v)
-           << ");\n";
+    stores << "    y" << j << "[i] = "
+           << (v->dtype == DType::kBool ? "static_cast<unsigned char>(" : v->dtype == DType::kBF16 ? "bf16_bits(" : "(")
+           << name.at(v) << ");\n";
   }
   std::ostringstream text;
   text << "(const void* const* in, void* const* out, int64_t n) {\n"

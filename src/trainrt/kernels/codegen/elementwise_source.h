@@ -3,13 +3,15 @@
 // input, each value of the body a register, never memory.
 //
 //   extern "C" void trainrt_ew_<hash>(const void* const* in, void* const* out, int64_t n);
-//   // in[i]: n elements of body input i (f32, or bool as bytes); out[j]: n elements of output j
+//   // in[i]: n elements of body input i (f32, bf16 bits, or bool as bytes); out[j]: n of output j
 //
 // The caller positions the pointers (runs of a row, a broadcast input's repeated row, or a
 // buffer holding a broadcast scalar: fused_elementwise_kernel.cc). Each op is written with the
 // same expression as its interpreted kernel, over the same vector_math.h functions, so the
 // generated kernel gives the same bits when compiled without FP contraction
-// (compiler.cc: -ffp-contract=off). The symbol names a hash of the function's text: equal
+// (compiler.cc: -ffp-contract=off). bf16 values are computed in f32 and rounded to bf16 where each
+// op stores its output, as the interpreted bf16 kernels do; a Cast between f32 and bf16 is that
+// rounding alone. The symbol names a hash of the function's text: equal
 // bodies share one compiled function, in this process and in the disk cache.
 //
 //   std::string why;

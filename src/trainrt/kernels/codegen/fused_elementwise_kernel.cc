@@ -98,7 +98,7 @@ Walk make_walk(const Graph& body, const std::vector<std::vector<int64_t>>& in_di
   for (int64_t d : w.outer_dims) w.rows *= d;
   for (size_t i = 0; i < x.size(); ++i) {
     InputWalk in;
-    in.element_size = dtypes[i] == DType::kBool ? 1 : 4;
+    in.element_size = dtype_size(dtypes[i]);
     in.varies = varies[i];
     std::vector<int64_t> strides(r, 0);
     int64_t s = 1;
@@ -164,8 +164,14 @@ void run_item(ElementwiseRowFn fn, const Walk& w, KernelContext& ctx, int64_t it
       in[i] = base + static_cast<size_t>(offset + c0) * iw.element_size;
     } else {
       float* buffer = buffers.data() + i * kRun;
-      if (iw.element_size == 4) std::fill(buffer, buffer + n, reinterpret_cast<const float*>(base)[offset]);
-      else std::memset(buffer, base[offset], static_cast<size_t>(n));
+      if (iw.element_size == 4) {
+        std::fill(buffer, buffer + n, reinterpret_cast<const float*>(base)[offset]);
+      } else if (iw.element_size == 2) {
+        auto* half = reinterpret_cast<uint16_t*>(buffer);
+        std::fill(half, half + n, reinterpret_cast<const uint16_t*>(base)[offset]);
+      } else {
+        std::memset(buffer, base[offset], static_cast<size_t>(n));
+      }
       in[i] = buffer;
     }
   }
@@ -234,7 +240,7 @@ KernelFn make_fused_elementwise(const Node& node) {
 }  // namespace
 
 void register_codegen_kernels(KernelTable& table) {
-  table.add(kTrainrtDomain, "FusedElementwise", dtype_bit(DType::kF32) | dtype_bit(DType::kBool),
+  table.add(kTrainrtDomain, "FusedElementwise", dtype_bit(DType::kF32) | dtype_bit(DType::kBF16) | dtype_bit(DType::kBool),
             make_fused_elementwise);
 }
 
@@ -243,6 +249,7 @@ const KernelTable& engine_kernel_table() {
   static const bool added = [] {
     add_host_kernel(kTrainrtDomain, "FusedElementwise", DType::kF32, make_fused_elementwise);
     add_host_kernel(kTrainrtDomain, "FusedElementwise", DType::kBool, make_fused_elementwise);
+    add_host_kernel(kTrainrtDomain, "FusedElementwise", DType::kBF16, make_fused_elementwise);
     return true;
   }();
   (void)added;

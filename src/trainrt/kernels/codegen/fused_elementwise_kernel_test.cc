@@ -36,6 +36,18 @@ struct TempDir {
   ~TempDir() { fs::remove_all(path); }
 };
 
+// A bf16 tensor's values as f32 (exactly), or an f32 tensor's values rounded to bf16.
+Tensor as_f32(const Tensor& t) {
+  Tensor out = Tensor::empty(DType::kF32, t.dims());
+  for (int64_t i = 0; i < t.numel(); ++i) out.data<float>()[i] = bf16_to_f32(t.data<BFloat16>()[i].bits);
+  return out;
+}
+Tensor as_bf16(const Tensor& t) {
+  Tensor out = Tensor::empty(DType::kBF16, t.dims());
+  for (int64_t i = 0; i < t.numel(); ++i) out.data<BFloat16>()[i].bits = f32_to_bf16(t.data<float>()[i]);
+  return out;
+}
+
 // Bits equal, or both NaN.
 void expect_same_bits(const Tensor& a, const Tensor& b, const std::string& what) {
   ASSERT_EQ(a.dims(), b.dims()) << what;
@@ -44,6 +56,7 @@ void expect_same_bits(const Tensor& a, const Tensor& b, const std::string& what)
     EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0) << what;
     return;
   }
+  if (a.dtype() == DType::kBF16) return expect_same_bits(as_f32(a), as_f32(b), what);  // exact widening
   int64_t differ = 0, first = -1;
   for (int64_t i = 0; i < a.numel(); ++i) {
     const float x = a.data<float>()[i], y = b.data<float>()[i];
@@ -59,16 +72,15 @@ void expect_same_bits(const Tensor& a, const Tensor& b, const std::string& what)
 // A random program of fusible ops over x (b, t, d) and inputs broadcast to it: r (b, t, 1),
 // w (d), s (), m (b, 1, d) and a condition c (b, t, d). Built twice from one seed: once to run
 // as it is, once fused.
-std::shared_ptr<Graph> random_program(uint32_t seed, const std::vector<Dim>& lead, int64_t d, bool exact) {
+std::shared_ptr<Graph> random_program(uint32_t seed, const std::vector<Dim>& lead, int64_t d, bool exact, DType t) {
   std::mt19937 rng(seed);
   auto g = trainrt::testing::graph_with_opsets();
-  const Dim b = lead[0], t = lead[1];
-  Value* x = g->add_input("x", DType::kF32, Shape{{b, t, Dim(d)}});
-  std::vector<Value*> broadcast = {g->add_input("r", DType::kF32, Shape{{b, t, Dim(1)}}),
-                                   g->add_input("w", DType::kF32, Shape({d})),
-                                   g->add_input("s", DType::kF32, Shape(std::vector<Dim>{})),
-                                   g->add_input("m", DType::kF32, Shape{{b, Dim(1), Dim(d)}})};
-  Value* c = g->add_input("c", DType::kBool, Shape{{b, t, Dim(d)}});
+  const Dim b = lead[0], s = lead[1];
+  Value* x = g->add_input("x", t, Shape{{b, s, Dim(d)}});
+  std::vector<Value*> broadcast = {g->add_input("r", t, Shape{{b, s, Dim(1)}}), g->add_input("w", t, Shape({d})),
+                                   g->add_input("s", t, Shape(std::vector<Dim>{})),
+                                   g->add_input("m", t, Shape{{b, Dim(1), Dim(d)}})};
+  Value* c = g->add_input("c", DType::kBool, Shape{{b, s, Dim(d)}});
   std::vector<Value*> full = {x};
   auto pick = [&](const std::vector<Value*>& from) { return from[rng() % from.size()]; };
   auto add = [&](const std::string& op, std::vector<Value*> in, std::string_view domain = kOnnxDomain,
@@ -85,7 +97,18 @@ std::shared_ptr<Graph> random_program(uint32_t seed, const std::vector<Dim>& lea
   const std::vector<std::string> binary = {"Add", "Sub", "Mul", "Div", "Max", "Min"};
   const std::vector<std::string> grads = exact ? std::vector<std::string>{"ReluGrad", "SigmoidGrad", "LeakyReluGrad"}
                                                : std::vector<std::string>{"ReluGrad", "SigmoidGrad", "TanhGrad", "GeluGrad", "LeakyReluGrad"};
+  auto cast = [&](Value* v, DType to) {
+    Node* n = g->add_node("Cast", {v}, {g->unique_name("Cast")});
+    n->set_attr("to", Attribute::of_int(to == DType::kBF16 ? 16 : 1));
+    return n->output(0);
+  };
   for (int k = 0; k < 10; ++k) {
+    if (t == DType::kBF16 && rng() % 4 == 0) {  // autocast's way: to f32, an op there, back to bf16
+      Value* wide = cast(pick(full), DType::kF32);
+      Value* op = g->add_node(rng() % 2 ? "Abs" : "Neg", {wide}, {g->unique_name("wide")})->output(0);
+      full.push_back(cast(op, DType::kBF16));
+      continue;
+    }
     switch (rng() % 6) {
       case 0: {
         const std::string u = unary[rng() % unary.size()];
@@ -127,24 +150,28 @@ std::shared_ptr<Graph> random_program(uint32_t seed, const std::vector<Dim>& lea
   return g;
 }
 
-std::vector<Tensor> program_inputs(int64_t b, int64_t t, int64_t d, uint32_t seed) {
+std::vector<Tensor> program_inputs(int64_t b, int64_t t, int64_t d, uint32_t seed, DType type) {
   Tensor cond = Tensor::empty(DType::kBool, {b, t, d});
   for (int64_t i = 0; i < cond.numel(); ++i) static_cast<uint8_t*>(cond.raw())[i] = (i * 7 + seed) % 3 == 0;
-  return {random_tensor({b, t, d}, seed, -3.f, 3.f), random_tensor({b, t, 1}, seed + 1, 0.5f, 2.f),
-          random_tensor({d}, seed + 2), random_tensor({}, seed + 3), random_tensor({b, 1, d}, seed + 4), cond};
+  std::vector<Tensor> in = {random_tensor({b, t, d}, seed, -3.f, 3.f), random_tensor({b, t, 1}, seed + 1, 0.5f, 2.f),
+                            random_tensor({d}, seed + 2), random_tensor({}, seed + 3), random_tensor({b, 1, d}, seed + 4)};
+  if (type == DType::kBF16)
+    for (Tensor& x : in) x = as_bf16(x);
+  in.push_back(cond);
+  return in;
 }
 
 // Runs random programs fused and unfused; `compare` checks each output.
 template <typename Compare>
-void check_random_programs(bool exact, Compare compare) {
+void check_random_programs(bool exact, DType type, Compare compare) {
   TempDir cache;
   const CodegenOptions options{.cache_dir = cache.path.string()};
   for (uint32_t seed = 1; seed <= 16; ++seed) {
     const int64_t d = seed > 12 ? 1 : 16;  // the last four: every value (b, t, 1), a norm's statistics
     const std::vector<Dim> lead = seed % 2 ? std::vector<Dim>{Dim(2), Dim(3)}
                                            : std::vector<Dim>{Dim::symbolic("batch"), Dim::symbolic("seq")};
-    auto plain = random_program(seed, lead, d, exact);
-    auto fused = random_program(seed, lead, d, exact);
+    auto plain = random_program(seed, lead, d, exact, type);
+    auto fused = random_program(seed, lead, d, exact, type);
     const PassOutcome outcome = fuse_elementwise_with_codegen(*fused, options);
     ASSERT_TRUE(outcome.changed) << "seed " << seed;
     ASSERT_GT(trainrt::testing::count(*fused, "FusedElementwise"), 0);
@@ -153,7 +180,7 @@ void check_random_programs(bool exact, Compare compare) {
     // of 4096 split a row of 3 x 700 x 16).
     for (auto [b, t] : seed % 2 ? std::vector<std::pair<int64_t, int64_t>>{{2, 3}}
                                 : std::vector<std::pair<int64_t, int64_t>>{{2, 5}, {1, 1}, {3, 700}}) {
-      const std::vector<Tensor> in = program_inputs(b, t, d, seed);
+      const std::vector<Tensor> in = program_inputs(b, t, d, seed, type);
       const std::vector<Tensor> want = reference.run(in), got = generated.run(in);
       for (size_t o = 0; o < want.size(); ++o)
         compare(got[o], want[o], "seed " + std::to_string(seed) + " output " + std::to_string(o));
@@ -162,14 +189,20 @@ void check_random_programs(bool exact, Compare compare) {
 }
 
 TEST(FusedElementwise, RandomProgramsOfArithmeticGiveTheUnfusedBits) {
-  check_random_programs(/*exact=*/true, expect_same_bits);
+  check_random_programs(/*exact=*/true, DType::kF32, expect_same_bits);
+}
+
+// bf16: every op rounds its result to bf16 as the interpreted bf16 kernels do (Sum after each
+// addition), and Casts to f32 and back are that rounding; the same bits.
+TEST(FusedElementwise, RandomBf16ProgramsGiveTheUnfusedBits) {
+  check_random_programs(/*exact=*/true, DType::kBF16, expect_same_bits);
 }
 
 // Exp, Tanh, GELU and friends: the same polynomials (vector_math.h), but the engine's build may
 // contract some of their products and sums into fused multiply-adds, which the generated kernels
 // never do (compiler.cc); the results then differ in the last bits.
 TEST(FusedElementwise, RandomProgramsOfAllOpsAgreeWithinRounding) {
-  check_random_programs(/*exact=*/false, [](const Tensor& got, const Tensor& want, const std::string& what) {
+  check_random_programs(/*exact=*/false, DType::kF32, [](const Tensor& got, const Tensor& want, const std::string& what) {
     SCOPED_TRACE(what);
     trainrt::testing::expect_close(got, want, 1e-5, 1e-6);
   });
