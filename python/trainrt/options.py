@@ -331,24 +331,23 @@ def _parse_memory_config(value: str) -> str:
     return value
 
 
-def _parse_budget(value: str) -> float:
-    try:
-        mb = float(value)
-    except ValueError:
-        mb = -1.0
-    if not mb > 0:
-        raise ValueError(f"TRAINRT_MEMORY_BUDGET_MB={value!r}: a positive number of MiB")
-    return mb
+def _positive(variable: str, unit: str) -> Callable[[str], float]:
+    """A parser of a positive number, whose error names the variable and the unit."""
+
+    def parse(value: str) -> float:
+        try:
+            number = float(value)
+        except ValueError:
+            number = -1.0
+        if not number > 0:
+            raise ValueError(f"TRAINRT_{variable}={value!r}: a positive number of {unit}")
+        return number
+
+    return parse
 
 
-def _parse_duration(value: str) -> float:
-    try:
-        ms = float(value)
-    except ValueError:
-        ms = -1.0
-    if not ms > 0:
-        raise ValueError(f"TRAINRT_MAX_TUNING_DURATION_MS={value!r}: a positive number of milliseconds")
-    return ms
+_parse_budget = _positive("MEMORY_BUDGET_MB", "MiB")
+_parse_duration = _positive("MAX_TUNING_DURATION_MS", "milliseconds")
 
 
 def _parse_threads(value: str) -> int:

@@ -58,8 +58,8 @@ bool body_keeps_dims(const Graph& body, const std::vector<std::vector<int64_t>>&
   for (const Node* n : body.topological_order()) {
     std::vector<int64_t> d;
     for (const Value* in : n->inputs()) {
-      if (n->op_type() == "Pow" && in == n->input(1)) continue;
-      d = d.empty() && !dims.count(in) ? d : broadcast_dims(d, dims.at(in));
+      if (n->op_type() == "Pow" && in == n->input(1)) continue;  // the constant exponent
+      d = broadcast_dims(d, dims.at(in));  // () against any dims gives those dims
     }
     if (d != y) return false;
     dims[n->output(0)] = d;
