@@ -5,7 +5,7 @@ The engine side is a one-node ONNX MatMul run through trainrt.Session (the same 
 runs; the session adds a few microseconds per call, small beside these products). The largest
 shape's best rate is the suite's measured peak (the chosen GEMM library's best on this machine).
 
-    python -m trainrt.bench.gemm [--rounds 5]
+    python -m trainrt.bench.gemm [--rounds 5] [--tuned]
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ SHAPES = [
     ("gpt2-mini mlp up", 1024, 256, 1024),
     ("gpt2-mini mlp down", 1024, 1024, 256),
     ("gpt2-mini lm head", 1024, 256, 8192),
+    ("llama-mini mlp up", 1024, 256, 688),
+    ("llama-mini mlp down", 1024, 688, 256),
+    ("llama-mini q, k, v, o", 1024, 256, 256),
     ("peak: square 2048", 2048, 2048, 2048),
 ]
 PEAK_SHAPE = SHAPES[-1][0]
@@ -85,7 +88,14 @@ def markdown(figures: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--tuned", action="store_true",
+                        help="op tuning on (TRAINRT_ENABLE_TUNING): each product's split over the threads measured "
+                             "at its first call, the fastest kept")
     args = parser.parse_args()
+    if args.tuned:
+        from trainrt import _C
+
+        _C.set_tuning_options(True, 100.0, "")
     print(markdown(run(args.rounds)))
 
 
