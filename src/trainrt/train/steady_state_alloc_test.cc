@@ -10,6 +10,7 @@
 #include <new>
 
 #include "trainrt/core/testing.h"
+#include "trainrt/kernels/cpu/op_tuning.h"
 #include "trainrt/train/loss_builder.h"
 #include "trainrt/train/module_programs.h"
 #include "trainrt/train/optimizer_in_backward.h"
@@ -195,6 +196,15 @@ int64_t allocations_per_step(std::shared_ptr<Graph> (*model)(std::string*), std:
 // enough to run on the calling thread. Lower a bound whenever a source goes; at zero, assert EQ.
 TEST(SteadyStateAllocations, MlpTrainingStepStaysUnderItsBound) {
   EXPECT_LE(allocations_per_step(mlp, {8, 16}), 40);
+}
+
+// With op tuning on, a product is measured and remembered the first time each thread runs it;
+// the steps after allocate what they did untuned (choices are looked up without building text).
+TEST(SteadyStateAllocations, TunedProductsAllocateNothingMoreOnceMeasured) {
+  set_tuning_options({.enabled = true, .max_ms = 5});
+  const int64_t tuned = allocations_per_step(transformer_block, {2, 4, 8});
+  set_tuning_options({});
+  EXPECT_LE(tuned, 150);
 }
 
 TEST(SteadyStateAllocations, TransformerBlockTrainingStepStaysUnderItsBound) {

@@ -265,13 +265,56 @@ std::vector<Split> candidate_splits(int64_t m, int64_t n, int threads) {
   return out;
 }
 
-// The split for this product: the tuned choice when there is one; with tuning on (and not inside
-// a parallel loop, where products run serially), each candidate timed on `measure` into a scratch
-// C until the budget is spent, the fastest recorded; else default_split.
+// The tuned choice for this product when there is one; with tuning on (and not inside a parallel
+// loop, where products run serially), each candidate timed on `measure` into a scratch C until the
+// budget is spent, the fastest recorded; else default_split.
+// A product as op tuning keys it, without building its text: each thread remembers the splits of
+// the products it ran (no allocation per call once a product was seen).
+struct SplitKey {
+  int64_t m, n, k, lda, ldb, ldc;
+  uint32_t alpha_bits, beta_bits;
+  int threads;
+  bool trans_a, trans_b, bf16;
+  bool operator==(const SplitKey&) const = default;
+};
+struct SplitKeyHash {
+  size_t operator()(const SplitKey& key) const {
+    size_t h = 0;
+    for (int64_t v : {key.m, key.n, key.k, key.lda, key.ldb, key.ldc, int64_t{key.alpha_bits}, int64_t{key.beta_bits},
+                      int64_t{key.threads}, int64_t{key.trans_a} * 4 + key.trans_b * 2 + key.bf16})
+      h ^= std::hash<int64_t>()(v) + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    return h;
+  }
+};
+
+template <typename T, typename Measure>
+Split tuned_split(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc,
+                  float alpha, float beta, int threads, Measure&& measure);
+
+// The split for this product: default_split unless op tuning is in use (tuning_in_use), then the
+// thread's remembered choice, else tuned_split's.
 template <typename T, typename Measure>
 Split choose_split(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc,
                    float alpha, float beta, Measure&& measure) {
+  if (!tuning_in_use()) return default_split(m, n);
+  thread_local std::unordered_map<SplitKey, Split, SplitKeyHash> known;
+  thread_local uint64_t generation = 0;
+  if (generation != tuning_generation()) {
+    known.clear();
+    generation = tuning_generation();
+  }
   const int threads = thread_budget();
+  const SplitKey key{m, n, k, lda, ldb, ldc, std::bit_cast<uint32_t>(alpha), std::bit_cast<uint32_t>(beta), threads,
+                     trans_a, trans_b, !std::is_same_v<T, float>};
+  if (auto it = known.find(key); it != known.end()) return it->second;
+  const Split split = tuned_split<T>(trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, threads, measure);
+  known.emplace(key, split);
+  return split;
+}
+
+template <typename T, typename Measure>
+Split tuned_split(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc,
+                  float alpha, float beta, int threads, Measure&& measure) {
   const std::string key = fmt("gemm ", std::is_same_v<T, float> ? "f32 " : "bf16 ", trans_a ? "T" : "N",
                               trans_b ? "T" : "N", " m=", m, " n=", n, " k=", k, " lda=", lda, " ldb=", ldb, " ldc=",
                               ldc, " alpha=", alpha, " beta=", beta, " threads=", threads);

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -37,6 +38,13 @@ struct TuningState {
 TuningState& state() {
   static TuningState& s = *new TuningState;
   return s;
+}
+
+std::atomic<bool> g_in_use{false};
+std::atomic<uint64_t> g_generation{0};
+
+void update_in_use(const TuningState& s) {
+  g_in_use.store(s.options.enabled || !s.loaded.empty() || !s.measured.empty(), std::memory_order_release);
 }
 
 // The choices of the file at `path`, or none (and a warning) when it is not ours to trust.
@@ -118,7 +126,12 @@ void set_tuning_options(const TuningOptions& options) {
   std::lock_guard lock(s.mutex);
   s.options = options;
   s.loaded = std::move(loaded);
+  update_in_use(s);
+  g_generation.fetch_add(1, std::memory_order_acq_rel);
 }
+
+bool tuning_in_use() { return g_in_use.load(std::memory_order_acquire); }
+uint64_t tuning_generation() { return g_generation.load(std::memory_order_acquire); }
 
 TuningOptions tuning_options() {
   TuningState& s = state();
@@ -140,6 +153,7 @@ void record_choice(const std::string& key, const std::string& choice, double mic
   TuningState& s = state();
   std::lock_guard lock(s.mutex);
   s.measured[key] = {choice, micros};
+  update_in_use(s);
   if (!s.options.results_path.empty()) save(s);
 }
 

@@ -36,6 +36,11 @@ struct TuningOptions {
 void set_tuning_options(const TuningOptions& options);
 TuningOptions tuning_options();
 bool tuning_enabled();
+// Whether any choice can exist (tuning on, or choices loaded or measured): when not, an op takes
+// its default at once. Lock-free, for hot paths.
+bool tuning_in_use();
+// Changes whenever set_tuning_options runs: a cache of choices made under an older value is stale.
+uint64_t tuning_generation();
 
 // The choice for `key` (loaded or measured), if any.
 std::optional<std::string> tuned_choice(const std::string& key);
