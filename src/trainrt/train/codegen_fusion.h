@@ -6,11 +6,12 @@
 // With options.debug_dir set, each fused subgraph is written there as <symbol>.txt (the ops it
 // replaced, as the printer shows them) beside the unit's source (<unit>.cc, compiler.h).
 //
-//   PassOutcome outcome = fuse_elementwise_with_codegen(*programs.backward, options);
+//   auto outcomes = fuse_elementwise_with_codegen({{forward.get()}, {backward.get(), {"dlogits"}}}, options);
 #pragma once
 
 #include <set>
 #include <string>
+#include <vector>
 
 #include "trainrt/ir/graph.h"
 #include "trainrt/kernels/codegen/compiler.h"
@@ -18,8 +19,14 @@
 
 namespace trainrt {
 
-// Nodes reading a value named in `leave_readers_of` stay unfused (ElementwiseFusion).
-PassOutcome fuse_elementwise_with_codegen(Graph& program, const CodegenOptions& options,
-                                          std::set<std::string> leave_readers_of = {});
+struct CodegenProgram {
+  Graph* graph;
+  std::set<std::string> leave_readers_of;  // nodes reading these stay unfused (ElementwiseFusion)
+};
+
+// Fuses each program's groups whose functions compiled: the functions of all the programs are
+// compiled as one unit (one compiler run). One outcome per program, in order.
+std::vector<PassOutcome> fuse_elementwise_with_codegen(const std::vector<CodegenProgram>& programs,
+                                                       const CodegenOptions& options);
 
 }  // namespace trainrt

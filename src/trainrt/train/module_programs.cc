@@ -88,12 +88,13 @@ ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::st
   programs_ = partition_joint_graph(*joint_, result);
   if (label_sparsity_) RowScatterPushdown().apply(*programs_.backward);
   if (optimize && codegen) {
-    forward_pass_report_.push_back(fuse_elementwise_with_codegen(*programs_.forward, *codegen));
     // The output gradients may come as zeros: their readers stay ops ZeroInputElimination knows.
-    PassOutcome backward = fuse_elementwise_with_codegen(
-        *programs_.backward, *codegen, {output_grad_inputs_.begin(), output_grad_inputs_.end()});
-    backward.pass += " (backward)";
-    forward_pass_report_.push_back(backward);
+    std::vector<PassOutcome> fused = fuse_elementwise_with_codegen(
+        {{programs_.forward.get(), {}},
+         {programs_.backward.get(), {output_grad_inputs_.begin(), output_grad_inputs_.end()}}},
+        *codegen);
+    fused[1].pass += " (backward)";
+    forward_pass_report_.insert(forward_pass_report_.end(), fused.begin(), fused.end());
   }
   // Backward outputs come in grad_of order (sorted by name); map each wrt entry to its position.
   std::vector<std::string> order;

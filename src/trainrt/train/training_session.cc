@@ -70,7 +70,7 @@ TrainingSession::TrainingSession(std::shared_ptr<Graph> graph, TrainingConfig co
   LowPrecisionCompute().apply(*joint_);  // bf16 / f16 nodes whose schema takes f32 only: between casts
   infer_graph_shapes(*joint_);  // gradient rules read ranks and dims an exported file may not declare
   build_gradients(*joint_, {.loss = config_.loss, .wrt = param_names_});
-  if (config_.codegen) fuse_elementwise_with_codegen(*joint_, *config_.codegen);
+  if (config_.codegen) fuse_elementwise_with_codegen({{joint_.get(), {}}}, *config_.codegen);
 
   SessionOptions options;
   options.mutable_initializers = {param_names_.begin(), param_names_.end()};
