@@ -420,7 +420,7 @@ OPTIONS: tuple[Option, ...] = (
            "the forward and backward programs (activations and their gradients, residual adds, norm scales, "
            "masks) becomes one generated, vectorized C++ kernel that reads its inputs and writes its results "
            "once. Kernels are compiled at first use by the C++ compiler the build used, in one unit per "
-           "program, and kept on disk (`<TRAINRT_CACHE_DIR>/codegen`, else `~/.cache/trainrt/codegen`, a "
+           "model (forward and backward together), and kept on disk (`<TRAINRT_CACHE_DIR>/codegen`, else `~/.cache/trainrt/codegen`, a "
            "directory only you may write; another is not read), so a second process compiles nothing. Without "
            "a compiler, or when a compile fails, the ops run unfused and a warning says why. Results are the "
            "unfused kernels' within rounding. Needs the compute optimizer; the start-up table says how many "

@@ -3,7 +3,7 @@
 // nothing.
 //
 // One call compiles a whole set of functions as one translation unit (one compiler start for a
-// program's kernels). The disk cache key is a hash of that unit's text, the compiler's identity
+// model's kernels: train/codegen_fusion.h passes the forward's and the backward's together). The disk cache key is a hash of that unit's text, the compiler's identity
 // (its --version line), the flags and this CPU's model and feature flags (-march=native): a
 // change of any of them compiles again. The cache directory and each file in it must belong to
 // this user and be writable by nobody else, or the cache is not read (a shared object is code
