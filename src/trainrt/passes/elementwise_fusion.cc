@@ -18,7 +18,7 @@ bool is_ours(const Node& n, std::initializer_list<const char*> ops) {
 }
 
 // f32, or bf16 computed in f32 and rounded once per op (what the generated code writes).
-bool is_f32(const Value* v) { return v && (v->dtype == DType::kF32 || v->dtype == DType::kBF16); }
+bool is_float(const Value* v) { return v && (v->dtype == DType::kF32 || v->dtype == DType::kBF16); }
 bool is_bool(const Value* v) { return v && v->dtype == DType::kBool; }
 // The same float dtype for the node's output and every input but the skipped ones (ONNX requires
 // it; a mixed node is left alone).
@@ -195,30 +195,30 @@ bool ElementwiseFusion::fusible(const Node& n) {
     return n.num_inputs() > 0;
   };
   if (is_onnx(n, {"Add", "Sub", "Mul", "Div", "Max", "Min"}))
-    return n.num_inputs() == 2 && is_f32(y) && inputs_are(is_f32) && one_dtype(n);
+    return n.num_inputs() == 2 && is_float(y) && inputs_are(is_float) && one_dtype(n);
   if (is_onnx(n, {"Sum"}))
-    return n.num_inputs() >= 1 && n.num_inputs() <= 8 && is_f32(y) && inputs_are(is_f32) && one_dtype(n);
+    return n.num_inputs() >= 1 && n.num_inputs() <= 8 && is_float(y) && inputs_are(is_float) && one_dtype(n);
   if (is_onnx(n, {"Neg", "Abs", "Relu", "Exp", "Log", "Sqrt", "Reciprocal", "Sigmoid", "Tanh", "Erf", "LeakyRelu"}))
-    return n.num_inputs() == 1 && is_f32(y) && is_f32(n.input(0)) && one_dtype(n);
+    return n.num_inputs() == 1 && is_float(y) && is_float(n.input(0)) && one_dtype(n);
   if (is_onnx(n, {"Gelu"})) {
     const std::string a = n.attr_string("approximate", "none");
-    return (a == "none" || a == "tanh") && is_f32(y) && is_f32(n.input(0)) && one_dtype(n);
+    return (a == "none" || a == "tanh") && is_float(y) && is_float(n.input(0)) && one_dtype(n);
   }
-  if (is_onnx(n, {"Cast"})) return n.num_inputs() == 1 && is_f32(y) && is_f32(n.input(0));  // f32 <-> bf16
+  if (is_onnx(n, {"Cast"})) return n.num_inputs() == 1 && is_float(y) && is_float(n.input(0));  // f32 <-> bf16
   if (is_onnx(n, {"Pow"}))
-    return n.num_inputs() == 2 && is_f32(y) && is_f32(n.input(0)) && one_dtype(n, 0, 1) &&
+    return n.num_inputs() == 2 && is_float(y) && is_float(n.input(0)) && one_dtype(n, 0, 1) &&
            is_scalar_constant(n.input(1)) &&
            (n.input(1)->dtype == DType::kF32 || n.input(1)->dtype == DType::kF64 || n.input(1)->dtype == DType::kI64 ||
             n.input(1)->dtype == DType::kI32);
   if (is_onnx(n, {"Where"}))
-    return n.num_inputs() == 3 && is_bool(n.input(0)) && is_f32(n.input(1)) && is_f32(n.input(2)) && is_f32(y) &&
+    return n.num_inputs() == 3 && is_bool(n.input(0)) && is_float(n.input(1)) && is_float(n.input(2)) && is_float(y) &&
            one_dtype(n, 1);
   if (is_onnx(n, {"Not"})) return n.num_inputs() == 1 && is_bool(n.input(0)) && is_bool(y);
   if (is_ours(n, {"ReluGrad", "SigmoidGrad", "TanhGrad", "LeakyReluGrad"}))
-    return n.num_inputs() == 2 && is_f32(y) && inputs_are(is_f32) && one_dtype(n);
+    return n.num_inputs() == 2 && is_float(y) && inputs_are(is_float) && one_dtype(n);
   if (is_ours(n, {"GeluGrad"})) {
     const std::string a = n.attr_string("approximate", "none");
-    return (a == "none" || a == "tanh") && n.num_inputs() == 2 && is_f32(y) && inputs_are(is_f32) && one_dtype(n);
+    return (a == "none" || a == "tanh") && n.num_inputs() == 2 && is_float(y) && inputs_are(is_float) && one_dtype(n);
   }
   return false;
 }

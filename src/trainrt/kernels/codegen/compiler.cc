@@ -123,7 +123,10 @@ std::string toolchain_identity(const std::string& compiler) {
     const fs::path dir = temporary_dir();
     if (!dir.empty()) {
       const fs::path log = dir / "version.txt";
-      if (run({compiler, "--version"}, log) == 0) text = read_file(log).substr(0, read_file(log).find('\n'));
+      if (run({compiler, "--version"}, log) == 0) {
+        text = read_file(log);
+        text.resize(std::min(text.size(), text.find('\n')));
+      }
       fs::remove_all(dir);
     }
     std::ifstream cpu("/proc/cpuinfo");
@@ -198,17 +201,6 @@ bool compile_unit(const std::string& compiler, const std::string& unit, const fs
 }  // namespace
 
 std::string codegen_compiler() { return TRAINRT_CODEGEN_CXX; }
-
-bool codegen_compiler_available() {
-  static const bool available = [] {
-    const fs::path dir = temporary_dir();
-    if (dir.empty()) return false;
-    const bool ok = run({codegen_compiler(), "--version"}, dir / "version.txt") == 0;
-    fs::remove_all(dir);
-    return ok;
-  }();
-  return available;
-}
 
 std::vector<bool> compile_kernels(const std::vector<GeneratedFunction>& functions, const CodegenOptions& options) {
   Registry& r = registry();

@@ -46,9 +46,8 @@ std::vector<bool> compile_kernels(const std::vector<GeneratedFunction>& function
 // The loaded function named `symbol`, or null.
 ElementwiseRowFn find_kernel(const std::string& symbol);
 
-// The compiler generated kernels are built with, and whether it can be run here.
+// The compiler generated kernels are built with (the build's own).
 std::string codegen_compiler();
-bool codegen_compiler_available();
 
 // What the last compile cost and whether it came from the disk cache (for the start-up report).
 struct CodegenStats {

@@ -139,8 +139,6 @@ TuningOptions tuning_options() {
   return s.options;
 }
 
-bool tuning_enabled() { return tuning_options().enabled; }
-
 std::optional<std::string> tuned_choice(const std::string& key) {
   TuningState& s = state();
   std::lock_guard lock(s.mutex);

@@ -11,7 +11,7 @@
 //   set_tuning_options({.enabled = true, .max_ms = 30, .results_path = "tuning.json"});
 //   std::string key = "gemm f32 NN m=1024 n=768 k=256 ...";
 //   if (auto choice = tuned_choice(key)) use(*choice);
-//   else if (tuning_enabled()) record_choice(key, measure_candidates(...), micros);   // saves the file
+//   else if (tuning_options().enabled) record_choice(key, measure_candidates(...), micros);  // saves the file
 //
 //   {
 //     "format": "trainrt-tuning 1", "cpu": "AMD ...", "onednn": "2.7.3", "trainrt": "0.2.0",
@@ -35,7 +35,6 @@ struct TuningOptions {
 // replaced; choices measured in this process are kept.
 void set_tuning_options(const TuningOptions& options);
 TuningOptions tuning_options();
-bool tuning_enabled();
 // Whether any choice can exist (tuning on, or choices loaded or measured): when not, an op takes
 // its default at once. Lock-free, for hot paths.
 bool tuning_in_use();
