@@ -7,7 +7,7 @@
 #include "cli_common.h"
 #include "trainrt/ir/onnx_import.h"
 #include "trainrt/ir/printer.h"
-#include "trainrt/kernels/cpu/cpu_kernels.h"
+#include "trainrt/runtime/control_flow_kernels.h"
 #include "trainrt/ops/op_schema.h"
 #include "trainrt/plan/partition.h"
 #include "trainrt/runtime/execution_plan.h"
@@ -83,7 +83,7 @@ int inspect_command(const Args& args) {
       if (!d.is_static() && !dims.count(d.symbol)) defaulted = true;
     inputs.push_back(Tensor::zeros(in->dtype, concrete_dims(*in, dims, true)));
   }
-  auto plan = build_execution_plan(*graph, inputs, cpu_kernel_table(), PlanOptions{});
+  auto plan = build_execution_plan(*graph, inputs, runtime_kernel_table(), PlanOptions{});
   std::printf("\nplanned peak memory of intermediates: %s (arena; lower bound %s), %d steps, %d folded, %d in place%s\n",
               human_bytes(static_cast<double>(plan->stats.arena_bytes)).c_str(),
               human_bytes(static_cast<double>(plan->stats.live_lower_bound)).c_str(), plan->stats.num_steps,

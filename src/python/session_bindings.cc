@@ -8,7 +8,7 @@
 #include "trainrt/ir/onnx_export.h"
 #include "trainrt/ir/onnx_import.h"
 #include "trainrt/ir/verifier.h"
-#include "trainrt/kernels/cpu/cpu_kernels.h"
+#include "trainrt/runtime/control_flow_kernels.h"
 #include "trainrt/ops/op_schema.h"
 #include "trainrt/runtime/session.h"
 
@@ -64,7 +64,7 @@ nb::dict memory_stats(const Session& s) {
 std::vector<std::pair<std::string, std::string>> supported_ops() {
   std::vector<std::pair<std::string, std::string>> out;
   for (const OpSchema* s : OpRegistry::global().all())
-    if (cpu_kernel_table().supports(s->domain, s->name)) out.emplace_back(s->domain, s->name);
+    if (runtime_kernel_table().supports(s->domain, s->name)) out.emplace_back(s->domain, s->name);
   return out;
 }
 

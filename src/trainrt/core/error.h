@@ -54,6 +54,21 @@ std::string fmt(Args&&... args) {
   return out.str();
 }
 
+// Runs fn(); an error of the model's or the user's (InvalidModel, UnsupportedOp, ShapeError) is
+// rethrown, same type, with `where` and ": " in front: a body's error names the node that ran it.
+template <typename Fn>
+decltype(auto) with_error_context(const std::string& where, Fn&& fn) {
+  try {
+    return fn();
+  } catch (const InvalidModel& e) {
+    throw InvalidModel(fmt(where, ": ", e.what()));
+  } catch (const UnsupportedOp& e) {
+    throw UnsupportedOp(fmt(where, ": ", e.what()));
+  } catch (const ShapeError& e) {
+    throw ShapeError(fmt(where, ": ", e.what()));
+  }
+}
+
 }  // namespace trainrt
 
 // Checks an internal invariant; a failure is a TrainRT bug and throws InternalError.

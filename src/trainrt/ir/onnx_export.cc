@@ -10,6 +10,7 @@
 #include <unordered_set>
 
 #include "trainrt/core/error.h"
+#include "trainrt/ir/control_flow.h"
 #include "trainrt/ir/onnx_messages.h"
 #include "trainrt/ir/onnx_tensor.h"
 #include "trainrt/ir/verifier.h"
@@ -66,7 +67,24 @@ onnx::TypeProto type_to_onnx(const Value& v) {
 onnx::ValueInfoProto value_info(const Value& v) { return {v.name, type_to_onnx(v)}; }
 
 class ExternalData;
-onnx::GraphProto graph_to_onnx(const Graph& g, ExternalData* external);
+// `implicit`: the graph is a control-flow body whose last `implicit` inputs stand for values of the
+// enclosing graph (ir/onnx_import.cc): they are not written as inputs; the body names those values
+// directly, as ONNX's outer scope does. A body's inputs may be untyped (the node's types apply).
+onnx::GraphProto graph_to_onnx(const Graph& g, ExternalData* external, bool body = false, size_t implicit = 0);
+
+// Renames every read of a name in `renames` in `g` and in the bodies nested in it.
+void rename_reads(onnx::GraphProto& g, const std::map<std::string, std::string>& renames) {
+  auto rename = [&](std::string& name) {
+    auto it = renames.find(name);
+    if (it != renames.end()) name = it->second;
+  };
+  for (onnx::NodeProto& n : g.node) {
+    for (std::string& in : n.input) rename(in);
+    for (onnx::AttributeProto& a : n.attribute)
+      if (a.g) rename_reads(*a.g, renames);
+  }
+  for (onnx::ValueInfoProto& out : g.output) rename(out.name);
+}
 
 onnx::AttributeProto attribute_to_onnx(const Node& n, const std::string& name, const Attribute& a) {
   onnx::AttributeProto p;
@@ -105,7 +123,16 @@ onnx::AttributeProto attribute_to_onnx(const Node& n, const std::string& name, c
     case Attribute::Kind::kGraph:
       if (!a.g) throw InvalidModel(fmt(n.describe(), ": graph attribute '", name, "' holds no graph"));
       p.type = onnx::kAttrGraph;
-      p.g = std::make_shared<onnx::GraphProto>(graph_to_onnx(*a.g, nullptr));
+      p.g = std::make_shared<onnx::GraphProto>(graph_to_onnx(*a.g, nullptr, true, implicit_inputs(n)));
+      // The body's stand-ins for enclosing values read those values under their names there.
+      std::map<std::string, std::string> renames;
+      const size_t implicit = implicit_inputs(n), first = n.inputs().size() - implicit;
+      for (size_t k = 0; k < implicit; ++k) {
+        const std::string& inside = a.g->inputs()[a.g->inputs().size() - implicit + k]->name;
+        const std::string& outside = n.inputs()[first + k]->name;
+        if (inside != outside) renames[inside] = outside;
+      }
+      if (!renames.empty()) rename_reads(*p.g, renames);
   }
   return p;
 }
@@ -115,9 +142,11 @@ onnx::NodeProto node_to_onnx(const Node& n) {
   p.name = n.name();
   p.op_type = n.op_type();
   p.domain = n.domain();
-  for (const Value* v : n.inputs()) p.input.push_back(v ? v->name : "");
+  const size_t explicit_inputs = n.inputs().size() - implicit_inputs(n);
+  for (size_t i = 0; i < explicit_inputs; ++i) p.input.push_back(n.inputs()[i] ? n.inputs()[i]->name : "");
   for (const Value* v : n.outputs()) p.output.push_back(v ? v->name : "");
-  for (const auto& [name, a] : n.attrs()) p.attribute.push_back(attribute_to_onnx(n, name, a));
+  for (const auto& [name, a] : n.attrs())
+    if (name != kImplicitInputsAttr) p.attribute.push_back(attribute_to_onnx(n, name, a));
   return p;
 }
 
@@ -177,12 +206,13 @@ class ExternalData {
   uint64_t size_ = 0;
 };
 
-onnx::GraphProto graph_to_onnx(const Graph& g, ExternalData* external) {
+onnx::GraphProto graph_to_onnx(const Graph& g, ExternalData* external, bool body, size_t implicit) {
   onnx::GraphProto p;
   p.name = g.name.empty() ? "trainrt" : g.name;  // onnx.checker wants a graph name
   p.doc_string = g.doc;
-  for (const Value* v : g.inputs()) {
-    if (v->dtype == DType::kUndefined) throw InvalidModel(fmt("graph input '", v->name, "' has no dtype"));
+  for (size_t i = 0; i + implicit < g.inputs().size(); ++i) {
+    const Value* v = g.inputs()[i];
+    if (v->dtype == DType::kUndefined && !body) throw InvalidModel(fmt("graph input '", v->name, "' has no dtype"));
     p.input.push_back(value_info(*v));
   }
   // Inputs with data are written as initializers too: ONNX's form of an input with a default.

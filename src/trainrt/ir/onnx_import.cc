@@ -2,6 +2,7 @@
 // this file checks meaning: names, types, tensor data, opset imports.
 #include "trainrt/ir/onnx_import.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -10,6 +11,7 @@
 #include <set>
 
 #include "trainrt/core/error.h"
+#include "trainrt/ir/control_flow.h"
 #include "trainrt/ir/onnx_inline.h"
 #include "trainrt/ir/onnx_sequences.h"
 #include "trainrt/ir/onnx_messages.h"
@@ -78,9 +80,25 @@ void apply_type(const onnx::TypeProto& t, Value& v, std::string_view role) {
   onnx::with_context([&] { return fmt(role, " '", v.name, "'"); }, [&] { set_type(t, v); });
 }
 
+// The ops whose bodies may read values of the enclosing graph (ONNX's outer scope). Such a read
+// becomes an input of the body and of the node (an implicit input: the body's last inputs, the
+// node's last inputs, as many as its `implicit_inputs` attribute says), so that every later stage
+// (liveness, passes, autodiff, the kernel's Session) sees the dependency as an ordinary edge.
+bool reads_outer_scope(const std::string& op_type, const std::string& domain) {
+  return domain.empty() && (op_type == "If" || op_type == "Loop" || op_type == "Scan");
+}
+
+// Per graph attribute of a node (by name, in the node's order): the names its body read outside.
+using BodyReads = std::vector<std::pair<std::string, std::vector<std::string>>>;
+
 class Importer {
  public:
-  Importer(const onnx::ModelProto& model, fs::path dir) : model_(model), dir_(std::move(dir)) {}
+  // `outer`: the importer of the enclosing graph, for a body that may read its values.
+  Importer(const onnx::ModelProto& model, fs::path dir, Importer* outer = nullptr)
+      : model_(model), dir_(std::move(dir)), outer_(outer) {}
+
+  // Names this graph read from enclosing graphs, in the order first read (its last inputs).
+  const std::vector<std::string>& implicit_inputs() const { return implicit_; }
 
   std::unique_ptr<Graph> run() {
     if (!model_.has_graph) throw InvalidModel("the model has no graph");
@@ -144,7 +162,7 @@ class Importer {
                                  " but its initializer is ", describe(it->second)));
         v->data = std::move(it->second);
         data.erase(it);
-      } else if (v->dtype == DType::kUndefined) {
+      } else if (v->dtype == DType::kUndefined && !outer_) {  // a control-flow body's: the node's types
         throw InvalidModel(fmt("graph input '", in.name, "' has no element type"));
       }
     }
@@ -217,7 +235,7 @@ class Importer {
         inputs.push_back(nullptr);
         continue;
       }
-      Value* v = g_->find_value(n.input[i]);
+      Value* v = find_or_capture(n.input[i]);
       if (!v)
         throw InvalidModel(
             fmt("input ", i, " '", n.input[i],
@@ -226,18 +244,68 @@ class Importer {
     }
     for (const std::string& out : n.output) outputs.push_back(out.empty() ? nullptr : g_->find_value(out));
     std::map<std::string, Attribute> attrs;
+    BodyReads body_reads;  // per graph attribute, in the node's order: the names its body read outside
+    const bool outer_scope = reads_outer_scope(n.op_type, domain);
     for (const onnx::AttributeProto& a : n.attribute) {
       if (a.name.empty()) throw InvalidModel("an attribute has no name");
       Attribute value = onnx::with_context([&] { return fmt("attribute '", a.name, "'"); },
-                                           [&] { return convert_attribute(a); });
+                                           [&] { return convert_attribute(a, outer_scope, body_reads); });
       if (!attrs.emplace(a.name, std::move(value)).second)
         throw InvalidModel(fmt("attribute '", a.name, "' is set twice"));
+    }
+    if (outer_scope) {
+      const std::vector<std::string> reads = join_implicit_inputs(attrs, body_reads);
+      for (const std::string& r : reads) inputs.push_back(find_or_capture(r));
+      if (!reads.empty()) attrs[std::string(kImplicitInputsAttr)] = Attribute::of_int(static_cast<int64_t>(reads.size()));
     }
     Node* node = g_->add_node_with_outputs(n.op_type, inputs, outputs, domain, name);
     for (auto& [key, value] : attrs) node->set_attr(key, std::move(value));
   }
 
-  Attribute convert_attribute(const onnx::AttributeProto& a) {
+  // A value of this graph by name; else one of an enclosing graph (for a body that may read them),
+  // which then becomes an input of this graph, named as there.
+  Value* find_or_capture(const std::string& name) {
+    if (Value* v = g_->find_value(name)) return v;
+    if (!outer_) return nullptr;
+    const Value* outside = outer_->find_or_capture(name);
+    if (!outside) return nullptr;
+    implicit_.push_back(name);
+    return g_->add_input(name, outside->dtype, outside->shape);
+  }
+
+  // The node's implicit inputs: every name one of its bodies reads from outside, in order of first
+  // read. Each body's inputs become its formal ones followed by all of those (a branch that reads
+  // fewer gets unread inputs), so that every body takes the node's inputs in the same order.
+  std::vector<std::string> join_implicit_inputs(std::map<std::string, Attribute>& attrs, const BodyReads& body_reads) {
+    std::vector<std::string> all;
+    for (const auto& [attr, reads] : body_reads)
+      for (const std::string& r : reads)
+        if (std::find(all.begin(), all.end(), r) == all.end()) all.push_back(r);
+    for (const auto& [attr, reads] : body_reads) {
+      Graph& body = *attrs.at(attr).g;
+      const auto formal_end = body.inputs().end() - static_cast<long>(reads.size());
+      std::vector<Value*> ordered(body.inputs().begin(), formal_end);
+      for (const std::string& r : all) {
+        Value* v = body.find_value(r);
+        if (std::find(reads.begin(), reads.end(), r) == reads.end()) {
+          if (v)
+            throw InvalidModel(fmt("attribute '", attr, "': value '", r,
+                                   "' of the body has the name of a value the node's other bodies read "
+                                   "from the enclosing graph (ONNX forbids shadowing)"));
+          const Value* outside = find_or_capture(r);
+          v = body.add_input(r, outside->dtype, outside->shape);
+        }
+        ordered.push_back(v);
+      }
+      body.mutable_inputs() = std::move(ordered);
+    }
+    return all;
+  }
+
+  // `outer_scope`: a graph attribute may read this graph's values (If's, Loop's, Scan's bodies);
+  // the names it reads are appended to `body_reads`. Otherwise a body names its own inputs
+  // (FusedElementwise's) and one reading an enclosing value is refused, naming the value.
+  Attribute convert_attribute(const onnx::AttributeProto& a, bool outer_scope, BodyReads& body_reads) {
     if (!a.ref_attr_name.empty())
       throw InvalidModel(fmt("ref_attr_name '", a.ref_attr_name, "' is only allowed in a function body"));
     switch (a.type) {
@@ -249,8 +317,6 @@ class Importer {
       case onnx::kAttrInts: return Attribute::of_ints(a.ints);
       case onnx::kAttrStrings: return Attribute::of_strings(a.strings);
       case onnx::kAttrGraph: {
-        // A body that names its own inputs (FusedElementwise's), imported as a graph of its own; a
-        // body reading values of the enclosing graph (If's, Loop's) is refused naming the value.
         if (!a.g) throw InvalidModel("graph attribute holds no graph");
         onnx::ModelProto body;
         body.ir_version = model_.ir_version;
@@ -260,7 +326,9 @@ class Importer {
         body.graph = *a.g;
         Attribute out;
         out.kind = Attribute::Kind::kGraph;
-        out.g = Importer(body, dir_).run();
+        Importer inner(body, dir_, outer_scope ? this : nullptr);
+        out.g = inner.run();
+        if (outer_scope) body_reads.emplace_back(a.name, inner.implicit_inputs());
         return out;
       }
       case onnx::kAttrGraphs:
@@ -287,7 +355,7 @@ class Importer {
 
   void add_outputs() {
     for (const onnx::ValueInfoProto& out : model_.graph.output) {
-      Value* v = g_->find_value(out.name);
+      Value* v = find_or_capture(out.name);
       if (!v)
         throw InvalidModel(
             fmt("graph output '", out.name, "' is not a graph input, initializer or node output"));
@@ -298,6 +366,8 @@ class Importer {
 
   const onnx::ModelProto& model_;
   fs::path dir_;
+  Importer* outer_ = nullptr;
+  std::vector<std::string> implicit_;
   std::unique_ptr<Graph> g_;
 };
 

@@ -293,7 +293,8 @@ TEST(OnnxImport, AttributeErrors) {
   g.node[1].attribute = {graph_attr};
   expect_import_error<InvalidModel>(make_model(g),
                                     {"node 'relu' (Relu): attribute 'then_branch': graph attribute holds no graph"});
-  // A body that reads a value of the enclosing graph (an If branch's way) is refused, naming it.
+  // A body of an op other than If, Loop or Scan that reads a value of the enclosing graph is
+  // refused, naming it (ir/control_flow.h).
   graph_attr.g = std::make_shared<onnx::GraphProto>(mlp_graph());
   graph_attr.g->input.clear();
   g.node[1].attribute = {graph_attr};

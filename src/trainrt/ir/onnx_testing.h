@@ -101,6 +101,14 @@ inline onnx::AttributeProto attr_ints(const std::string& name, std::vector<int64
   a.ints = std::move(v);
   return a;
 }
+inline onnx::AttributeProto attr_graph(const std::string& name, onnx::GraphProto g) {
+  onnx::AttributeProto a;
+  a.name = name;
+  a.type = onnx::kAttrGraph;
+  a.g = std::make_shared<onnx::GraphProto>(std::move(g));
+  return a;
+}
+
 // An attribute of a function body that takes the caller's attribute `ref`.
 inline onnx::AttributeProto attr_ref(const std::string& name, int32_t type, const std::string& ref) {
   onnx::AttributeProto a;

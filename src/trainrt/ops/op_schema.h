@@ -88,6 +88,10 @@ struct OpSchema {
   bool view_when_same_dims = false;
   // False for ops with random outputs (Dropout): never constant-folded or deduplicated.
   bool deterministic = true;
+  // Output dims follow from running the op (a control-flow op's body), not from its inputs: where
+  // the plan could not size an output, the session leaves it without storage and the kernel
+  // allocates it (If, Loop, Scan).
+  bool sizes_outputs_when_run = false;
 
   static constexpr int kVariadic = 1 << 20;
 };

@@ -20,6 +20,7 @@ void register_pool_schemas(OpRegistry& r);        // MaxPool, AveragePool, Globa
 void register_attention_schemas(OpRegistry& r);  // ScaledDotProductAttention and its Grad
 void register_python_op_schemas(OpRegistry& r);  // PythonOp and PythonOpGrad: a user's autograd.Function
 void register_fused_elementwise_schema(OpRegistry& r);  // FusedElementwise: elementwise subgraphs as one op
+void register_control_flow_schemas(OpRegistry& r);      // If, Loop, Scan: ops with bodies
 
 inline void register_all_schemas(OpRegistry& r) {
   register_elementwise_schemas(r);
@@ -35,6 +36,7 @@ inline void register_all_schemas(OpRegistry& r) {
   register_attention_schemas(r);
   register_python_op_schemas(r);
   register_fused_elementwise_schema(r);
+  register_control_flow_schemas(r);
 }
 
 }  // namespace trainrt

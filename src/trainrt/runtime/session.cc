@@ -4,9 +4,9 @@
 
 #include "trainrt/core/error.h"
 #include "trainrt/core/logging.h"
-#include "trainrt/kernels/codegen/fused_elementwise_kernel.h"
 #include "trainrt/ops/op_schema.h"
 #include "trainrt/runtime/bf16_widening.h"
+#include "trainrt/runtime/control_flow_kernels.h"
 
 namespace trainrt {
 namespace {
@@ -53,7 +53,7 @@ Tensor handed_over(const ExecutionPlan& plan, int s) {
 
 Session::Session(std::shared_ptr<Graph> graph, SessionOptions options)
     : graph_(std::move(graph)), options_(std::move(options)),
-      kernels_(options_.kernels ? options_.kernels : &engine_kernel_table()),
+      kernels_(options_.kernels ? options_.kernels : &runtime_kernel_table()),
       arena_(options_.arena ? options_.arena : std::make_shared<Arena>()) {
   TRAINRT_CHECK(graph_ != nullptr);
   widen_bf16_without_kernel(*graph_, *kernels_);  // mixed precision: ops with no bf16 kernel run in f32
@@ -158,6 +158,14 @@ void Session::bind(ExecutionPlan& plan, const std::vector<Tensor>& inputs) {
 }
 
 void Session::infer_at_run_time(PlanStep& step, ExecutionPlan& plan) {
+  if (step.schema->sizes_outputs_when_run) {  // the kernel allocates what the plan could not size
+    for (int s : step.outputs) {
+      if (s < 0) continue;
+      Slot& slot = plan.slots[static_cast<size_t>(s)];
+      if (slot.kind == SlotKind::kDynamic || slot.kind == SlotKind::kOutput) slot.tensor = Tensor();
+    }
+    return;
+  }
   const Node& node = *step.node;
   std::vector<Shape> shapes(step.inputs.size());
   std::vector<InferenceContext::Input> in(step.inputs.size());
@@ -193,6 +201,17 @@ void Session::infer_at_run_time(PlanStep& step, ExecutionPlan& plan) {
   }
 }
 
+// After a kernel that sized its own outputs: each one it had to allocate is there, and counted.
+void Session::count_kernel_sized(const PlanStep& step, const ExecutionPlan& plan) {
+  for (size_t o = 0; o < step.outputs.size(); ++o) {
+    if (step.outputs[o] < 0) continue;
+    const Slot& slot = plan.slots[static_cast<size_t>(step.outputs[o])];
+    if (!slot.tensor.defined())
+      throw InternalError(fmt(step.node->describe(), ": its kernel left output ", o, " without storage"));
+    if (slot.kind == SlotKind::kDynamic && step.needs_runtime_inference) dynamic_bytes_ += slot.tensor.nbytes();
+  }
+}
+
 void Session::run_step(PlanStep& step, int index, ExecutionPlan& plan, int64_t row_begin, int64_t row_end) {
   if (step.needs_runtime_inference) infer_at_run_time(step, plan);
   for (size_t i = 0; i < step.inputs.size(); ++i)
@@ -218,11 +237,13 @@ void Session::run_step(PlanStep& step, int index, ExecutionPlan& plan, int64_t r
   ctx.row_end = row_end;
   if (!profiler_.enabled()) {
     step.kernel(ctx);
+    if (step.schema->sizes_outputs_when_run) count_kernel_sized(step, plan);
     return;
   }
   int64_t start = profiler_.now_us();
   step.kernel(ctx);
   int64_t end = profiler_.now_us();
+  if (step.schema->sizes_outputs_when_run) count_kernel_sized(step, plan);
   std::string shapes;
   for (Tensor* t : step.output_ptrs) {
     if (!t) continue;

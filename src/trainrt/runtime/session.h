@@ -106,6 +106,7 @@ class Session {
   void run_step_in_blocks(PlanStep& step, int index, ExecutionPlan& plan, const ConsumePoint& point,
                           OutputConsumer& consumer);
   void infer_at_run_time(PlanStep& step, ExecutionPlan& plan);
+  void count_kernel_sized(const PlanStep& step, const ExecutionPlan& plan);
   void release_outputs(ExecutionPlan& plan);
 
   std::shared_ptr<Graph> graph_;
