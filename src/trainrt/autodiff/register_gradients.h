@@ -14,6 +14,7 @@ void register_pool_gradients(GradientRegistry& r);         // MaxPool, AveragePo
 void register_attention_gradients(GradientRegistry& r);    // ScaledDotProductAttention
 void register_python_op_gradients(GradientRegistry& r);    // PythonOp: the user's backward
 void register_spectral_gradients(GradientRegistry& r);     // DFT
+void register_control_flow_gradients(GradientRegistry& r);  // If (its branches' own joint graphs)
 
 inline void register_all_gradients(GradientRegistry& r) {
   register_elementwise_gradients(r);
@@ -25,6 +26,7 @@ inline void register_all_gradients(GradientRegistry& r) {
   register_attention_gradients(r);
   register_python_op_gradients(r);
   register_spectral_gradients(r);
+  register_control_flow_gradients(r);
 }
 
 }  // namespace trainrt
