@@ -56,6 +56,18 @@ def _draw_seed(engine) -> int:
     return int(torch.randint(0, 2**62, (1,), dtype=torch.int64).item()) if engine.draws_random else 0
 
 
+def _names_read(graph) -> set[str]:
+    """The value names the graph's nodes read, and those its control-flow bodies read from it by
+    name (an If branch of a torch.cond reads the parameters it uses), bodies' outputs included."""
+    names = set()
+    for node in graph.node:
+        names.update(node.input)
+        for attribute in node.attribute:
+            for body in [attribute.g] if attribute.HasField("g") else attribute.graphs:
+                names |= _names_read(body) | {out.name for out in body.output}
+    return names
+
+
 class _Engine:
     """The engine programs of one captured input schema, plus how to feed and unpack them."""
 
@@ -74,7 +86,7 @@ class _Engine:
         self.buffer_names = [fqn for _, fqn in captured.buffer_inputs]
         # A parameter the forward never reads gets no gradient (grad None, as in eager), nor one the
         # loss does not depend on (`unreached` below: read through detach or integer paths only).
-        read = {name for node in captured.model.graph.node for name in node.input}
+        read = _names_read(captured.model.graph)
         grad_params = [name for (name, fqn) in captured.param_inputs if params[fqn].requires_grad and name in read]
         grad_inputs = [name for name, rg in zip(captured.user_inputs, input_requires_grad) if rg]
         self.wrt = grad_params + grad_inputs

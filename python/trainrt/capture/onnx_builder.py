@@ -146,6 +146,21 @@ class GraphBuilder:
     def is_node_output(self, name: str) -> bool:
         return name in self._produced
 
+    def body(self) -> GraphBuilder:
+        """A builder for a control-flow body inside this graph (an If branch): names stay unique
+        across both (a body reads this graph's values by name), and the ops of other domains it uses
+        are imported by the model; its constants and nodes are its own."""
+        inner = GraphBuilder()
+        inner._used = self._used
+        inner._domains = self._domains
+        inner.scope = self.scope
+        return inner
+
+    def to_graph(self, graph_name: str) -> onnx.GraphProto:
+        """The graph as a body (no inputs: it reads the enclosing graph's values by name)."""
+        return helper.make_graph(self._nodes, graph_name, self._inputs, self._outputs, self._initializers,
+                                 value_info=self._value_info)
+
     def to_model(self, graph_name: str) -> onnx.ModelProto:
         graph = helper.make_graph(self._nodes, graph_name, self._inputs, self._outputs, self._initializers,
                                   value_info=self._value_info)

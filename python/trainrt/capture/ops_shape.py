@@ -74,6 +74,16 @@ def transpose(ctx: OpContext) -> str:
     return ctx.emit("Transpose", [x], perm=perm)
 
 
+@translates("aten.mT.default", "aten.mH.default", "aten.adjoint.default")
+def matrix_transpose(ctx: OpContext) -> str:
+    """x.mT: the last two dims swapped (mH and adjoint are the same on real tensors). Export
+    decomposes it, but not inside a torch.cond branch."""
+    x = ctx.tensor("self")
+    perm = list(range(x.rank))
+    perm[-2], perm[-1] = perm[-1], perm[-2]
+    return ctx.emit("Transpose", [x], perm=perm)
+
+
 @translates("aten.numpy_T.default")
 def numpy_t(ctx: OpContext) -> str:
     """x.T: the dims reversed."""

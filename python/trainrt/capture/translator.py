@@ -20,6 +20,7 @@ import operator
 from dataclasses import dataclass
 
 import onnx
+import sympy
 import torch
 import torch.fx
 from torch.export import ExportedProgram
@@ -153,6 +154,7 @@ class _Translator:
         self.layers: dict[str, int] = {}
         self.layer_of = repeated_layers(ep.graph.nodes)
         self.specialized = is_specialized(ep)
+        self.size_conditions = []  # torch.cond conditions on sizes, as the example takes them (_cond)
         self.checked_only = _CheckedOnly(asserts_kept=self.specialized)
 
     def run(self, user_input_order: list[str], batch_name: str | None) -> Translation:
@@ -165,8 +167,8 @@ class _Translator:
         if self.unsupported:
             raise unsupported_ops(self.unsupported)
         mutations, outputs, differentiable = self._outputs()
-        branch_checks = [(self._check_output(self.symbols.lower_condition(expr)), str(expr))
-                         for expr in branch_conditions(self.ep)] if self.specialized else []
+        conditions = (branch_conditions(self.ep) if self.specialized else []) + self.size_conditions
+        branch_checks = [(self._check_output(self.symbols.lower_condition(expr)), str(expr)) for expr in conditions]
         self._declare_value_info()
         return Translation(self.b.to_model(self.graph_name), params, buffers, list(user_input_order), outputs,
                            differentiable, mutations, self.recompute_regions, self.layers, branch_checks)
@@ -232,6 +234,8 @@ class _Translator:
             self.env[node] = self._getitem(node)
         elif target is torch.ops.higher_order.wrap_with_set_grad_enabled:
             self.env[node] = self._set_grad_region(node)
+        elif target is torch.ops.higher_order.cond:
+            self.env[node] = self._cond(node)
         elif target in _ASSERTS:
             return
         elif target in _SIZE_OPS or (not isinstance(target, torch._ops.OpOverload)
@@ -246,17 +250,7 @@ class _Translator:
         body's nodes are translated in place, and with grad disabled its float outputs pass
         through StopGradient, so no gradient flows back through the block, as in eager."""
         enable, body, *operands = node.args
-        module = getattr(node.graph.owning_module, body.target)
-        outputs = None
-        for inner in module.graph.nodes:
-            if inner.op == "placeholder":
-                self.env[inner] = self._resolve(operands.pop(0))
-            elif inner.op == "call_function":
-                self._call_or_record(inner)
-            elif inner.op == "output":
-                outputs = inner.args[0]
-        outputs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
-        values = self._resolve(outputs)
+        outputs, values = self._subgraph(node, body, operands)
         if enable:
             return list(values)
         self.b.scope = node.name
@@ -266,6 +260,64 @@ class _Translator:
         return [v if _returns_an_input(out) else
                 TensorValue(self.b.add_node("StopGradient", [v.name], domain="com.trainrt")[0], v.dtype, v.shape)
                 if isinstance(v, TensorValue) and v.dtype.is_floating_point else v for out, v in zip(outputs, values)]
+
+    def _subgraph(self, node: torch.fx.Node, body: torch.fx.Node, operands) -> tuple[list, list]:
+        """Translates the nodes of a higher-order op's subgraph module (`body`, a get_attr of `node`'s
+        graph) over the operands' values, into the current builder; returns its FX outputs and their
+        values."""
+        module = getattr(node.graph.owning_module, body.target)
+        operands = list(operands)
+        outputs = None
+        for inner in module.graph.nodes:
+            if inner.op == "placeholder":
+                self.env[inner] = self._resolve(operands.pop(0))
+            elif inner.op == "call_function":
+                self._call_or_record(inner)
+            elif inner.op == "output":
+                outputs = inner.args[0]
+        outputs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+        return outputs, self._resolve(outputs)
+
+    def _cond(self, node: torch.fx.Node) -> list:
+        """torch.cond(pred, true_fn, false_fn, operands) on a tensor: an ONNX If whose branches are
+        the two subgraphs translated over the operands, each a body that reads them (and any size it
+        needs) from this graph by name. The engine differentiates the branch the condition takes
+        (autodiff/control_flow_gradients.cc), giving zeros to what only the other reads, as eager's
+        cond does. A condition known when captured keeps its branch only; one on sizes, below."""
+        pred, true_fn, false_fn, operands = node.args
+        condition = self._resolve(pred)
+        if isinstance(condition, torch.SymBool) and condition.node.expr in (sympy.true, sympy.false):
+            condition = bool(condition.node.expr)
+        if isinstance(condition, bool):
+            return list(self._subgraph(node, true_fn if condition else false_fn, operands)[1])
+        if isinstance(condition, torch.SymBool):
+            # A condition on sizes, a Python bool in eager (which calls that branch alone, so a
+            # parameter only the other reads gets grad None): the branch this example takes, and
+            # the condition checked every call like a data branch (branch_checks.py), so sizes that
+            # take the other branch get a capture of their own.
+            expr = condition.node.expr
+            taken = bool(expr.xreplace(condition.node.shape_env.var_to_val))
+            self.size_conditions.append(expr if taken else sympy.Not(expr))
+            return list(self._subgraph(node, true_fn if taken else false_fn, operands)[1])
+        if not isinstance(condition, TensorValue):
+            raise UnsupportedATenOp("higher_order.cond", node.name, source_line(node),
+                                    f"on a condition of type {type(condition).__name__} has no TrainRT translation")
+        outer, branches, results = self.b, {}, []
+        for attr, fn in (("then_branch", true_fn), ("else_branch", false_fn)):
+            self.b = outer.body()
+            try:
+                _, results = self._subgraph(node, fn, operands)
+                if any(not isinstance(v, TensorValue) for v in results):
+                    raise UnsupportedATenOp("higher_order.cond", node.name, source_line(node),
+                                            "with a branch that returns something other than tensors")
+                for v in results:
+                    self.b.add_output(v.name, v.dtype, self.symbols.dims(v.shape))
+                branches[attr] = self.b.to_graph(f"{node.name}_{attr}")
+            finally:
+                self.b = outer
+        self.b.scope = node.name
+        names = self.b.add_node("If", [condition.name], num_outputs=len(results), **branches)
+        return [TensorValue(name, v.dtype, tuple(v.shape)) for name, v in zip(names, node.meta["val"])]
 
     def _getitem(self, node: torch.fx.Node):
         seq, index = node.args
