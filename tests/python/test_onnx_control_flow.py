@@ -154,8 +154,9 @@ def test_training_through_a_loop_says_it_cannot():
         trainrt.TrainingSession(loop_model(), append_loss="mse", output="s_final", label="label", optimizer="sgd")
 
 
-def test_scan_over_an_inner_axis_in_reverse_runs_as_onnxruntime():
-    """Scan over axis 1 of x (batch, T, 4), reversed: h <- tanh(h @ u + x_t), output axis 0."""
+def rnn_scan_model(u: np.ndarray) -> bytes:
+    """Scan over axis 1 of x (batch, T, 4), reversed: h <- tanh(h @ u + x_t), outputs stacked on
+    axis 0 (T, batch, 4); u an initializer (a parameter to train), h0 an input."""
     body = helper.make_graph(
         [helper.make_node("MatMul", ["h", "u"], ["hu"]), helper.make_node("Add", ["hu", "x_t"], ["pre"]),
          helper.make_node("Tanh", ["pre"], ["h_next"]), helper.make_node("Identity", ["h_next"], ["out"])],
@@ -171,10 +172,38 @@ def test_scan_over_an_inner_axis_in_reverse_runs_as_onnxruntime():
          helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "steps", 4])],
         [helper.make_tensor_value_info("h_last", TensorProto.FLOAT, ["batch", 4]),
          helper.make_tensor_value_info("hs", TensorProto.FLOAT, ["steps", "batch", 4])],
-        [numpy_helper.from_array(RNG.standard_normal((4, 4)).astype(np.float32) * 0.5, "u")], opset=17)
+        [numpy_helper.from_array(u, "u")], opset=17)
+    return model
+
+
+def test_scan_over_an_inner_axis_in_reverse_runs_as_onnxruntime():
+    model = rnn_scan_model(RNG.standard_normal((4, 4)).astype(np.float32) * 0.5)
     session, reference = trainrt.Session(model), ort.InferenceSession(model)
     for batch, steps in ((2, 5), (3, 1), (1, 7)):
         feeds = {"h0": RNG.standard_normal((batch, 4)).astype(np.float32),
                  "x": RNG.standard_normal((batch, steps, 4)).astype(np.float32)}
         for a, b in zip(session.run(list(feeds.values())), reference.run(None, feeds)):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_scan_trains_with_torchs_gradients():
+    """The same reversed RNN in torch, as a loop: the loss and u's gradient match, and the state
+    history the gradient needs is the engine's own (Scan's gradient recomputes it)."""
+    u = RNG.standard_normal((4, 4)).astype(np.float32) * 0.5
+    trainer = trainrt.TrainingSession(rnn_scan_model(u), append_loss="mse", output="hs", label="label",
+                                      optimizer="sgd", lr=0.0)
+    for batch, steps in ((2, 5), (3, 1), (2, 3)):
+        h0 = RNG.standard_normal((batch, 4)).astype(np.float32)
+        x = RNG.standard_normal((batch, steps, 4)).astype(np.float32)
+        label = RNG.standard_normal((steps, batch, 4)).astype(np.float32)
+        loss = trainer.train_step([h0, x, label])
+        weight = torch.tensor(u, requires_grad=True)
+        h, outs = torch.from_numpy(h0), []
+        for t in reversed(range(steps)):
+            h = torch.tanh(h @ weight + torch.from_numpy(x[:, t]))
+            outs.append(h)
+        expected = torch.nn.functional.mse_loss(torch.stack(outs), torch.from_numpy(label))
+        expected.backward()
+        assert loss == pytest.approx(expected.item(), rel=1e-5)
+        np.testing.assert_allclose(trainer.gradient("u"), weight.grad.numpy(), rtol=1e-4, atol=1e-6)
+        trainer.reset_grad()

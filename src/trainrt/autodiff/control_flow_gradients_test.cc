@@ -1,6 +1,9 @@
 // If's gradient (an If over the branches' own joint graphs) against f64 finite differences, down
-// each branch: one branch reads both enclosing values, the other one of them (zeros for the other).
+// each branch: one branch reads both enclosing values, the other one of them (zeros for the other);
+// Scan's (a reverse Scan over its body's joint graph) over axes and directions.
 #include <gtest/gtest.h>
+
+#include <functional>
 
 #include "trainrt/ir/onnx_import.h"
 #include "trainrt/ir/onnx_testing.h"
@@ -46,6 +49,64 @@ TEST(ControlFlowGradients, IfMatchesFiniteDifferencesDownEachBranch) {
                                         random_f64({2, 3}, 82)};
     worst.record(cond ? "If (then)" : "If (else)", expect_graph_gradients_match(if_loss_graph, inputs, {1, 2}));
   }
+}
+
+}  // namespace
+}  // namespace trainrt
+
+namespace trainrt {
+namespace {
+
+using namespace trainrt::testing;
+
+// loss = ReduceSum(h_T * u) + ReduceSum(ys * v) over Scan(h0, x) with body
+//   h' = Tanh(h * w + x_t), y_t = h' * h   (w read from the enclosing graph)
+// x scanned along `axis` (0 or 1 of (T, 3) or (3, T) data), in `direction`, ys stacked along
+// `out_axis` in `out_direction`.
+std::function<std::shared_ptr<Graph>()> scan_loss_graph(int64_t axis, int64_t direction, int64_t out_axis,
+                                                        int64_t out_direction) {
+  return [=] {
+    onnx::GraphProto body;
+    body.input = {tensor_info("h", kF64, {"3"}), tensor_info("x_t", kF64, {"3"})};
+    body.node.push_back(make_node("Mul", {"h", "w"}, {"hw"}, "hw"));
+    body.node.push_back(make_node("Add", {"hw", "x_t"}, {"pre"}, "pre"));
+    body.node.push_back(make_node("Tanh", {"pre"}, {"h_next"}, "tanh"));
+    body.node.push_back(make_node("Mul", {"h_next", "h"}, {"y"}, "y"));
+    body.output = {tensor_info("h_next", kF64, {"3"}), tensor_info("y", kF64, {"3"})};
+    onnx::GraphProto g;
+    const std::vector<std::string> x_dims = axis == 0 ? std::vector<std::string>{"4", "3"} : std::vector<std::string>{"3", "4"};
+    const std::vector<std::string> y_dims = out_axis == 0 ? std::vector<std::string>{"4", "3"} : std::vector<std::string>{"3", "4"};
+    g.input = {tensor_info("h0", kF64, {"3"}), tensor_info("x", kF64, x_dims), tensor_info("w", kF64, {"3"}),
+               tensor_info("u", kF64, {"3"}), tensor_info("v", kF64, y_dims)};
+    g.node.push_back(make_node("Scan", {"h0", "x"}, {"h_last", "ys"}, "scan",
+                               {attr_graph("body", body), attr_int("num_scan_inputs", 1),
+                                attr_ints("scan_input_axes", {axis}), attr_ints("scan_input_directions", {direction}),
+                                attr_ints("scan_output_axes", {out_axis}),
+                                attr_ints("scan_output_directions", {out_direction})}));
+    g.node.push_back(make_node("Mul", {"h_last", "u"}, {"hu"}, "hu"));
+    g.node.push_back(make_node("ReduceSum", {"hu"}, {"l1"}, "l1", {attr_int("keepdims", 0)}));
+    g.node.push_back(make_node("Mul", {"ys", "v"}, {"yv"}, "yv"));
+    g.node.push_back(make_node("ReduceSum", {"yv"}, {"l2"}, "l2", {attr_int("keepdims", 0)}));
+    g.node.push_back(make_node("Add", {"l1", "l2"}, {"loss"}, "loss"));
+    g.output.push_back(tensor_info("loss", kF64, {}));
+    return std::shared_ptr<Graph>(import_onnx_bytes(encode(make_model(g, 17))));
+  };
+}
+
+TEST(ControlFlowGradients, ScanMatchesFiniteDifferences) {
+  WorstErrors worst;
+  for (int64_t axis : {0, 1})
+    for (int64_t direction : {0, 1})
+      for (int64_t out_direction : {0, 1}) {
+        const int64_t out_axis = 1 - axis;
+        const std::vector<int64_t> x_dims = axis == 0 ? std::vector<int64_t>{4, 3} : std::vector<int64_t>{3, 4};
+        const std::vector<int64_t> y_dims = out_axis == 0 ? std::vector<int64_t>{4, 3} : std::vector<int64_t>{3, 4};
+        const std::vector<Tensor> inputs = {random_f64({3}, 90), random_f64(x_dims, 91), random_f64({3}, 92),
+                                            random_f64({3}, 93), random_f64(y_dims, 94)};
+        worst.record(fmt("Scan axis ", axis, " dir ", direction, " out dir ", out_direction),
+                     expect_graph_gradients_match(scan_loss_graph(axis, direction, out_axis, out_direction), inputs,
+                                                  {0, 1, 2}));
+      }
 }
 
 }  // namespace
