@@ -1,7 +1,8 @@
 """ONNX If, Loop and Scan as the exporters write them: torch.cond exported by torch.onnx.export
 (dynamo) runs in Session as torch and onnxruntime do, trains in TrainingSession with torch's losses and
 gradients whichever branch each batch takes, and is written back as an inference model onnxruntime
-reads; Loop and Scan bodies that read the enclosing graph run as onnxruntime runs them."""
+reads; Loop and Scan bodies that read the enclosing graph run as onnxruntime runs them, and train
+with the gradients of the same loops written in torch."""
 
 import numpy as np
 import onnx
@@ -149,9 +150,28 @@ def test_loop_reading_the_enclosing_graph_runs_as_onnxruntime(n, steps, limit):
         np.testing.assert_allclose(a, b, rtol=1e-6)
 
 
-def test_training_through_a_loop_says_it_cannot():
-    with pytest.raises(trainrt.UnsupportedOp, match="Loop"):
-        trainrt.TrainingSession(loop_model(), append_loss="mse", output="s_final", label="label", optimizer="sgd")
+@pytest.mark.parametrize("n, limit", [(5, 100.0), (5, 1.0), (0, 100.0)])
+def test_loop_trains_with_torchs_gradients(n, limit):
+    """The same loop in torch (stopping where the model's condition stops it): the loss on the final
+    value and the traces, and w's gradient, match; zero iterations give w no gradient (zeros)."""
+    trainer = trainrt.TrainingSession(loop_model(), append_loss="mse", output="s_final", label="label",
+                                      optimizer="sgd", lr=0.0)
+    s0 = RNG.standard_normal(3).astype(np.float32)
+    x = RNG.standard_normal((5, 3)).astype(np.float32) + 0.5
+    label = RNG.standard_normal(3).astype(np.float32)
+    loss = trainer.train_step([np.array(n, np.int64), s0, x, np.array(limit, np.float32), label])
+    w = torch.tensor([0.5, -1.0, 2.0], requires_grad=True)
+    state = torch.from_numpy(s0)
+    for i in range(n):
+        state = state * w + torch.from_numpy(x[i])
+        if not state[0] < limit:
+            break
+    expected = torch.nn.functional.mse_loss(state, torch.from_numpy(label))
+    assert loss == pytest.approx(expected.item(), rel=1e-5)
+    if expected.requires_grad:  # no iteration: the loss does not read w
+        expected.backward()
+    grad = torch.zeros(3) if w.grad is None else w.grad
+    np.testing.assert_allclose(trainer.gradient("w"), grad.numpy(), rtol=1e-5, atol=1e-6)
 
 
 def rnn_scan_model(u: np.ndarray) -> bytes:

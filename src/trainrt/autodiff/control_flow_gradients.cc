@@ -8,8 +8,8 @@
 // would have given a gradient, and None only where no branch reads it: the builder's unreached).
 //
 // Scan's gradient (scan_grad, below) is a reverse Scan over its body's joint graph, fed the states'
-// history that a recompute of the forward Scan gives. Loop has no rule yet: differentiating through
-// it throws UnsupportedOp naming the node.
+// history that a recompute of the forward Scan gives; Loop's (loop_grad) the same with a reverse Loop
+// that reads each iteration's values from the histories.
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -226,6 +226,137 @@ void scan_grad(GradContext& ctx) {
   for (size_t i : wanted_inputs) ctx.set_input_grad(static_cast<int>(n + i), grads[o++]);
 }
 
+// Loop's gradient, in two Loops:
+//   history: the forward Loop again, its body giving each iteration's number and incoming
+//            loop-carried values as scan outputs (T iterations: the history's length);
+//   reverse: a Loop of T iterations over the body's joint graph, iteration k differentiating the
+//            forward's iteration t = T-1-k: it reads the carried values and the scan outputs'
+//            gradients of step t from the histories (Gather), carries the carried values' gradients
+//            (from d v_final, or zeros) and sums the enclosing values'.
+// The condition is not differentiable; a body that ran saw it true, and the reverse body is fed so.
+void loop_grad(GradContext& ctx) {
+  const Node& node = ctx.node();
+  const LoopSignature s = loop_signature(node);
+  const size_t n = s.carried, k = s.scan_outputs, imp = s.implicit;
+  std::vector<size_t> float_states, graded_scans, wanted_implicit;
+  for (size_t i = 0; i < n; ++i)
+    if (is_float(node.input(static_cast<int>(2 + i))->dtype)) float_states.push_back(i);
+  for (size_t j = 0; j < k; ++j)
+    if (ctx.output_grad(static_cast<int>(n + j))) graded_scans.push_back(j);
+  for (size_t i = 0; i < imp; ++i)
+    if (ctx.needs_input_grad(static_cast<int>(2 + n + i))) wanted_implicit.push_back(i);
+  bool wanted_state = false;
+  for (size_t i : float_states) wanted_state = wanted_state || ctx.needs_input_grad(static_cast<int>(2 + i));
+  if (!wanted_state && wanted_implicit.empty()) return;
+  const Graph& body = body_of(node, "body");
+  const std::vector<Value*> inputs(node.inputs().begin(), node.inputs().end());
+
+  // The history: body(i, c, v, implicit) -> (c', v', i, v).
+  std::shared_ptr<Graph> h = clone_graph(body);
+  std::vector<Value*> h_outs(h->outputs().begin(), h->outputs().begin() + static_cast<long>(1 + n));
+  for (size_t i = 0; i < n + 2; ++i)
+    if (i != 1) h_outs.push_back(h->inputs()[i]);  // the iteration number, then each carried value
+  h->mutable_outputs() = std::move(h_outs);
+  remove_unread_nodes(*h);
+  std::vector<bool> keep(2 * n + 1, true);
+  std::fill(keep.begin(), keep.begin() + static_cast<long>(n), false);
+  std::map<std::string, Attribute> h_attrs{{"body", graph_attr(h)}};
+  if (imp) h_attrs[std::string(kImplicitInputsAttr)] = Attribute::of_int(static_cast<int64_t>(imp));
+  const std::vector<Value*> h_outputs = ctx.emit_multi("Loop", inputs, static_cast<int>(2 * n + 1), h_attrs,
+                                                       kOnnxDomain, keep);
+  Value* iterations = h_outputs[n];  // (T)
+  const std::vector<Value*> history(h_outputs.begin() + static_cast<long>(n + 1), h_outputs.end());
+  Value* trips = ctx.emit("Reshape", {ctx.shape_of(iterations), ctx.const_i64({})});  // T, a scalar
+  Value* last = ctx.emit("Sub", {trips, ctx.scalar_like(trips, 1)});                  // T - 1
+
+  // The body's joint graph, its iteration number, condition, carried values and scan-output
+  // gradients made inside from the reverse Loop's inputs.
+  std::shared_ptr<Graph> g = clone_graph(body);
+  for (size_t i = 0; i < 2 + n + imp; ++i) {
+    Value* v = g->mutable_inputs()[i];
+    if (i < 2) continue;  // i64 and bool scalars as declared
+    v->dtype = node.input(static_cast<int>(i))->dtype;
+    v->shape = node.input(static_cast<int>(i))->shape;
+  }
+  g->mutable_inputs()[0]->dtype = DType::kI64;
+  g->mutable_inputs()[0]->shape = Shape(std::vector<Dim>{});
+  g->mutable_inputs()[1]->dtype = DType::kBool;
+  g->mutable_inputs()[1]->shape = Shape(std::vector<Dim>{});
+  g->set_opset(std::string(kTrainrtDomain), 1);
+  const std::vector<Value*> body_in(g->inputs().begin(), g->inputs().end());
+  GradientRequest request;
+  for (size_t i : float_states) request.outputs_with_grad.push_back(g->outputs()[1 + i]->name);
+  for (size_t j : graded_scans) request.outputs_with_grad.push_back(g->outputs()[1 + n + j]->name);
+  for (size_t i : float_states) request.wrt.push_back(body_in[2 + i]->name);
+  for (size_t i : wanted_implicit) request.wrt.push_back(body_in[2 + n + i]->name);
+  with_error_context(fmt(node.describe(), ": differentiating its body"), [&] {
+    infer_graph_shapes(*g);
+    const GradientResult result = build_gradients(*g, request);
+    std::vector<Value*> grads;
+    for (const std::string& name : request.wrt) grads.push_back(g->find_value(result.grad_of.at(name)));
+    const std::vector<Value*> fed(g->inputs().begin() + static_cast<long>(2 + n + imp), g->inputs().end());
+    // The reverse Loop's inputs: k, its condition, the carried gradients and sums, then the
+    // enclosing values, the histories, the scan outputs' gradients and T - 1.
+    auto scalar_input = [&](const char* name, DType dtype) {
+      return g->add_input(g->unique_name(name), dtype, Shape(std::vector<Dim>{}));
+    };
+    Value* k_in = scalar_input("reverse_iteration", DType::kI64);
+    Value* cond_in = scalar_input("reverse_condition", DType::kBool);
+    std::vector<Value*> ordered = {k_in, cond_in};
+    std::vector<Value*> outs;
+    Node* cond_out = g->add_node("Identity", {cond_in}, {g->unique_name("reverse_condition_out")});
+    outs.push_back(cond_out->output(0));
+    for (size_t f = 0; f < float_states.size(); ++f) {
+      ordered.push_back(fed[f]);  // d v' of the float carried values
+      outs.push_back(grads[f]);
+    }
+    for (size_t w = 0; w < wanted_implicit.size(); ++w) {
+      Value* step = grads[float_states.size() + w];
+      Value* sum = g->add_input(g->unique_name(step->name + "_sum"), step->dtype, step->shape);
+      ordered.push_back(sum);
+      outs.push_back(g->add_node("Add", {sum, step}, {g->unique_name(step->name + "_summed")})->output(0));
+    }
+    for (size_t i = 0; i < imp; ++i) ordered.push_back(body_in[2 + n + i]);
+    Value* last_in = g->add_input(g->unique_name("last_iteration"), DType::kI64, Shape(std::vector<Dim>{}));
+    // t = (T - 1) - k: the forward iteration this one differentiates.
+    g->add_node_with_outputs("Sub", {last_in, k_in}, {body_in[0]});
+    g->add_node_with_outputs("Identity", {cond_in}, {body_in[1]});
+    auto step_of = [&](Value* stacked_hint, Value* into) {  // into = stacked[t]
+      Value* stacked = g->add_input(g->unique_name(stacked_hint->name + "_history"), into->dtype, Shape::unknown_rank());
+      ordered.push_back(stacked);
+      Node* gather = g->add_node_with_outputs("Gather", {stacked, body_in[0]}, {into});
+      gather->set_attr("axis", Attribute::of_int(0));
+    };
+    for (size_t i = 0; i < n; ++i) step_of(body_in[2 + i], body_in[2 + i]);
+    for (size_t j = 0; j < graded_scans.size(); ++j) step_of(fed[float_states.size() + j], fed[float_states.size() + j]);
+    ordered.push_back(last_in);
+    g->mutable_inputs() = std::move(ordered);
+    g->mutable_outputs() = std::move(outs);
+  });
+  remove_unread_nodes(*g);
+
+  std::vector<Value*> rev_inputs = {trips, nullptr};
+  for (size_t i : float_states)
+    rev_inputs.push_back(ctx.output_grad(static_cast<int>(i)) ? ctx.output_grad(static_cast<int>(i))
+                                                                : zeros_like(ctx, node.input(static_cast<int>(2 + i))));
+  for (size_t i : wanted_implicit) rev_inputs.push_back(zeros_like(ctx, node.input(static_cast<int>(2 + n + i))));
+  for (size_t i = 0; i < imp; ++i) rev_inputs.push_back(node.input(static_cast<int>(2 + n + i)));
+  for (Value* v : history) rev_inputs.push_back(v);
+  for (size_t j : graded_scans) rev_inputs.push_back(ctx.output_grad(static_cast<int>(n + j)));
+  rev_inputs.push_back(last);
+  std::map<std::string, Attribute> attrs{
+      {"body", graph_attr(g)},
+      {std::string(kImplicitInputsAttr), Attribute::of_int(static_cast<int64_t>(imp + n + graded_scans.size() + 1))}};
+  const size_t num_out = float_states.size() + wanted_implicit.size();
+  const std::vector<Value*> grads = ctx.emit_multi("Loop", rev_inputs, static_cast<int>(num_out), attrs);
+  size_t o = 0;
+  for (size_t i : float_states) {
+    if (ctx.needs_input_grad(static_cast<int>(2 + i))) ctx.set_input_grad(static_cast<int>(2 + i), grads[o]);
+    ++o;
+  }
+  for (size_t i : wanted_implicit) ctx.set_input_grad(static_cast<int>(2 + n + i), grads[o++]);
+}
+
 void if_grad(GradContext& ctx) {
   const Node& node = ctx.node();
   std::vector<size_t> graded, wanted;
@@ -253,6 +384,7 @@ void if_grad(GradContext& ctx) {
 void register_control_flow_gradients(GradientRegistry& r) {
   r.add(kOnnxDomain, "If", if_grad);
   r.add(kOnnxDomain, "Scan", scan_grad);
+  r.add(kOnnxDomain, "Loop", loop_grad);
 }
 
 }  // namespace trainrt

@@ -1,9 +1,11 @@
 // If's gradient (an If over the branches' own joint graphs) against f64 finite differences, down
 // each branch: one branch reads both enclosing values, the other one of them (zeros for the other);
-// Scan's (a reverse Scan over its body's joint graph) over axes and directions.
+// Scan's (a reverse Scan over its body's joint graph) over axes and directions; Loop's (a reverse
+// Loop reading the recomputed history) bounded by M, stopped by its condition, and run zero times.
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <tuple>
 
 #include "trainrt/ir/onnx_import.h"
 #include "trainrt/ir/onnx_testing.h"
@@ -107,6 +109,51 @@ TEST(ControlFlowGradients, ScanMatchesFiniteDifferences) {
                      expect_graph_gradients_match(scan_loss_graph(axis, direction, out_axis, out_direction), inputs,
                                                   {0, 1, 2}));
       }
+}
+
+}  // namespace
+}  // namespace trainrt
+
+namespace trainrt {
+namespace {
+
+using namespace trainrt::testing;
+
+// loss = ReduceSum(s_final * u) + ReduceSum(ys * v) over Loop(m, s0) with body
+//   s' = Tanh(s * w + Gather(x, i)), y = s' * s, cond' = i < stop   (x, w, stop enclosing values)
+std::shared_ptr<Graph> loop_loss_graph() {
+  onnx::GraphProto body;
+  body.input = {tensor_info("i", kInt64, {}), tensor_info("c", kBool, {}), tensor_info("s", kF64, {"3"})};
+  body.node.push_back(make_node("Gather", {"x", "i"}, {"x_i"}, "row", {attr_int("axis", 0)}));
+  body.node.push_back(make_node("Mul", {"s", "w"}, {"sw"}, "sw"));
+  body.node.push_back(make_node("Add", {"sw", "x_i"}, {"pre"}, "pre"));
+  body.node.push_back(make_node("Tanh", {"pre"}, {"s_next"}, "tanh"));
+  body.node.push_back(make_node("Mul", {"s_next", "s"}, {"y"}, "y"));
+  body.node.push_back(make_node("Less", {"i", "stop"}, {"c_next"}, "less"));
+  body.output = {tensor_info("c_next", kBool, {}), tensor_info("s_next", kF64, {"3"}), tensor_info("y", kF64, {"3"})};
+  onnx::GraphProto g;
+  g.input = {tensor_info("m", kInt64, {}), tensor_info("stop", kInt64, {}), tensor_info("s0", kF64, {"3"}),
+             tensor_info("x", kF64, {"5", "3"}), tensor_info("w", kF64, {"3"}), tensor_info("u", kF64, {"3"}),
+             tensor_info("v", kF64, {"?", "3"})};
+  g.node.push_back(make_node("Loop", {"m", "", "s0"}, {"s_final", "ys"}, "loop", {attr_graph("body", body)}));
+  g.node.push_back(make_node("Mul", {"s_final", "u"}, {"su"}, "su"));
+  g.node.push_back(make_node("ReduceSum", {"su"}, {"l1"}, "l1", {attr_int("keepdims", 0)}));
+  g.node.push_back(make_node("Mul", {"ys", "v"}, {"yv"}, "yv"));
+  g.node.push_back(make_node("ReduceSum", {"yv"}, {"l2"}, "l2", {attr_int("keepdims", 0)}));
+  g.node.push_back(make_node("Add", {"l1", "l2"}, {"loss"}, "loss"));
+  g.output.push_back(tensor_info("loss", kF64, {}));
+  return std::shared_ptr<Graph>(import_onnx_bytes(encode(make_model(g, 17))));
+}
+
+TEST(ControlFlowGradients, LoopMatchesFiniteDifferences) {
+  WorstErrors worst;
+  // (M, stop, iterations run): bounded by M, stopped by the condition, and none at all.
+  for (auto [m, stop, runs] : {std::tuple{5, 10, 5}, std::tuple{5, 2, 3}, std::tuple{0, 10, 0}}) {
+    const std::vector<Tensor> inputs = {Tensor::scalar<int64_t>(m), Tensor::scalar<int64_t>(stop), random_f64({3}, 95),
+                                        random_f64({5, 3}, 96), random_f64({3}, 97), random_f64({3}, 98),
+                                        random_f64({runs, 3}, 99)};
+    worst.record(fmt("Loop of ", runs, " iterations"), expect_graph_gradients_match(loop_loss_graph, inputs, {2, 3, 4}));
+  }
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "trainrt/kernels/codegen/fused_elementwise_kernel.h"
 #include "trainrt/kernels/cpu/host_kernels.h"
 #include "trainrt/ops/control_flow_args.h"
+#include "trainrt/ops/op_schema.h"
 #include "trainrt/runtime/session.h"
 
 namespace trainrt {
@@ -49,7 +50,10 @@ struct NodeFacts {
   std::string where;
   std::vector<DType> output_dtypes;
   std::vector<Shape> output_shapes;
-  explicit NodeFacts(const Node& node) : where(node.describe()) {
+  std::shared_ptr<const Graph> body;  // Loop's and Scan's (If's: then_branch)
+  explicit NodeFacts(const Node& node, const char* body_attr)
+      : where(node.describe()), body(node.attr(body_attr)->g) {
+    body_of(node, body_attr);  // throws naming the node when there is none
     for (const Value* v : node.outputs()) {
       output_dtypes.push_back(v ? v->dtype : DType::kUndefined);
       output_shapes.push_back(v ? v->shape : Shape::unknown_rank());
@@ -140,6 +144,28 @@ std::vector<int64_t> empty_dims(const Shape& planned, int64_t axis) {
   return dims;
 }
 
+// The shapes of the body's outputs for inputs of these dtypes and dims (shape inference on a copy):
+// what a scan output of zero iterations stacks, as no slice was made to say it.
+std::vector<Shape> body_output_shapes(const Graph& body, const std::vector<Tensor>& inputs) {
+  std::unique_ptr<Graph> copy = clone_graph(body);
+  for (size_t i = 0; i < inputs.size() && i < copy->inputs().size(); ++i) {
+    copy->mutable_inputs()[i]->dtype = inputs[i].dtype();
+    copy->mutable_inputs()[i]->shape = Shape::of(inputs[i].dims());
+  }
+  infer_graph_shapes(*copy);
+  std::vector<Shape> out;
+  for (const Value* v : copy->outputs()) out.push_back(v->shape);
+  return out;
+}
+
+// `planned` with the slice's dims where inference knows them: the stacked dims, `axis` inserted.
+Shape stacked_shape(const Shape& slice, int64_t axis, const Shape& planned) {
+  if (!slice.rank_known || !slice.is_static()) return planned;
+  std::vector<Dim> dims = slice.dims;
+  dims.insert(dims.begin() + normalize_axis(axis, slice.rank() + 1), Dim(0));
+  return Shape(std::move(dims));
+}
+
 std::vector<Tensor> inputs_from(const KernelContext& ctx, size_t first, size_t count) {
   std::vector<Tensor> out;
   for (size_t i = first; i < first + count; ++i) out.push_back(ctx.in(static_cast<int>(i)));
@@ -147,7 +173,7 @@ std::vector<Tensor> inputs_from(const KernelContext& ctx, size_t first, size_t c
 }
 
 KernelFn make_if(const Node& node) {
-  auto facts = std::make_shared<NodeFacts>(node);
+  auto facts = std::make_shared<NodeFacts>(node, "then_branch");
   auto then_body = std::make_shared<BodyRunner>(body_of(node, "then_branch"), node.describe() + ": then_branch");
   auto else_body = std::make_shared<BodyRunner>(body_of(node, "else_branch"), node.describe() + ": else_branch");
   return [facts, then_body, else_body](KernelContext& ctx) {
@@ -160,7 +186,7 @@ KernelFn make_if(const Node& node) {
 }
 
 KernelFn make_loop(const Node& node) {
-  auto facts = std::make_shared<NodeFacts>(node);
+  auto facts = std::make_shared<NodeFacts>(node, "body");
   const LoopSignature s = loop_signature(node);
   auto body = std::make_shared<BodyRunner>(body_of(node, "body"), node.describe() + ": body");
   return [facts, s, body](KernelContext& ctx) {
@@ -186,10 +212,19 @@ KernelFn make_loop(const Node& node) {
       for (size_t k = 0; k < s.scan_outputs; ++k) scans[k].push_back(std::move(out[1 + s.carried + k]));
     }
     for (size_t v = 0; v < s.carried; ++v) set_output(ctx, v, carried[v], carried_owned, facts->where);
+    std::vector<Shape> slices;  // zero iterations: what the body would have given
+    if (s.scan_outputs && (trips <= 0 || scans[0].empty())) {
+      in[0] = Tensor::scalar<int64_t>(0);
+      in[1] = Tensor::scalar<bool>(true);
+      for (size_t v = 0; v < s.carried; ++v) in[2 + v] = carried[v];
+      slices = with_error_context(body->where(), [&] { return body_output_shapes(*facts->body, in); });
+    }
     for (size_t k = 0; k < s.scan_outputs; ++k) {
       const size_t o = s.carried + k;
-      set_output(ctx, o, stack(scans[k], 0, empty_dims(facts->output_shapes[o], 0), facts->output_dtypes[o], facts->where),
-                 true, facts->where);
+      const Shape planned = slices.empty() ? facts->output_shapes[o]
+                                           : stacked_shape(slices[1 + s.carried + k], 0, facts->output_shapes[o]);
+      set_output(ctx, o, stack(scans[k], 0, empty_dims(planned, 0), facts->output_dtypes[o], facts->where), true,
+                 facts->where);
     }
   };
 }
@@ -224,23 +259,40 @@ std::vector<Tensor> scan_row(BodyRunner& body, const ScanSignature& s, const Nod
     states_owned = true;
     for (size_t k = 0; k < s.scan_outputs; ++k) scans[k].push_back(std::move(out[s.states + k]));
   }
+  std::vector<Shape> slices;  // zero steps: what the body would have given (dims only)
+  if (length == 0 && s.scan_outputs) {
+    for (size_t i = 0; i < s.states; ++i) in[i] = states[i];
+    for (size_t m = 0; m < s.scan_inputs; ++m) {
+      std::vector<int64_t> dims = scan_inputs[m].dims();
+      dims.erase(dims.begin() + axes[m]);
+      in[s.states + m] = Tensor::view(scan_inputs[m].dtype(), dims, nullptr);
+    }
+    slices = with_error_context(body.where(), [&] { return body_output_shapes(*facts.body, in); });
+  }
   std::vector<Tensor> result;
   for (Tensor& state : states) result.push_back(states_owned ? state : state.clone());
   for (size_t k = 0; k < s.scan_outputs; ++k) {
     if (s.output_reverse[k]) std::reverse(scans[k].begin(), scans[k].end());
     const Shape& planned = facts.output_shapes[s.states + k];
-    const int64_t rank = scans[k].empty() ? (planned.rank_known ? planned.rank() - output_offset : 1)
-                                          : scans[k][0].rank() + 1;
+    const Shape& slice = slices.empty() ? Shape::unknown_rank() : slices[s.states + k];
+    const int64_t rank = !scans[k].empty() ? scans[k][0].rank() + 1
+                         : slice.rank_known ? slice.rank() + 1
+                         : planned.rank_known ? planned.rank() - output_offset : 1;
     const int64_t axis = normalize_axis(s.output_axes[k], rank);
-    std::vector<int64_t> none = empty_dims(planned, axis + output_offset);
-    if (output_offset && none.size() > 1) none.erase(none.begin());
+    std::vector<int64_t> none;
+    if (slice.rank_known && slice.is_static()) {
+      none = empty_dims(stacked_shape(slice, axis, planned), axis);
+    } else {
+      none = empty_dims(planned, axis + output_offset);
+      if (output_offset && none.size() > 1) none.erase(none.begin());
+    }
     result.push_back(stack(scans[k], axis, none, facts.output_dtypes[s.states + k], body.where()));
   }
   return result;
 }
 
 KernelFn make_scan(const Node& node) {
-  auto facts = std::make_shared<NodeFacts>(node);
+  auto facts = std::make_shared<NodeFacts>(node, "body");
   const ScanSignature s = scan_signature(node);
   auto body = std::make_shared<BodyRunner>(body_of(node, "body"), node.describe() + ": body");
   return [facts, s, body](KernelContext& ctx) {
