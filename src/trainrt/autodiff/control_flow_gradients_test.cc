@@ -53,14 +53,6 @@ TEST(ControlFlowGradients, IfMatchesFiniteDifferencesDownEachBranch) {
   }
 }
 
-}  // namespace
-}  // namespace trainrt
-
-namespace trainrt {
-namespace {
-
-using namespace trainrt::testing;
-
 // loss = ReduceSum(h_T * u) + ReduceSum(ys * v) over Scan(h0, x) with body
 //   h' = Tanh(h * w + x_t), y_t = h' * h   (w read from the enclosing graph)
 // x scanned along `axis` (0 or 1 of (T, 3) or (3, T) data), in `direction`, ys stacked along
@@ -110,14 +102,6 @@ TEST(ControlFlowGradients, ScanMatchesFiniteDifferences) {
                                                   {0, 1, 2}));
       }
 }
-
-}  // namespace
-}  // namespace trainrt
-
-namespace trainrt {
-namespace {
-
-using namespace trainrt::testing;
 
 // loss = ReduceSum(s_final * u) + ReduceSum(ys * v) over Loop(m, s0) with body
 //   s' = Tanh(s * w + Gather(x, i)), y = s' * s, cond' = i < stop   (x, w, stop enclosing values)
