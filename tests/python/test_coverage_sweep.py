@@ -44,6 +44,8 @@ SAMPLE = [
     "causal-lm/jetmoe",
     # A loss branch on tensor values (captured per branch, checked every call); a bool .item() branch.
     "seq-cls/deberta-v2", "seq2seq/prophetnet",
+    # Random draws in the router (sparsemixer's exponential_, rand_like, uniform_), a clamp to a tensor.
+    "causal-lm/phimoe",
 ]
 
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from trainrt.capture.context import OpContext, promote
+from trainrt.capture.context import OpContext, TensorValue, promote
 from trainrt.capture.registry import translates
+from trainrt.capture.symbolic import is_static
 
 
 def _arith(ctx: OpContext, op: str, a, b, alpha=1) -> str:
@@ -262,14 +263,19 @@ def softplus(ctx: OpContext) -> str:
     return ctx.emit("Softplus", [ctx.tensor("self")])
 
 
-@translates("aten.clamp.default", "aten.clamp.Tensor", "aten.clamp_min.default", "aten.clamp_max.default")
+@translates("aten.clamp.default", "aten.clamp.Tensor", "aten.clamp_min.default", "aten.clamp_max.default",
+            "aten.clamp_min.Tensor", "aten.clamp_max.Tensor")
 def clamp(ctx: OpContext) -> str:
-    """Clip with optional bounds of the output dtype."""
+    """Clip with optional bounds of the output dtype; bounds that are tensors of more than one
+    element (PhiMoE's per-token threshold) broadcast: Max then Min, as torch's min(max(x, lo), hi)."""
     t = ctx.out_dtype
     lo, hi = ctx.args.get("min"), ctx.args.get("max")
-    return ctx.emit("Clip", [ctx.operand(ctx["self"], t),
-                             None if lo is None else ctx.operand(lo, t),
-                             None if hi is None else ctx.operand(hi, t)])
+    x = ctx.operand(ctx["self"], t)
+    if any(isinstance(b, TensorValue) and not all(is_static(d) and int(d) == 1 for d in b.shape) for b in (lo, hi)):
+        if lo is not None:
+            x = ctx.emit("Max", [x, ctx.operand(lo, t)])
+        return x if hi is None else ctx.emit("Min", [x, ctx.operand(hi, t)])
+    return ctx.emit("Clip", [x, None if lo is None else ctx.operand(lo, t), None if hi is None else ctx.operand(hi, t)])
 
 
 @translates("aten.minimum.default", "aten.min.other")

@@ -158,6 +158,9 @@ void register_tensor_gradients(GradientRegistry& r) {
   r.add("", "CumSum", cumsum_grad);
   r.add("", "Dropout", dropout_grad);
   for (const char* op : {"Shape", "Size", "Constant", "ConstantOfShape", "Range"}) r.add_non_differentiable("", op);
+  // Random draws: no gradient reaches their input (its dims, or Bernoulli's probabilities, as torch).
+  for (const char* op : {"RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike", "Bernoulli"})
+    r.add_non_differentiable("", op);
   r.add_non_differentiable(kTrainrtDomain, "StopGradient");  // torch's detach
   register_select_gradients(r);
 }

@@ -36,4 +36,10 @@ TRAINRT_HASH_CLONES void draw_keep(uint64_t key, int64_t begin, int64_t end, uin
     keep[i - begin] = (mix64(key + static_cast<uint64_t>(i + 1) * kGoldenGamma) >> 11) >= threshold;
 }
 
+TRAINRT_HASH_CLONES void draw_uniform(uint64_t key, int64_t begin, int64_t end, double* u) {
+  constexpr double kScale = 1.0 / 9007199254740992.0;  // 2^-53
+  for (int64_t i = begin; i < end; ++i)
+    u[i - begin] = static_cast<double>(mix64(key + static_cast<uint64_t>(i + 1) * kGoldenGamma) >> 11) * kScale;
+}
+
 }  // namespace trainrt

@@ -1,5 +1,5 @@
-// Counter-based random keep flags shared by the ops that drop elements (Dropout, and the dropout
-// inside ScaledDotProductAttention).
+// Counter-based random numbers shared by the ops that drop elements (Dropout, and the dropout
+// inside ScaledDotProductAttention) and the random ops (RandomUniformLike, Bernoulli, ...).
 //
 // Element i of the stream keyed by a seed draws its 53-bit uniform from splitmix64's output for
 // index i (Steele, Lea, Flood: "Fast splittable pseudorandom number generators"). Any element can
@@ -22,5 +22,7 @@ uint64_t stream_key(uint64_t seed);
 uint64_t keep_threshold(double ratio);
 // keep[i - begin] = whether element i of the stream is kept, for i in [begin, end).
 void draw_keep(uint64_t key, int64_t begin, int64_t end, uint64_t threshold, bool* keep);
+// u[i - begin] = element i's uniform in [0, 1) (53 bits), for i in [begin, end).
+void draw_uniform(uint64_t key, int64_t begin, int64_t end, double* u);
 
 }  // namespace trainrt

@@ -161,6 +161,7 @@ void register_tensor_kernels(KernelTable& t) {
   register_select_kernels(t);
   register_transpose_kernels(t);
   register_dropout_kernels(t);
+  register_random_kernels(t);
   register_gather_elements_kernels(t);
   register_cumsum_kernels(t);
   register_valid_rows_kernels(t);

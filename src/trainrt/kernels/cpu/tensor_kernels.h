@@ -35,6 +35,7 @@ class KernelTable;
 void register_select_kernels(KernelTable& t);     // Gather, Concat, Split, Slice
 void register_transpose_kernels(KernelTable& t);  // Transpose, Expand, Tile
 void register_dropout_kernels(KernelTable& t);    // Dropout
+void register_random_kernels(KernelTable& t);     // RandomUniform(Like), RandomNormal(Like), Bernoulli
 void register_gather_elements_kernels(KernelTable& t);  // GatherElements
 void register_cumsum_kernels(KernelTable& t);           // CumSum
 void register_valid_rows_kernels(KernelTable& t);       // ValidRows
