@@ -4,7 +4,7 @@
     captured = capture(model, (x,), {})
     captured.model              # onnx.ModelProto: params, buffers, user inputs -> mutations, outputs
 
-Files: export.py (torch.export, symbolic dims), translator.py (the FX walker), context.py (what a
+Files: export.py (torch.export, symbolic dims), translator.py (the FX walker; torch.cond as an If), context.py (what a
 per-op translation sees), symbolic.py (SymInt sizes as shape tensors), ops_*.py (ATen translations
 by family, table in aten_ops.py), onnx_builder.py (ONNX graph assembly), api.py (capture and
 CapturedGraph), shape_guards.py (the size conditions a capture holds for), branch_checks.py (captures
