@@ -112,3 +112,35 @@ def test_a_draw_from_a_generator_of_its_own_is_refused():
 
     with pytest.raises(RuntimeError, match="Generator"):
         trainrt.RTModule(OwnGenerator())(torch.zeros(2, 3))
+
+
+@pytest.mark.parametrize("dropout, per_channel", [(nn.Dropout2d(0.4), True), (nn.Dropout1d(0.4), True),
+                                                  (nn.Dropout3d(0.4), True), (nn.AlphaDropout(0.4), False),
+                                                  (nn.FeatureAlphaDropout(0.4), True)])
+def test_dropouts_that_are_not_onnx_dropout(dropout, per_channel):
+    """Per-channel and alpha dropout as torch defines them, read back from the output: a dropped
+    element is 0 (alpha: alpha * a * (p - 1)), a kept one x / (1 - p) (alpha: x * a + alpha * a * p);
+    whole (batch, channel) planes together where per channel; about p of them dropped; the input's
+    gradient is the kept elements' factor."""
+    rank = {nn.Dropout1d: 3, nn.Dropout3d: 5}.get(type(dropout), 4)
+    x = torch.randn(*(16, 32, 6, 5, 4)[:rank], requires_grad=True)
+    rt = trainrt.RTModule(nn.Sequential(dropout))
+    y = rt(x)
+    y.sum().backward()
+    assert rt._fallback_reason is None
+    p, alpha = 0.4, 1.7580993408473766
+    if isinstance(dropout, (nn.AlphaDropout, nn.FeatureAlphaDropout)):
+        a = 1 / ((alpha * alpha * p + 1) * (1 - p)) ** 0.5
+        kept_value, dropped_value, factor = x * a + alpha * a * p, torch.full_like(x, alpha * a * (p - 1)), a
+    else:
+        kept_value, dropped_value, factor = x / (1 - p), torch.zeros_like(x), 1 / (1 - p)
+    kept = torch.isclose(y, kept_value, rtol=1e-5, atol=1e-6)
+    dropped = torch.isclose(y, dropped_value, rtol=1e-5, atol=1e-6) & ~kept
+    assert bool((kept | dropped).all())
+    if per_channel:  # one decision per (batch, channel)
+        planes = kept.flatten(2).float().mean(-1)
+        assert bool(((planes == 0) | (planes == 1)).all())
+    assert (~kept).float().mean().item() == pytest.approx(p, abs=0.08)
+    torch.testing.assert_close(x.grad, kept.float() * factor)
+    rt.eval()
+    torch.testing.assert_close(rt(x), x)

@@ -1,5 +1,7 @@
 """Random draws: torch.rand / randn and their _like forms, x.uniform_, x.normal_, x.bernoulli_ and
-x.exponential_ (after functionalization), as the engine's random ops (ops/random_schemas.cc).
+x.exponential_ (after functionalization), and the dropouts that are not ONNX Dropout (per channel:
+nn.Dropout1d / 2d / 3d; SELU's AlphaDropout and FeatureAlphaDropout), as the engine's random ops
+(ops/random_schemas.cc).
 
 They draw from the run's seed, which RTModule takes from torch's default generator, so
 torch.manual_seed reproduces a run; the numbers are the engine's stream, not eager's (as Dropout's
@@ -70,3 +72,49 @@ def exponential(ctx: OpContext) -> str:
     tail = ctx.emit("Neg", [ctx.emit("Log", [ctx.emit("Sub", [one, u])])])
     scaled = ctx.emit("Div", [tail, ctx.const(float(ctx.args.get("lambd", 1.0)), torch.float64)])
     return ctx.cast_to(scaled, torch.float64, ctx.out_dtype)
+
+
+def _keep_flags(ctx: OpContext, x, p: float, per_channel: bool) -> str:
+    """1 where an element (or, per_channel, a whole (batch, channel) plane) is kept, else 0, in x's
+    dtype: u >= p for uniforms u of the noise's shape, (N, C, 1, ...) per channel as torch's
+    make_feature_noise makes it, else x's own."""
+    if per_channel:
+        noise = ctx.ints([x.shape[0], x.shape[1]] + [1] * (x.rank - 2))
+        source = ctx.emit("ConstantOfShape", [noise], value=fill_value(0, torch.float32))
+    else:
+        source = x.name
+    u = ctx.emit("RandomUniformLike", [source], dtype=onnx_type(torch.float32))
+    return ctx.cast_to(ctx.emit("GreaterOrEqual", [u, ctx.const(float(p), torch.float32)]), torch.bool, x.dtype)
+
+
+@translates("aten.feature_dropout.default")
+def feature_dropout(ctx: OpContext) -> str:
+    """nn.Dropout1d / 2d / 3d: whole channels dropped, the rest scaled by 1 / (1 - p); identity in
+    eval or with p = 0 (torch's _dropout_impl with feature_dropout)."""
+    x, p = ctx.tensor("input"), float(ctx["p"])
+    if not ctx["train"] or p == 0:
+        return x.name
+    if p == 1:
+        return ctx.emit("Mul", [x, ctx.const(0.0, x.dtype)])
+    keep = _keep_flags(ctx, x, p, per_channel=True)
+    return ctx.emit("Mul", [x, ctx.emit("Mul", [keep, ctx.const(1.0 / (1.0 - p), x.dtype)])])
+
+
+@translates("aten.alpha_dropout.default", "aten.feature_alpha_dropout.default")
+def alpha_dropout(ctx: OpContext) -> str:
+    """nn.AlphaDropout (and per channel, FeatureAlphaDropout), which keeps SELU's mean and variance:
+    y = x * keep * a + ((keep - 1) * alpha * a + alpha * a * p) with alpha = 1.7580993408473766 and
+    a = 1 / sqrt((alpha^2 p + 1)(1 - p)) (torch's _dropout_impl); identity in eval or with p = 0."""
+    x, p = ctx.tensor("input"), float(ctx["p"])
+    if not ctx["train"] or p == 0:
+        return x.name
+    if p == 1:
+        return ctx.emit("Mul", [x, ctx.const(0.0, x.dtype)])
+    alpha = 1.7580993408473766
+    a = 1.0 / ((alpha * alpha * p + 1) * (1 - p)) ** 0.5
+    keep = _keep_flags(ctx, x, p, per_channel=ctx.node.target.__name__.startswith("feature_alpha_dropout"))
+    scaled = ctx.emit("Mul", [x, ctx.emit("Mul", [keep, ctx.const(a, x.dtype)])])
+    shift = ctx.emit("Add", [ctx.emit("Mul", [ctx.emit("Sub", [keep, ctx.const(1.0, x.dtype)]),
+                                              ctx.const(alpha * a, x.dtype)]),
+                             ctx.const(alpha * a * p, x.dtype)])
+    return ctx.emit("Add", [scaled, shift])
