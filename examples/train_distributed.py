@@ -7,6 +7,7 @@ batches and prints its last loss and its fallback reason (None: every step ran i
 """
 
 import argparse
+import gc
 
 import torch
 
@@ -67,6 +68,10 @@ def main():
             optimizer.step()
             optimizer.zero_grad()
     print(f"rank {rank} of {world_size}: loss {loss.item():.4f}, fallback: {model.fallback_reason}", flush=True)
+    # DeepSpeed's engine and DDP's reducer live in reference cycles: free them while the process group is
+    # up, not while the interpreter shuts down, when a gloo thread dropping their last tensors can abort.
+    engine = optimizer = None
+    gc.collect()
     torch.distributed.destroy_process_group()
 
 
