@@ -199,13 +199,15 @@ void embedding_grad(GradContext& ctx) {
 }
 
 // GatherGrad read as a forward op (passes/padding_elimination.h scatters the kept tokens' rows
-// back to the full batch with it): each row's gradient is the output gradient at its index.
+// back to the full batch with it): each row's gradient is the output gradient at its index; an
+// addend's gradient is the output gradient itself.
 void gather_grad_grad(GradContext& ctx) {
   const Node& n = ctx.node();
   if (n.has_attr("padding_idx"))
     throw UnsupportedOp(fmt(n.describe(), ": no gradient for GatherGrad with padding_idx (its skipped rows)"));
   ctx.set_input_grad(2, ctx.emit("Gather", {ctx.output_grad(0), ctx.input(1)},
                                  {{"axis", Attribute::of_int(n.attr_int("axis", 0))}}));
+  if (n.num_inputs() > 3 && n.input(3)) ctx.set_input_grad(3, ctx.output_grad(0));
 }
 
 // ResizeGrad takes Resize-11's inputs and the node's attributes; the older forms (Upsample, Resize-10)

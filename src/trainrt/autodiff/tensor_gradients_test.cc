@@ -128,6 +128,10 @@ TEST(TensorGradients, GatherGradAsAForwardOpMatchesFiniteDifferences) {
               {i64({5, 3}), make_tensor<int64_t>({4}, {1, 4, 4, 0}), random_f64({4, 3}, 24)}, {.wrt = {2}});
   worst.check({.op = "GatherGrad", .attrs = {{"axis", int_attr(1)}}, .domain = ours},
               {i64({2, 6}), make_tensor<int64_t>({3}, {5, 0, 2}), random_f64({2, 3}, 25)}, {.wrt = {2}});
+  // With an addend (a tied embedding's gradient accumulated onto another): both take the output's.
+  worst.check({.op = "GatherGrad", .domain = ours},
+              {i64({5, 3}), make_tensor<int64_t>({4}, {1, 4, 4, 0}), random_f64({4, 3}, 26), random_f64({5, 3}, 27)},
+              {.wrt = {2, 3}});
 }
 
 TEST(TensorGradients, GatherNDMatchesFiniteDifferences) {

@@ -3,9 +3,11 @@
 // kernels/cpu/tensor_grad_kernels.cc):
 //   SliceGrad(dY, shape, starts, ends, [axes], [steps]) -> dX     dims `shape`; dY written at the
 //       positions Slice(X, starts, ends, axes, steps) read, zeros elsewhere (ONNX Slice-13 clamping)
-//   GatherGrad(shape, indices, dY) -> dX                          dims `shape`, attribute axis;
+//   GatherGrad(shape, indices, dY, [addend]) -> dX                dims `shape`, attribute axis;
 //       dY's slices summed into the rows `indices` name (repeated indices accumulate); optional
-//       attribute padding_idx: that row of dX stays zero (Embedding's gradient, as torch's)
+//       attribute padding_idx: that row of dX stays zero (Embedding's gradient, as torch's); with
+//       addend (dX's dims and dtype), dX = addend + that, written over addend when it dies here
+//       (a tied embedding's gradient accumulated onto the LM head's: no dense temporary, no Sum)
 //   GatherElementsGrad(shape, indices, dY) -> dX                  dims `shape`, attribute axis; dY
 //       (the indices' shape) added at the positions GatherElements read (kernel in
 //       kernels/cpu/gather_elements_kernels.cc)
@@ -46,6 +48,14 @@ void infer_slice_grad(InferenceContext& ctx) {
   ctx.set_output(0, ctx.input_dtype(0), std::move(dx));
 }
 
+// Whether a and b (ranks known) can be one shape: same rank, equal dims where both are static.
+bool may_equal(const Shape& a, const Shape& b) {
+  if (a.rank() != b.rank()) return false;
+  for (size_t k = 0; k < a.dims.size(); ++k)
+    if (a.dims[k].is_static() && b.dims[k].is_static() && a.dims[k].value != b.dims[k].value) return false;
+  return true;
+}
+
 // dX has `shape`; dY is X's shape with the axis dim replaced by the indices' dims.
 void infer_gather_grad(InferenceContext& ctx) {
   ctx.expect_dtype(1, {DType::kI64, DType::kI32});
@@ -64,15 +74,15 @@ void infer_gather_grad(InferenceContext& ctx) {
       ctx.fail(fmt("input 2 (dY) has shape ", to_string(dy), ", expected rank ", dx.rank() - 1 + indices.rank(),
                    " for data of rank ", dx.rank(), " and indices ", to_string(indices)));
   }
+  if (ctx.has_input(3)) {
+    if (ctx.input_dtype(3) != ctx.input_dtype(2))
+      ctx.fail(fmt("input 3 (addend) is ", dtype_name(ctx.input_dtype(3)), ", expected dY's ", dtype_name(ctx.input_dtype(2))));
+    const Shape& addend = ctx.input_shape(3);
+    if (dx.rank_known && addend.rank_known && !may_equal(dx, addend))
+      ctx.fail(fmt("input 3 (addend) has shape ", to_string(addend), ", expected dX's ", to_string(dx)));
+    if (!dx.is_static() && addend.rank_known) dx = addend;
+  }
   ctx.set_output(0, ctx.input_dtype(2), std::move(dx));
-}
-
-// Whether a and b (ranks known) can be one shape: same rank, equal dims where both are static.
-bool may_equal(const Shape& a, const Shape& b) {
-  if (a.rank() != b.rank()) return false;
-  for (size_t k = 0; k < a.dims.size(); ++k)
-    if (a.dims[k].is_static() && b.dims[k].is_static() && a.dims[k].value != b.dims[k].value) return false;
-  return true;
 }
 
 // dX has `shape`; indices and dY share one shape of dX's rank.
@@ -114,7 +124,8 @@ void register_tensor_grad_schemas(OpRegistry& r) {
   r.add({.domain = trainrt, .name = "StopGradient", .min_inputs = 1, .max_inputs = 1, .infer = infer_stop_gradient,
          .inplace = {{0, 0}}});
   r.add({.domain = trainrt, .name = "SliceGrad", .min_inputs = 4, .max_inputs = 6, .infer = infer_slice_grad});
-  r.add({.domain = trainrt, .name = "GatherGrad", .min_inputs = 3, .max_inputs = 3, .infer = infer_gather_grad});
+  r.add({.domain = trainrt, .name = "GatherGrad", .min_inputs = 3, .max_inputs = 4, .infer = infer_gather_grad,
+         .inplace = {{3, 0}}});
   r.add({.domain = trainrt, .name = "GatherElementsGrad", .min_inputs = 3, .max_inputs = 3,
          .infer = infer_gather_elements_grad});
   // dX[i] depends on dY[i] and mask[i] only.

@@ -57,6 +57,11 @@ bool makes_zero(const Node& n, const std::set<const Value*>& zero) {
   return std::any_of(it->second.begin(), it->second.end(), [&](int i) { return zero.count(n.input(i)) > 0; });
 }
 
+// GatherGrad with an addend (input 3): its result is the addend plus the scatter of dY.
+bool accumulates_onto_addend(const Node& n) {
+  return n.domain() == kTrainrtDomain && n.op_type() == "GatherGrad" && n.input(3) != nullptr;
+}
+
 bool same_type(const Value* a, const Value* b) {
   return a->dtype == b->dtype && a->shape.known_equal(b->shape);
 }
@@ -99,6 +104,19 @@ bool ZeroInputElimination::apply_impl(Graph& graph) const {
   if (zero.empty()) return false;
   bool changed = false;
   for (Node* n : graph.topological_order()) {
+    if (accumulates_onto_addend(*n)) {  // GatherGrad(shape, indices, dY, addend): a sum of two
+      const bool zero_dy = zero.count(n->input(2)) > 0, zero_addend = zero.count(n->input(3)) > 0;
+      if (zero_dy && zero_addend) {
+        zero.insert(n->output(0));
+      } else if (zero_dy) {
+        replace_with(graph, n, n->input(3));
+        changed = true;
+      } else if (zero_addend) {
+        n->replace_input(3, nullptr);
+        changed = true;
+      }
+      continue;
+    }
     if (makes_zero(*n, zero)) {
       for (const Value* o : n->outputs())
         if (o) zero.insert(o);

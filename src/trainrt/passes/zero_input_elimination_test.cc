@@ -94,6 +94,39 @@ TEST(ZeroInputElimination, AGraphOutputTheSumMadeBecomesAnIdentity) {
   expect_close(Session(g).run({Tensor::zeros(DType::kF32, {3}), x})[0], x, 0.0, 0.0);
 }
 
+// GatherGrad(shape, ids, dY, addend) is a sum: a zero dY leaves the addend, a zero addend drops it,
+// both zero make zero; never zero for one zero operand alone.
+TEST(ZeroInputElimination, AGatherGradOntoAnAddendIsASum) {
+  auto build = [] {
+    auto g = testing::graph_with_opsets();
+    Value* ids = g->add_input("ids", DType::kI64, Shape({4}));
+    Value* dy = g->add_input("dy", DType::kF32, Shape({4, 3}));
+    Value* addend = g->add_input("addend", DType::kF32, Shape({5, 3}));
+    Value* shape = g->add_initializer("shape", Tensor::from_i64({5, 3}));
+    Value* dw = g->add_node("GatherGrad", {shape, ids, dy, addend}, {"dw"}, kTrainrtDomain)->output(0);
+    g->add_output(g->add_node("Relu", {dw}, {"read"})->output(0));
+    infer_graph_shapes(*g);
+    return g;
+  };
+  const Tensor ids = testing::make_tensor<int64_t>({4}, {1, 4, 4, 0});
+  const Tensor dy = random_tensor({4, 3}, 5), addend = random_tensor({5, 3}, 6);
+  const Tensor dy0 = Tensor::zeros(DType::kF32, {4, 3}), addend0 = Tensor::zeros(DType::kF32, {5, 3});
+  for (const auto& [zero, feeds] : std::vector<std::pair<std::string, std::vector<Tensor>>>{
+           {"dy", {ids, dy0, addend}}, {"addend", {ids, dy, addend0}}, {"none", {ids, dy, addend}}}) {
+    SCOPED_TRACE(zero + " zero");
+    auto g = build();
+    EXPECT_EQ(ZeroInputElimination({zero}).apply(*g), zero != "none");
+    verify(*g);
+    EXPECT_EQ(count(*g, "GatherGrad"), zero == "dy" ? 0 : 1);
+    if (zero == "addend") EXPECT_EQ(g->find_value("dw")->producer->input(3), nullptr);
+    expect_close(Session(g).run(feeds)[0], Session(build()).run(feeds)[0], 0.0, 0.0);
+  }
+  auto both = build();
+  both->add_output(both->find_value("dw"));
+  ZeroInputElimination({"dy", "addend"}).apply(*both);
+  EXPECT_EQ(count(*both, "GatherGrad"), 1);  // a graph output stays, its reader Relu of zeros too
+}
+
 TEST(ZeroInputElimination, NoZeroInputChangesNothing) {
   auto g = backward_like_graph();
   const int before = g->num_nodes();

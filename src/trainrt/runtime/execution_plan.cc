@@ -35,6 +35,7 @@ class PlanBuilder {
     bind_initializers();
     for (Node* node : graph_.topological_order()) plan_node(*node);
     bind_graph_outputs();
+    write_outputs_over_dying_inputs();
     assign_memory();
     place_dynamic_releases();
     return std::move(plan_);
@@ -375,6 +376,39 @@ class PlanBuilder {
     const int64_t align = static_cast<int64_t>(kTensorAlignment / std::gcd(row_bytes, kTensorAlignment));
     const int64_t per_block = std::max<int64_t>(1, static_cast<int64_t>(wanted->second / row_bytes) / align) * align;
     return per_block < rows ? per_block : 0;
+  }
+
+  // A graph output its op may write in place over an arena intermediate that dies at that step (a
+  // gradient accumulated onto another contribution: GatherGrad's addend, a Sum's operand) is
+  // written there: the intermediate gets output storage from its own step on (kOutput) and the
+  // output shows it (kOverOutput), so the arena never holds the intermediate and no second
+  // buffer of the output's size exists. Steps are taken last first, so the intermediate, now a
+  // kOutput, may in turn be written over one its own step lets die (a chain).
+  void write_outputs_over_dying_inputs() {
+    auto& slots = plan_->slots;
+    const int num_steps = static_cast<int>(plan_->steps.size());
+    std::vector<int> last_read(slots.size(), -1);  // per slot: the last step reading its bytes
+    for (int s = 0; s < num_steps; ++s)
+      for (int slot : plan_->steps[static_cast<size_t>(s)].inputs)
+        if (slot >= 0) last_read[static_cast<size_t>(viewed_slot(slot))] = s;
+    for (int slot : plan_->output_slots) last_read[static_cast<size_t>(viewed_slot(slot))] = num_steps;
+    for (int s = num_steps - 1; s >= 0; --s) {
+      const PlanStep& step = plan_->steps[static_cast<size_t>(s)];
+      if (step.needs_runtime_inference || step.schema->sizes_outputs_when_run) continue;
+      for (auto [in, out] : step.schema->inplace) {
+        if (in >= static_cast<int>(step.inputs.size()) || out >= static_cast<int>(step.outputs.size())) continue;
+        const int o = step.outputs[static_cast<size_t>(out)], a = step.inputs[static_cast<size_t>(in)];
+        if (o < 0 || a < 0 || slots[static_cast<size_t>(o)].kind != SlotKind::kOutput) continue;
+        if (slots[static_cast<size_t>(a)].kind != SlotKind::kArena || last_read[static_cast<size_t>(a)] != s ||
+            read_twice(step, in) || !same_elements(a, o))
+          continue;
+        slots[static_cast<size_t>(a)].kind = SlotKind::kOutput;
+        slots[static_cast<size_t>(o)].kind = SlotKind::kOverOutput;
+        slots[static_cast<size_t>(o)].view_of = a;
+        plan_->stats.num_over_outputs++;
+        break;
+      }
+    }
   }
 
   // Lifetimes over steps, in-place aliases, then offsets from the greedy-by-size planner.

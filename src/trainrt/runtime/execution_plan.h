@@ -51,6 +51,9 @@ enum class SlotKind : uint8_t {
                  // a graph output only when the slot it views is a kOutput (both handed over)
   kOverInput,    // written in place over the bytes of donated input slot view_of (its last reader
                  // has run): pointed there every run, in this slot's dims; takes no arena bytes
+  kOverOutput,   // a graph output written in place over slot view_of, an intermediate that dies at
+                 // this step and so got output storage of its own (kOutput, or kOverOutput in a
+                 // chain): pointed there when its step runs; the caller gets that storage
 };
 
 // Run-time home of one value.
@@ -87,6 +90,7 @@ struct PlanStats {
   int num_folded = 0;               // nodes evaluated at plan time
   int num_inplace = 0;              // outputs sharing their input's buffer
   int num_over_inputs = 0;          // of those, outputs written over a donated input (kOverInput)
+  int num_over_outputs = 0;         // graph outputs written over a dying intermediate (kOverOutput)
   int num_views = 0;                // outputs that view their input's bytes (no buffer, no copy)
   int num_reused = 0;               // buffers placed over dead ones
   int num_dynamic = 0;              // values sized at run time

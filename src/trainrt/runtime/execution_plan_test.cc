@@ -126,18 +126,38 @@ TEST(ExecutionPlan, AViewKeepsTheBufferItShowsAliveAcrossInPlaceOps) {
 }
 
 // b = Relu(Reshape(Neg(x))): the view is the last reader of Neg's buffer, so Relu may take it.
+// (y = Add(b, b) reads b twice, so y is not written over b: b stays in the arena.)
 TEST(ExecutionPlan, AnOpMayWriteInPlaceOverAViewWhoseBufferDies) {
   auto g = new_graph();
   Value* x = g->add_input("x", DType::kF32, Shape({4, 6}));
   Value* a = g->add_node("Neg", {x}, {"a"})->output(0);
   Value* b = g->add_node("Relu", {reshape(*g, a, {24})}, {"b"})->output(0);
-  Value* y = g->add_node("Neg", {b}, {"y"})->output(0);
+  Value* y = g->add_node("Add", {b, b}, {"y"})->output(0);
   g->add_output(y);
   Tensor in = random_tensor({4, 6}, 3);
   auto plan = plan_for(*g, {in});
   EXPECT_EQ(plan->stats.num_views, 1);
   EXPECT_EQ(plan->stats.num_inplace, 1);
+  EXPECT_EQ(plan->stats.num_over_outputs, 0);
   EXPECT_EQ(plan->stats.arena_bytes, 96u);  // Relu's output sits over Neg's
+  Session session(g);
+  Tensor out = session.run({in})[0];
+  for (int64_t i = 0; i < 24; ++i) EXPECT_EQ(out.data<float>()[i], 2 * std::max(-in.data<float>()[i], 0.f));
+}
+
+// y = Neg(Relu(Neg(x))): each op's input dies where it is read and the last one is a graph output,
+// so the chain is made in the output's storage (kOutput, then kOverOutput) and the arena is empty.
+TEST(ExecutionPlan, AChainEndingInAGraphOutputIsWrittenInTheOutputsStorage) {
+  auto g = new_graph();
+  Value* x = g->add_input("x", DType::kF32, Shape({4, 6}));
+  Value* a = g->add_node("Neg", {x}, {"a"})->output(0);
+  Value* b = g->add_node("Relu", {a}, {"b"})->output(0);
+  g->add_output(g->add_node("Neg", {b}, {"y"})->output(0));
+  Tensor in = random_tensor({4, 6}, 3);
+  auto plan = plan_for(*g, {in});
+  EXPECT_EQ(plan->stats.num_over_outputs, 2);
+  EXPECT_EQ(plan->stats.arena_bytes, 0u);
+  EXPECT_EQ(plan->slots[static_cast<size_t>(plan->output_slots[0])].kind, SlotKind::kOverOutput);
   Session session(g);
   Tensor out = session.run({in})[0];
   for (int64_t i = 0; i < 24; ++i) EXPECT_EQ(out.data<float>()[i], -std::max(-in.data<float>()[i], 0.f));
@@ -177,19 +197,23 @@ TEST(ExecutionPlan, AnOpWritesOverADonatedInputOnlyAfterItsLastReader) {
     Value* b = g->add_input("b", DType::kF32, Shape({4, 6}));
     Value* t = g->add_node("Add", {a, b}, {"t"})->output(0);
     Value* r = g->add_node("Relu", {t}, {"r"})->output(0);
-    g->add_output(read_again ? g->add_node("Mul", {r, a}, {"y"})->output(0) : g->add_node("Neg", {r}, {"y"})->output(0));
+    // (Add(r, r) reads r twice: y is not written over r, which keeps the chain over a.)
+    g->add_output(read_again ? g->add_node("Mul", {r, a}, {"y"})->output(0) : g->add_node("Add", {r, r}, {"y"})->output(0));
     Tensor in_a = random_tensor({4, 6}, 1), in_b = random_tensor({4, 6}, 2);
     const std::vector<float> a_before = values_of(in_a);
     PlanOptions options;
     options.donated_inputs = {"a"};
     auto plan = build_execution_plan(*g, {in_a, in_b}, cpu_kernel_table(), options);
     EXPECT_EQ(plan->stats.num_over_inputs, read_again ? 0 : 2) << read_again;
-    EXPECT_EQ(plan->stats.arena_bytes, read_again ? 96u : 0u) << read_again;
+    // Read again, a stays intact; Mul writes y, a graph output, over r, and r over t: t is made in
+    // the output's storage, and the arena is empty either way.
+    EXPECT_EQ(plan->stats.num_over_outputs, read_again ? 2 : 0) << read_again;
+    EXPECT_EQ(plan->stats.arena_bytes, 0u) << read_again;
     Session session(g, {.donated_inputs = {"a"}});
     Tensor out = session.run({in_a, in_b})[0];
     for (int64_t i = 0; i < 24; ++i) {
       const float relu = std::max(a_before[i] + in_b.data<float>()[i], 0.f);
-      EXPECT_EQ(out.data<float>()[i], read_again ? relu * a_before[i] : -relu) << i;
+      EXPECT_EQ(out.data<float>()[i], read_again ? relu * a_before[i] : 2 * relu) << i;
       EXPECT_EQ(in_a.data<float>()[i], read_again ? a_before[i] : relu) << i;  // a's bytes hold r
     }
   }

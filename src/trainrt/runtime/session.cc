@@ -33,10 +33,17 @@ void signature_of(const std::vector<Tensor>& inputs, const std::vector<size_t>& 
   }
 }
 
-// The tensor whose storage the view in slot `s` shows (the end of its chain of views).
+// The slot holding the storage slot `s` shows: the end of its chain of views and of outputs written
+// over other outputs (kOverOutput).
+int storage_slot(const ExecutionPlan& plan, int s) {
+  while (plan.slots[static_cast<size_t>(s)].kind == SlotKind::kView ||
+         plan.slots[static_cast<size_t>(s)].kind == SlotKind::kOverOutput)
+    s = plan.slots[static_cast<size_t>(s)].view_of;
+  return s;
+}
+
 const Tensor& viewed_tensor(const ExecutionPlan& plan, int s) {
-  while (plan.slots[static_cast<size_t>(s)].kind == SlotKind::kView) s = plan.slots[static_cast<size_t>(s)].view_of;
-  return plan.slots[static_cast<size_t>(s)].tensor;
+  return plan.slots[static_cast<size_t>(storage_slot(plan, s))].tensor;
 }
 
 // What the caller gets of the output in slot `s`: storage produced this run is handed over (a
@@ -45,7 +52,8 @@ const Tensor& viewed_tensor(const ExecutionPlan& plan, int s) {
 Tensor handed_over(const ExecutionPlan& plan, int s) {
   const Slot& slot = plan.slots[static_cast<size_t>(s)];
   if (slot.kind == SlotKind::kOutput) return slot.tensor;
-  if (slot.kind == SlotKind::kView) return viewed_tensor(plan, s).reshaped(slot.tensor.dims());
+  if (slot.kind == SlotKind::kView || slot.kind == SlotKind::kOverOutput)
+    return viewed_tensor(plan, s).reshaped(slot.tensor.dims());
   return slot.tensor.clone();
 }
 
@@ -226,6 +234,8 @@ void Session::run_step(PlanStep& step, int index, ExecutionPlan& plan, int64_t r
     // run's, when the caller has let go of it (no fresh pages to fault in), else fresh.
     if (slot.kind == SlotKind::kOutput && !step.needs_runtime_inference && !slot.tensor.sole_owner())
       slot.tensor = Tensor::empty(slot.tensor.dtype(), slot.tensor.dims());
+    if (slot.kind == SlotKind::kOverOutput)  // the intermediate it is written over got storage this run
+      slot.tensor.rebind(const_cast<void*>(viewed_tensor(plan, slot.view_of).raw()), slot.tensor.dims());
     step.output_ptrs[o] = &slot.tensor;
   }
   KernelContext ctx;
@@ -359,7 +369,9 @@ std::vector<Tensor> Session::run_impl(const std::vector<Tensor>& inputs, OutputC
 void Session::forget_outputs(size_t first) {
   if (!last_plan_) return;
   for (size_t o = first; o < last_plan_->output_slots.size(); ++o) {
-    Slot& slot = last_plan_->slots[static_cast<size_t>(last_plan_->output_slots[o])];
+    const int s = last_plan_->output_slots[o];
+    Slot& slot = last_plan_->slots[static_cast<size_t>(
+        last_plan_->slots[static_cast<size_t>(s)].kind == SlotKind::kOverOutput ? storage_slot(*last_plan_, s) : s)];
     if (slot.kind == SlotKind::kOutput) slot.tensor = Tensor::view(slot.tensor.dtype(), slot.tensor.dims(), nullptr);
   }
 }

@@ -86,9 +86,60 @@ TEST(Session, ChainsOfElementwiseOpsRunInPlaceAndReuseMemory) {
     float e = std::max(-in.data<float>()[i], 0.f) + in.data<float>()[i];
     EXPECT_FLOAT_EQ(out.data<float>()[i], e);
   }
-  EXPECT_GT(session.last_stats().num_inplace, 0);
-  // Every intermediate is 256 bytes and at most one is live at a time: one slot suffices.
-  EXPECT_EQ(session.last_stats().arena_bytes, 256u);
+  // Each op writes over the value before it, which dies there; the last one is a graph output, so
+  // the whole chain is written in the output's own storage and the arena holds nothing.
+  EXPECT_EQ(session.last_stats().num_over_outputs, 7);
+  EXPECT_EQ(session.last_stats().arena_bytes, 0u);
+}
+
+// y = Add(a, c), a = x w1 and c = x w2 (3, 5): a dies at the Add, so y is written over it and a is
+// made in output storage; c stays in the arena. Outputs a caller keeps are left as they were.
+TEST(Session, GraphOutputsAreWrittenOverIntermediatesThatDieThere) {
+  auto build = [](bool a_is_output) {
+    auto g = std::make_shared<Graph>();
+    g->set_opset("", 18);
+    Value* x = g->add_input("x", DType::kF32, Shape({3, 4}));
+    Value* a = g->add_node("MatMul", {x, g->add_initializer("w1", random_tensor({4, 5}, 1))}, {"a"})->output(0);
+    Value* c = g->add_node("MatMul", {x, g->add_initializer("w2", random_tensor({4, 5}, 2))}, {"c"})->output(0);
+    g->add_output(g->add_node("Add", {a, c}, {"y"})->output(0));
+    if (a_is_output) g->add_output(a);
+    return g;
+  };
+  const Tensor w1 = build(false)->find_value("w1")->data, w2 = build(false)->find_value("w2")->data;
+  auto expected = [&](const Tensor& x) {
+    Tensor y = Tensor::empty(DType::kF32, {3, 5});
+    for (int64_t i = 0; i < 3; ++i)
+      for (int64_t j = 0; j < 5; ++j) {
+        float a = 0, c = 0;
+        for (int64_t k = 0; k < 4; ++k) {
+          a += x.data<float>()[i * 4 + k] * w1.data<float>()[k * 5 + j];
+          c += x.data<float>()[i * 4 + k] * w2.data<float>()[k * 5 + j];
+        }
+        y.data<float>()[i * 5 + j] = a + c;
+      }
+    return y;
+  };
+  Session session(build(false));
+  const Tensor x1 = random_tensor({3, 4}, 3), x2 = random_tensor({3, 4}, 4), x3 = random_tensor({3, 4}, 5);
+  Tensor y1 = session.run({x1})[0];
+  EXPECT_EQ(session.last_stats().num_over_outputs, 1);
+  EXPECT_EQ(session.last_stats().arena_bytes, 60u);  // c alone
+  EXPECT_EQ(session.memory_stats().output_bytes, y1.nbytes());
+  expect_close(y1, expected(x1), 1e-5, 1e-6);
+  Tensor y2 = session.run({x2})[0];  // y1 is held: y2 lands elsewhere, y1 is unchanged
+  EXPECT_NE(y2.raw(), y1.raw());
+  expect_close(y1, expected(x1), 1e-5, 1e-6);
+  expect_close(y2, expected(x2), 1e-5, 1e-6);
+  const void* second = y2.raw();
+  y2 = Tensor();
+  EXPECT_EQ(session.run({x3})[0].raw(), second);  // released: written again
+  // a handed to the caller too does not die at the Add: y is written over c instead.
+  Session kept(build(true));
+  auto out = kept.run({x1});
+  EXPECT_EQ(kept.last_stats().num_over_outputs, 1);
+  EXPECT_EQ(kept.last_stats().arena_bytes, 0u);
+  EXPECT_NE(out[0].raw(), out[1].raw());
+  expect_close(out[0], expected(x1), 1e-5, 1e-6);
 }
 
 TEST(Session, FoldsShapeArithmeticAtPlanTime) {
@@ -268,17 +319,29 @@ namespace {
 // larger plan, not the sum, and a session whose arena another one moved (grew) re-points its
 // intermediates before it runs. Every result is checked against the reference after each move.
 TEST(Session, SessionsSharingAnArenaReserveTheLargerPlanAndFollowItWhenItMoves) {
+  // Relu(x w + b) summed over its columns: the (batch, 3) activations are arena intermediates.
   auto g = linear_relu_graph();
+  Value* y = g->outputs()[0];
+  Node* sum = g->add_node("ReduceSum", {y, g->add_initializer("axes", Tensor::from_i64({1}))}, {"row_sums"});
+  sum->set_attr("keepdims", Attribute::of_int(0));
+  g->mutable_outputs() = {sum->output(0)};
+  const auto reference = [&](const Tensor& x) {
+    const Tensor act = linear_relu_reference(*g, x);
+    Tensor sums = Tensor::zeros(DType::kF32, {x.dim(0)});
+    for (int64_t i = 0; i < x.dim(0); ++i)
+      for (int64_t j = 0; j < 3; ++j) sums.data<float>()[i] += act.data<float>()[i * 3 + j];
+    return sums;
+  };
   SessionOptions options;
   options.arena = std::make_shared<Arena>();
   Session small(g, options), large(g, options);
   Tensor x_small = random_tensor({3, 4}, 31);
-  expect_close(small.run({x_small})[0], linear_relu_reference(*g, x_small), 1e-5, 1e-6);
+  expect_close(small.run({x_small})[0], reference(x_small), 1e-5, 1e-6);
   const size_t small_bytes = small.last_stats().arena_bytes;
   for (int64_t batch : {64, 256}) {  // each grows the shared block: it moves
     Tensor x = random_tensor({batch, 4}, 32);
-    expect_close(large.run({x})[0], linear_relu_reference(*g, x), 1e-5, 1e-6);
-    expect_close(small.run({x_small})[0], linear_relu_reference(*g, x_small), 1e-5, 1e-6);
+    expect_close(large.run({x})[0], reference(x), 1e-5, 1e-6);
+    expect_close(small.run({x_small})[0], reference(x_small), 1e-5, 1e-6);
   }
   EXPECT_GT(large.last_stats().arena_bytes, small_bytes);
   EXPECT_EQ(options.arena->capacity(), large.last_stats().arena_bytes);

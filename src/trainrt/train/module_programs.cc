@@ -10,6 +10,7 @@
 #include "trainrt/passes/low_precision_compute.h"
 #include "trainrt/passes/matmul_bias_fusion.h"
 #include "trainrt/passes/padding_elimination.h"
+#include "trainrt/passes/scatter_accumulation.h"
 #include "trainrt/passes/zero_input_elimination.h"
 #include "trainrt/plan/checkpoint_recompute.h"
 #include "trainrt/plan/recompute_subgraphs.h"
@@ -87,6 +88,11 @@ ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::st
   recompute_patterns_ = recompute_subgraphs(*joint_, result, memory.config, /*cheap_by_default=*/optimize);
   programs_ = partition_joint_graph(*joint_, result);
   if (label_sparsity_) RowScatterPushdown().apply(*programs_.backward);
+  if (optimize) {
+    const int64_t before = programs_.backward->num_nodes();
+    const bool changed = ScatterAccumulation().apply(*programs_.backward);
+    forward_pass_report_.push_back({"ScatterAccumulation (backward)", changed, before - programs_.backward->num_nodes()});
+  }
   if (optimize && codegen) {
     // The output gradients may come as zeros: their readers stay ops ZeroInputElimination knows.
     std::vector<PassOutcome> fused = fuse_elementwise_with_codegen(

@@ -115,13 +115,17 @@ TEST(ModulePrograms, SecondForwardReusesTheFirstsOutputStorage) {
   }
 }
 
-// y = (Relu(x @ w + b))^2: the backward reads saved intermediates (the Relu output) and has
-// intermediates of its own, all in the arena the three programs share.
+// sq = row sums of (Relu(x @ w + b))^2, (batch): the backward reads saved intermediates (the Relu
+// output) and has intermediates of its own, all in the arena the three programs share (the
+// squares, summed by a ReduceSum that cannot write in place, are the forward's).
 std::shared_ptr<Graph> squared_relu_graph() {
   auto g = linear_graph();
   Value* z = g->mutable_outputs()[0];
   Value* r = g->add_node("Relu", {z}, {"r"})->output(0);
-  g->mutable_outputs()[0] = g->add_node("Mul", {r, r}, {"sq"})->output(0);
+  Value* squares = g->add_node("Mul", {r, r}, {"squares"})->output(0);
+  Node* sum = g->add_node("ReduceSum", {squares, g->add_initializer("axes", Tensor::from_i64({1}))}, {"sq"});
+  sum->set_attr("keepdims", Attribute::of_int(0));
+  g->mutable_outputs()[0] = sum->output(0);
   return g;
 }
 
@@ -140,7 +144,7 @@ TEST(ModulePrograms, BackwardReadsNothingTheSharedArenaHolds) {
   Tensor b = make_tensor<float>({3}, {0.5f, 0, -0.5f});
   Tensor x1 = make_tensor<float>({4, 2}, {1, 0, 2, 1, -1, 3, 0.5f, -2});
   Tensor x2 = make_tensor<float>({8, 2}, {3, 1, -2, 0, 1, 1, 0, -1, 2, 2, -3, 1, 1, -1, 0.5f, 0.25f});
-  auto dy = [](const Tensor& x) { return testing::random_tensor({x.dim(0), 3}, static_cast<uint32_t>(x.dim(0))); };
+  auto dy = [](const Tensor& x) { return testing::random_tensor({x.dim(0)}, static_cast<uint32_t>(x.dim(0))); };
   auto alone = [&](const Tensor& x) {  // a fresh engine, backward straight after forward
     ModulePrograms p(squared_relu_graph(), {"sq"}, {"w", "b"});
     ForwardState state;

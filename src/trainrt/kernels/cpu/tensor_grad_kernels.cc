@@ -5,11 +5,14 @@
 //   GatherGrad   a deterministic scatter-add: indices are bucketed by destination row (a counting
 //                sort that keeps their order), then destination rows are summed in parallel, each
 //                from its own bucket in index order, so results never depend on the thread count;
-//                with padding_idx (Embedding's gradient) that row's bucket is emptied: it stays 0
+//                with padding_idx (Embedding's gradient) that row's bucket is emptied: it stays 0;
+//                with an addend, each row is addend + (its bucket's sum), the sum taken first as
+//                without one, so the result is Sum(addend, GatherGrad(...)) bit for bit
 //   DropoutGrad  dX = mask ? dY / (1 - ratio) : 0 in training mode, else dY
 #include <algorithm>
 #include <cstring>
 #include <optional>
+#include <vector>
 
 #include "trainrt/core/error.h"
 #include "trainrt/core/simd.h"
@@ -106,35 +109,56 @@ TRAINRT_SIMD_CLONES void add_row(T* __restrict out, const T* __restrict x, int64
   for (int64_t j = 0; j < n; ++j) out[j] += x[j];
 }
 
-// dX viewed as (outer, rows, inner) and dY as (outer, n, inner): dX[o, v, :] = sum over the
-// positions j in bucket v of dY[o, j, :]. Tasks are (o, v, column block), so a few long rows
-// (a small axis) still spread over the threads.
+// out = a + x; out may be a (in place), so no __restrict between them.
 template <typename T>
-void gather_grad(const IndexBuckets& b, const T* dy, T* dx, int64_t outer, int64_t rows, int64_t n, int64_t inner,
-                 ThreadPool& pool) {
+TRAINRT_SIMD_CLONES void add_rows(T* out, const T* a, const T* __restrict x, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) out[j] = a[j] + x[j];
+}
+
+// dX viewed as (outer, rows, inner) and dY as (outer, n, inner): dX[o, v, :] = sum over the
+// positions j in bucket v of dY[o, j, :], plus addend[o, v, :] when there is one (nullptr: none;
+// it may be dx itself). Tasks are (o, v, column block), so a few long rows (a small axis) still
+// spread over the threads.
+template <typename T>
+void gather_grad(const IndexBuckets& b, const T* dy, const T* addend, T* dx, int64_t outer, int64_t rows, int64_t n,
+                 int64_t inner, ThreadPool& pool) {
   constexpr int64_t kColumns = 4096;
   const int64_t block = std::min(inner, kColumns);
   const int64_t blocks = (inner + block - 1) / block;
   pool.parallel_for(outer * rows * blocks, rows_per_chunk(static_cast<size_t>(block) * sizeof(T)),
                     [&](int64_t begin, int64_t end) {
+    std::vector<T> sum;  // a bucket's sum before the addend joins it
     for (int64_t t = begin; t < end; ++t) {
       const int64_t row = t / blocks, c0 = (t % blocks) * block, width = std::min(block, inner - c0);
       const int64_t o = row / rows, v = row % rows;
       T* out = dx + row * inner + c0;
+      const T* add = addend ? addend + row * inner + c0 : nullptr;
       const int64_t k0 = b.begin[static_cast<size_t>(v)], k1 = b.begin[static_cast<size_t>(v) + 1];
+      const size_t bytes = static_cast<size_t>(width) * sizeof(T);
       if (k0 == k1) {
-        std::memset(static_cast<void*>(out), 0, static_cast<size_t>(width) * sizeof(T));
+        if (!add) std::memset(static_cast<void*>(out), 0, bytes);
+        else if (add != out) std::memcpy(static_cast<void*>(out), add, bytes);
         continue;
       }
       const auto src = [&](int64_t k) { return dy + (o * n + b.positions[static_cast<size_t>(k)]) * inner + c0; };
-      std::memcpy(static_cast<void*>(out), src(k0), static_cast<size_t>(width) * sizeof(T));
-      for (int64_t k = k0 + 1; k < k1; ++k) add_row(out, src(k), width);
+      if (add && k1 - k0 == 1) {
+        add_rows(out, add, src(k0), width);
+        continue;
+      }
+      T* acc = out;
+      if (add) {
+        sum.resize(static_cast<size_t>(block));
+        acc = sum.data();
+      }
+      std::memcpy(static_cast<void*>(acc), src(k0), bytes);
+      for (int64_t k = k0 + 1; k < k1; ++k) add_row(acc, src(k), width);
+      if (add) add_rows(out, add, acc, width);
     }
   });
 }
 
 template <typename T>
-void run_gather_grad(const Tensor& indices, const Tensor& dy, Tensor& dx, int64_t axis,
+void run_gather_grad(const Tensor& indices, const Tensor& dy, const Tensor* addend, Tensor& dx, int64_t axis,
                      std::optional<int64_t> padding_idx, ThreadPool& pool, const std::string& where) {
   const int64_t rank = dx.rank();
   if (axis < -rank || axis >= rank) throw ShapeError(fmt(where, ": axis ", axis, " is out of range for rank ", rank));
@@ -153,8 +177,10 @@ void run_gather_grad(const Tensor& indices, const Tensor& dy, Tensor& dx, int64_
   const IndexBuckets b = indices.dtype() == DType::kI64
                              ? bucket_indices(indices.data<int64_t>(), n, rows, skip, where)
                              : bucket_indices(indices.data<int32_t>(), n, rows, skip, where);
+  if (addend && (addend->dims() != dx.dims() || addend->dtype() != dx.dtype()))
+    throw ShapeError(fmt(where, ": input 3 (addend) is ", describe(*addend), ", expected dX's ", describe(dx)));
   if (dx.numel() == 0) return;
-  gather_grad(b, dy.data<T>(), dx.data<T>(), outer, rows, n, inner, pool);
+  gather_grad(b, dy.data<T>(), addend ? addend->data<T>() : nullptr, dx.data<T>(), outer, rows, n, inner, pool);
 }
 
 KernelFn make_gather_grad(const Node& node) {
@@ -163,9 +189,11 @@ KernelFn make_gather_grad(const Node& node) {
       node.has_attr("padding_idx") ? std::optional<int64_t>(node.attr_int("padding_idx", 0)) : std::nullopt;
   return [axis, padding_idx, where = node.describe()](KernelContext& ctx) {
     const Tensor &indices = ctx.in(1), &dy = ctx.in(2);
+    const Tensor* addend = ctx.has_in(3) ? &ctx.in(3) : nullptr;
     Tensor& dx = ctx.out(0);
-    if (dy.dtype() == DType::kF32) run_gather_grad<float>(indices, dy, dx, axis, padding_idx, ctx.threads(), where);
-    else run_gather_grad<double>(indices, dy, dx, axis, padding_idx, ctx.threads(), where);
+    if (dy.dtype() == DType::kF32)
+      run_gather_grad<float>(indices, dy, addend, dx, axis, padding_idx, ctx.threads(), where);
+    else run_gather_grad<double>(indices, dy, addend, dx, axis, padding_idx, ctx.threads(), where);
   };
 }
 

@@ -148,6 +148,34 @@ TEST(GatherGradKernel, RejectsPaddingIdxOutOfRange) {
                  ShapeError);
 }
 
+// With an addend, dX is Sum(addend, GatherGrad(...)) bit for bit: each row's bucket is summed first,
+// as without one; untouched rows and the padding row keep the addend's values.
+void check_gather_grad_onto_addend(const std::vector<int64_t>& x_dims, const Tensor& indices,
+                                   std::map<std::string, Attribute> attrs = {}) {
+  SCOPED_TRACE("GatherGrad onto an addend of " + to_string(x_dims));
+  std::vector<int64_t> dy_dims = indices.dims();
+  dy_dims.insert(dy_dims.end(), x_dims.begin() + 1, x_dims.end());
+  const Tensor dy = random_tensor(dy_dims, 11), addend = random_tensor(x_dims, 12);
+  const Tensor scattered = run_grad("GatherGrad", {Tensor::from_i64(x_dims), indices, dy}, attrs)[0];
+  const Tensor expected = run_node("Sum", {addend, scattered})[0];
+  expect_close(run_grad("GatherGrad", {Tensor::from_i64(x_dims), indices, dy, addend}, attrs)[0], expected, 0, 0);
+}
+
+TEST(GatherGradKernel, AccumulatesOntoAnAddendAsSumWould) {
+  check_gather_grad_onto_addend({5, 3}, make_tensor<int64_t>({4}, {1, -4, 4, 1}));  // repeats, rows 0 and 2 untouched
+  check_gather_grad_onto_addend({5, 3}, make_tensor<int64_t>({6}, {0, 2, 0, 4, 2, 0}),
+                                {{"padding_idx", Attribute::of_int(0)}});
+  check_gather_grad_onto_addend({1000, 512}, random_indices({8, 512}, 1000, 10));  // parallel, column blocks
+  check_gather_grad_onto_addend({3, 6000}, random_indices({400}, 3, 13));
+}
+
+TEST(GatherGradKernel, RejectsAnAddendOfOtherDims) {
+  const Tensor dy = random_tensor({2, 3}, 1);
+  EXPECT_THROW(run_grad("GatherGrad", {Tensor::from_i64({4, 3}), make_tensor<int64_t>({2}, {0, 1}), dy,
+                                       random_tensor({3, 3}, 2)}),
+               ShapeError);
+}
+
 TEST(EmbeddingKernel, GathersRowsAsGatherDoes) {
   const Tensor table = random_tensor({7, 5}, 4);
   const Tensor ids = make_tensor<int64_t>({2, 3}, {0, 6, 3, 3, 0, 1});
