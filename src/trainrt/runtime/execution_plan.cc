@@ -461,9 +461,47 @@ class PlanBuilder {
       buffers[static_cast<size_t>(buffer_of_slot.at(c.slot))].size_bytes =
           whole.nbytes() / static_cast<size_t>(whole.dim(0)) * static_cast<size_t>(c.block_rows);
     }
-    for (int s = 0; s < num_steps; ++s) add_inplace_aliases(s, buffers, buffer_of_slot, consumed_buffer);
-
-    MemoryPlan mem = plan_memory(buffers, kTensorAlignment);
+    // An output written over a donated input takes no arena block but keeps the input's storage
+    // until the output dies; written over an arena input that dies at the same step, it lets the
+    // donated input go at once. Which holds fewer bytes depends on where the run peaks (the end of
+    // a backward, with every gradient made: the arena is idle and the donated bytes are extra).
+    // Donated inputs come first; then, last step first (gradients pile up toward the end), the
+    // steps that have the choice are tried the other way, each kept if run_peak drops.
+    constexpr int kMaxTrials = 8;
+    std::vector<bool> donated_first(static_cast<size_t>(num_steps), true);
+    std::vector<int> choices;
+    const auto plan_with = [&](std::vector<BufferSpec>& candidate, MemoryPlan& planned, int& inplace) {
+      candidate = buffers;
+      inplace = 0;
+      choices.clear();
+      for (int s = 0; s < num_steps; ++s)
+        if (add_inplace_aliases(s, candidate, buffer_of_slot, consumed_buffer, donated_first[static_cast<size_t>(s)],
+                                inplace))
+          choices.push_back(s);
+      planned = plan_memory(candidate, kTensorAlignment);
+      return run_peak(candidate, planned, buffer_of_slot);
+    };
+    std::vector<BufferSpec> chosen;
+    MemoryPlan mem;
+    size_t chosen_peak = plan_with(chosen, mem, plan_->stats.num_inplace);
+    const std::vector<int> steps_with_choice = choices;
+    for (int i = static_cast<int>(steps_with_choice.size()) - 1, tried = 0; i >= 0 && tried < kMaxTrials; --i, ++tried) {
+      const size_t s = static_cast<size_t>(steps_with_choice[static_cast<size_t>(i)]);
+      donated_first[s] = false;
+      std::vector<BufferSpec> candidate;
+      MemoryPlan planned;
+      int inplace = 0;
+      const size_t peak = plan_with(candidate, planned, inplace);
+      if (peak < chosen_peak) {
+        chosen = std::move(candidate);
+        mem = std::move(planned);
+        chosen_peak = peak;
+        plan_->stats.num_inplace = inplace;
+      } else {
+        donated_first[s] = true;
+      }
+    }
+    buffers = std::move(chosen);
     std::vector<int> slot_of_buffer(static_cast<size_t>(num_buffers));
     for (auto [slot, b] : buffer_of_slot) slot_of_buffer[static_cast<size_t>(b)] = slot;
     for (auto [slot, b] : buffer_of_slot) {
@@ -567,17 +605,21 @@ class PlanBuilder {
            !is_graph_output(s.value);
   }
 
-  // Outputs written over an input whose buffer dies at step `s`, as the op's schema allows. A
-  // donated input is tried first: the output then takes no arena bytes, and an arena input that
-  // dies here frees its bytes for what comes next.
-  void add_inplace_aliases(int s, std::vector<BufferSpec>& buffers, const std::unordered_map<int, int>& buffer_of_slot,
-                           const std::vector<bool>& consumed_buffer) {
+  // Outputs written over an input whose buffer dies at step `s`, as the op's schema allows, each
+  // counted in `inplace`. Donated inputs are tried first or last (`donated_first`): over one, the
+  // output takes no arena bytes and an arena input that dies here frees its bytes for what comes
+  // next; over an arena input, the donated input is let go here. Returns whether the step had
+  // both kinds of input to choose from.
+  bool add_inplace_aliases(int s, std::vector<BufferSpec>& buffers, const std::unordered_map<int, int>& buffer_of_slot,
+                           const std::vector<bool>& consumed_buffer, bool donated_first, int& inplace) {
     const PlanStep& step = plan_->steps[static_cast<size_t>(s)];
     std::vector<std::pair<int, int>> pairs = step.schema->inplace;
-    std::stable_partition(pairs.begin(), pairs.end(), [&](std::pair<int, int> p) {
-      return p.first < static_cast<int>(step.inputs.size()) && step.inputs[static_cast<size_t>(p.first)] >= 0 &&
-             is_donated(viewed_slot(step.inputs[static_cast<size_t>(p.first)]));
-    });
+    const auto over_donated = [&](std::pair<int, int> p) {
+      return (p.first < static_cast<int>(step.inputs.size()) && step.inputs[static_cast<size_t>(p.first)] >= 0 &&
+              is_donated(viewed_slot(step.inputs[static_cast<size_t>(p.first)]))) == donated_first;
+    };
+    const auto mixed = std::stable_partition(pairs.begin(), pairs.end(), over_donated);
+    const bool choice = mixed != pairs.begin() && mixed != pairs.end();
     std::vector<int> taken;
     for (auto [in, out] : pairs) {
       if (in >= static_cast<int>(step.inputs.size()) || out >= static_cast<int>(step.outputs.size())) continue;
@@ -600,8 +642,38 @@ class PlanBuilder {
       if (!dies_here || !free || read_twice(step, in)) continue;
       dst.alias_of = bi->second;
       taken.push_back(bi->second);
-      plan_->stats.num_inplace++;
+      inplace++;
     }
+    return choice;
+  }
+
+  // The most bytes a run holds at once beyond the caller's inputs and the constants, given the
+  // buffers' in-place aliases and their placement: the arena, each donated input until the last
+  // step touching the chain written over it, and each graph output from the step that makes it.
+  size_t run_peak(const std::vector<BufferSpec>& buffers, const MemoryPlan& mem,
+                  const std::unordered_map<int, int>& buffer_of_slot) const {
+    const int num_steps = static_cast<int>(plan_->steps.size());
+    std::vector<int64_t> held_from(static_cast<size_t>(num_steps) + 2, 0);  // bytes added (or let go) at step s
+    std::unordered_map<int, int> until;  // root buffer -> last step touching its bytes
+    for (size_t b = 0; b < buffers.size(); ++b) {
+      size_t root = b;
+      while (buffers[root].alias_of != kNoAlias) root = static_cast<size_t>(buffers[root].alias_of);
+      int& last = until.try_emplace(static_cast<int>(root), -1).first->second;
+      last = std::max(last, buffers[b].last_step);
+    }
+    for (auto [slot, b] : buffer_of_slot) {
+      if (!is_donated(slot)) continue;
+      const auto bytes = static_cast<int64_t>(plan_->slots[static_cast<size_t>(slot)].tensor.nbytes());
+      held_from[0] += bytes;
+      held_from[static_cast<size_t>(std::min(until.at(b), num_steps)) + 1] -= bytes;
+    }
+    for (int s = 0; s < num_steps; ++s)
+      for (int slot : plan_->steps[static_cast<size_t>(s)].outputs)
+        if (slot >= 0 && plan_->slots[static_cast<size_t>(slot)].kind == SlotKind::kOutput)
+          held_from[static_cast<size_t>(s)] += static_cast<int64_t>(plan_->slots[static_cast<size_t>(slot)].tensor.nbytes());
+    int64_t held = 0, peak = 0;
+    for (int64_t change : held_from) peak = std::max(peak, held += change);
+    return mem.arena_bytes + static_cast<size_t>(peak);
   }
 
   Graph& graph_;

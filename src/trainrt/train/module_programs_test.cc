@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "trainrt/core/testing.h"
@@ -175,25 +176,17 @@ TEST(ModulePrograms, BackwardReadsNothingTheSharedArenaHolds) {
   }
 }
 
-// y = Relu(x @ w + b) @ w2: the backward reads the saved h = Relu(...) last in ReluGrad, which then
-// writes dX over h's bytes instead of the arena. Gradients match bit for bit a plain run of the
-// same backward program on copies of the saved values (nothing was overwritten before its last
-// reader), h's bytes were taken, and the spent state refuses a second backward.
-TEST(ModulePrograms, BackwardWritesOverASavedValueAfterItsLastReader) {
-  auto g = linear_graph();
-  Value* h = g->add_node("Relu", {g->mutable_outputs()[0]}, {"h"})->output(0);
-  Value* w2 = g->add_input("w2", DType::kF32, Shape({3, 2}));
-  g->mutable_outputs()[0] = g->add_node("MatMul", {h, w2}, {"out"})->output(0);
-  ModulePrograms p(g, {"out"}, {"w", "b", "w2"});
-  Tensor w = testing::random_tensor({2, 3}, 1), b = testing::random_tensor({3}, 2);
-  Tensor x = testing::random_tensor({5, 2}, 3), w2_data = testing::random_tensor({3, 2}, 4);
-  Tensor dy = testing::random_tensor({5, 2}, 5);
+// The backward of `g` (one output "out", gradients of `wrt`) run on the forward's saved values,
+// against a plain run of the same backward program on copies of them: the same bits (nothing was
+// overwritten before its last reader). Returns whether the saved value `name` was written over.
+bool backward_writes_over(std::shared_ptr<Graph> g, const std::vector<std::string>& wrt, const std::vector<Tensor>& in,
+                          const std::string& name) {
+  ModulePrograms p(std::move(g), {"out"}, wrt);
   ForwardState state;
-  p.forward({w, b, x, w2_data}, state, 1);
-  ASSERT_TRUE(state.values.count("h"));
-  const Tensor saved_h = state.values.at("h");
-  const Tensor saved_copy = saved_h.clone();
-
+  const Tensor out = p.forward(in, state, 1)[0];
+  EXPECT_TRUE(state.values.count(name)) << name << " is not saved";
+  const Tensor saved = state.values.at(name), saved_copy = saved.clone();
+  const Tensor dy = testing::random_tensor(out.dims(), 5);
   std::vector<const Node*> nodes;
   for (const Node* n : p.backward_graph().topological_order()) nodes.push_back(n);
   std::vector<const Value*> ins(p.backward_graph().inputs().begin(), p.backward_graph().inputs().end());
@@ -202,14 +195,40 @@ TEST(ModulePrograms, BackwardWritesOverASavedValueAfterItsLastReader) {
   std::vector<Tensor> reference_inputs;
   for (const Value* v : ins)
     reference_inputs.push_back(v->name == "out_grad" || !state.values.count(v->name) ? dy : state.values.at(v->name).clone());
-  std::vector<Tensor> expected = reference.run(reference_inputs);
-
+  std::vector<Tensor> expected = reference.run(reference_inputs);  // grad_of order: sorted by name
   auto grads = p.backward(state, {dy});
-  ASSERT_EQ(grads.size(), 3u);
-  std::vector<Tensor> expected_in_wrt_order = {expected[1], expected[0], expected[2]};  // grad_of: b, w, w2
-  for (size_t i = 0; i < grads.size(); ++i) expect_close(grads[i], expected_in_wrt_order[i], 0, 0);
-  EXPECT_NE(0, std::memcmp(saved_h.raw(), saved_copy.raw(), saved_h.nbytes())) << "dX was not written over h";
-  EXPECT_THROW(p.backward(state, {dy}), InvalidModel);
+  std::vector<std::string> sorted = wrt;
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const size_t at = static_cast<size_t>(std::find(sorted.begin(), sorted.end(), wrt[i]) - sorted.begin());
+    expect_close(grads[i], expected[at], 0, 0);
+  }
+  EXPECT_THROW(p.backward(state, {dy}), InvalidModel);  // spent
+  return std::memcmp(saved.raw(), saved_copy.raw(), saved.nbytes()) != 0;
+}
+
+// out = Gelu(x @ w + b): GeluGrad(dY, z) reads the saved z last, and dY is the caller's (no arena
+// input dies there), so dX is written over z's bytes rather than into the arena.
+TEST(ModulePrograms, BackwardWritesOverASavedValueAfterItsLastReader) {
+  auto g = linear_graph();
+  g->mutable_outputs()[0] = g->add_node("Gelu", {g->mutable_outputs()[0]}, {"out"})->output(0);
+  const std::vector<Tensor> in = {testing::random_tensor({2, 3}, 1), testing::random_tensor({3}, 2),
+                                  testing::random_tensor({5, 2}, 3)};
+  const std::string z = g->find_value("out")->producer->input(0)->name;
+  EXPECT_TRUE(backward_writes_over(g, {"w", "b"}, in, z));
+}
+
+// out = Relu(x @ w + b) @ w2: ReluGrad(dH, h) may write dX over the saved h or over dH, an arena
+// intermediate that dies there too. Over h, h's bytes would be held to the end of the backward,
+// beside every gradient; over dH they go at ReluGrad, and the arena is no larger: dH is taken.
+TEST(ModulePrograms, BackwardLetsASavedValueGoWhenTheArenaHasRoomForWhatWouldOverwriteIt) {
+  auto g = linear_graph();
+  Value* h = g->add_node("Relu", {g->mutable_outputs()[0]}, {"h"})->output(0);
+  Value* w2 = g->add_input("w2", DType::kF32, Shape({3, 2}));
+  g->mutable_outputs()[0] = g->add_node("MatMul", {h, w2}, {"out"})->output(0);
+  const std::vector<Tensor> in = {testing::random_tensor({2, 3}, 1), testing::random_tensor({3}, 2),
+                                  testing::random_tensor({5, 2}, 3), testing::random_tensor({3, 2}, 4)};
+  EXPECT_FALSE(backward_writes_over(g, {"w", "b", "w2"}, in, "h"));
 }
 
 }  // namespace
