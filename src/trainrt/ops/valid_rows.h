@@ -1,11 +1,13 @@
 // ValidRows (com.trainrt), the row selection of label sparsity (passes/label_sparsity.h):
 //   rows = ValidRows(labels)        labels: i64 or i32 (N); rows: i64 (R)
-// holds, ascending, the positions of the labels that are not `ignore_index`, then as many copies
-// of the position of an ignored label as make R a multiple of `multiple` (R at most N, at least
-// min(N, multiple)). A loss over the gathered rows ignores the copies, so it equals the loss over
-// all N rows; the padding keeps the number of distinct R small (a plan per R), and a batch with
-// no valid label still gives rows, all ignored, as the full loss would see them. R depends on the
-// labels' values: it is a symbolic dim until the labels are known (a run-time sized value).
+// holds, ascending, the positions of the labels that are not `ignore_index` and of as many ignored
+// labels (the first ones) as make R a multiple of `multiple` (R at most N, at least min(N, multiple)).
+// A loss over the gathered rows ignores the padding, so it equals the loss over all N rows; the
+// padding keeps the number of distinct R small (a plan per R), and a batch with no valid label
+// still gives rows, all ignored, as the full loss would see them. The rows are distinct and sorted,
+// so R = N means every row in order: a selection of them is the identity (the planner shows the
+// rows themselves, PlanOptions::row_selections). R depends on the labels' values: it is a symbolic
+// dim until the labels are known (a run-time sized value).
 #pragma once
 
 #include <cstdint>

@@ -17,15 +17,11 @@ int64_t valid_rows_count(const Tensor& labels, int64_t ignore_index, int64_t mul
 void fill_valid_rows(const Tensor& labels, int64_t ignore_index, Tensor& rows) {
   int64_t* out = rows.data<int64_t>();
   const int64_t n = labels.numel(), r = rows.numel();
-  int64_t k = 0, ignored = -1;
-  for (int64_t i = 0; i < n; ++i) {
-    if (labels.to_i64(i) == ignore_index) {
-      if (ignored < 0) ignored = i;
-    } else if (k < r) {
-      out[k++] = i;
-    }
-  }
-  std::fill(out + k, out + r, ignored);  // k < r only when some label is ignored
+  int64_t valid = 0;
+  for (int64_t i = 0; i < n; ++i) valid += labels.to_i64(i) != ignore_index;
+  int64_t padding = std::max<int64_t>(0, r - valid);  // ignored rows taken, the first ones
+  for (int64_t i = 0, k = 0; i < n && k < r; ++i)
+    if (labels.to_i64(i) != ignore_index || padding-- > 0) out[k++] = i;
 }
 
 namespace {

@@ -26,12 +26,14 @@ std::vector<int64_t> rows_of(const std::vector<int64_t>& labels, int64_t multipl
   return rows.to_i64_vector();
 }
 
-TEST(ValidRows, KeepsTheCountedRowsInOrderAndPadsWithAnIgnoredOne) {
-  EXPECT_EQ(rows_of({5, -100, 7, -100, 2}, 4), (std::vector<int64_t>{0, 2, 4, 1}));
+TEST(ValidRows, KeepsTheCountedRowsInOrderAndPadsWithTheFirstIgnoredOnes) {
+  EXPECT_EQ(rows_of({5, -100, 7, -100, 2}, 4), (std::vector<int64_t>{0, 1, 2, 4}));
   EXPECT_EQ(rows_of({5, -100, 7, -100, 2}, 1), (std::vector<int64_t>{0, 2, 4}));
-  EXPECT_EQ(rows_of({5, -100, 7, -100, 2}, 64), (std::vector<int64_t>{0, 2, 4, 1, 1}));  // at most N
+  EXPECT_EQ(rows_of({-100, 5, -100, 7, 2, -100}, 4), (std::vector<int64_t>{0, 1, 3, 4}));
+  // At most N, distinct and sorted: then every row, in order.
+  EXPECT_EQ(rows_of({5, -100, 7, -100, 2}, 64), (std::vector<int64_t>{0, 1, 2, 3, 4}));
   EXPECT_EQ(rows_of({3, 1, 2}, 2), (std::vector<int64_t>{0, 1, 2}));                      // all count: N
-  EXPECT_EQ(rows_of({-100, -100, -100}, 2), (std::vector<int64_t>{0, 0}));                // none count
+  EXPECT_EQ(rows_of({-100, -100, -100}, 2), (std::vector<int64_t>{0, 1}));                // none count
 }
 
 // h (2, 3, 4) -> FusedMatMul(w (4, 6) with bias) -> Gelu -> Reshape (6, 6) -> SCE(labels, mean)

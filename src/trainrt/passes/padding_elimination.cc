@@ -544,10 +544,10 @@ class Rewrite {
       if (n.output(o) && copy->output(o)) mapped_[n.output(o)] = copy->output(o);
   }
 
-  // (R, rest) back to the region value's own shape. The scatter adds the selection's copies of
-  // one dropped token's row (ops/valid_rows.h) into that row: a finite value no kept row reads
-  // (attention masks it; what comes back in is gathered by the kept rows) and no gradient reaches
-  // (each copy's is zero). A model output gets zeros there (`zeroed`), as documented.
+  // (R, rest) back to the region value's own shape. The selection's padding rows (ops/valid_rows.h:
+  // the first dropped tokens) come back to their own rows: finite values no kept row reads
+  // (attention masks them; what comes back in is gathered by the kept rows) and no gradient
+  // reaches (theirs are zero). A model output gets zeros there (`zeroed`), as documented.
   Value* pad_back(Value* v, bool zeroed) {
     if (auto it = padded_.find({v, zeroed}); it != padded_.end()) return it->second;
     Value* x = mapped_.at(v);

@@ -33,6 +33,13 @@ class SavedValueChooser {
     for (Node* n : joint_.nodes())
       if (forward_.count(n) && recomputing_pays(*n)) pointwise.push_back(n);
     for (Node* n : pointwise) recompute_in_backward(*n);
+    std::vector<Node*> selections;  // row selections of free inputs, collected first likewise
+    for (Node* n : joint_.nodes())
+      if (forward_.count(n) && reselecting_rows_pays(*n)) selections.push_back(n);
+    for (Node* n : selections) {
+      place_recompute(*n, n->inputs());
+      made_.row_selections_recomputed++;
+    }
     std::vector<Node*> normalized;  // Relu nodes on a batch norm's output, collected first likewise
     for (Node* n : joint_.nodes())
       if (forward_.count(n) && recomputing_batch_norm_pays(*n)) normalized.push_back(n);
@@ -74,6 +81,18 @@ class SavedValueChooser {
   bool recomputing_pays(const Node& n) const {
     if (!is_cheap_pointwise(n) || is_graph_output(n.output(0)) || !read_by_backward(n.output(0))) return false;
     return reaches_backward_free(n.input(0)) || is_widening_cast(n);
+  }
+
+  // Rule 6: a row selection Gather(X, rows) (axis 0) of values the backward reads at no cost (the
+  // caller's input X, label sparsity's rows: forward inputs) whose output the backward reads: the
+  // backward selects again, so the selected copy is not saved. A copy costs one pass over the rows;
+  // and where the rows are every row (ValidRows when no label is ignored), the selection is no copy
+  // at all (the planner shows X itself, PlanOptions::row_selections).
+  bool reselecting_rows_pays(const Node& n) const {
+    if (n.domain() != kOnnxDomain || n.op_type() != "Gather" || n.attr_int("axis", 0) != 0 || n.num_inputs() != 2 ||
+        n.num_outputs() != 1 || !n.output(0) || is_graph_output(n.output(0)) || !read_by_backward(n.output(0)))
+      return false;
+    return reaches_backward_free(n.input(0)) && reaches_backward_free(n.input(1));
   }
 
   // A Cast to a wider type of a forward value (bf16 -> f32 before a batch norm under autocast): exact,
@@ -138,12 +157,14 @@ class SavedValueChooser {
   // Adds a copy of single-output `n` reading `input`, moves every backward reader of `n`'s output
   // to the copy and places the copy (and the views of it) before the first reader that does work.
   // Returns the copy.
-  Node* place_recompute(const Node& n, Value* input) {
+  Node* place_recompute(const Node& n, Value* input) { return place_recompute(n, std::vector<Value*>{input}); }
+
+  Node* place_recompute(const Node& n, const std::vector<Value*>& inputs) {
     Value* y = n.output(0);
     std::vector<Use> readers;
     for (const Use& u : y->uses)
       if (!forward_.count(u.node)) readers.push_back(u);
-    Node* copy = joint_.add_node(n.op_type(), {input}, {joint_.unique_name(y->name + "/recompute")}, n.domain(),
+    Node* copy = joint_.add_node(n.op_type(), inputs, {joint_.unique_name(y->name + "/recompute")}, n.domain(),
                                  recompute_node_name(joint_, n.name()));
     for (const auto& [key, value] : n.attrs()) copy->set_attr(key, value);
     copy->output(0)->dtype = y->dtype;

@@ -37,6 +37,11 @@
 //      MaxPoolArgmaxGrad(ReluGrad(dP, P), argmax): the same bits without R (ReLU and max pooling
 //      commute). A CNN stem (Conv -> BN -> ReLU -> MaxPool 2x2) saves argmax (R's f32 bytes / 16)
 //      instead of R.
+//   6. A row selection Gather(X, rows) along axis 0 whose inputs the backward reads at no cost (the
+//      caller's input and label sparsity's rows, forward inputs) is run again in the backward: an
+//      MLP under label sparsity saved a copy of its input batch for the first weight gradient. With
+//      every row selected (no label ignored) the selection is no copy at all, in either program
+//      (the planner shows X itself: PlanOptions::row_selections).
 //
 //   GradientResult grads = build_gradients(*joint, request);
 //   SavedValueChoices made = choose_saved_values(*joint, grads);  // edits joint, grads.forward_nodes
@@ -59,6 +64,7 @@ struct SavedValueChoices {
   int batch_norms_recomputed = 0;   // Relu(BatchNormalization(X)) recomputed from X, not saved
   int pools_by_argmax = 0;          // MaxPool(Relu(.)) whose gradient reads an argmax, not the ReLU output
   int checkpoint_recomputed = 0;    // forward nodes of checkpointed regions copied into the backward
+  int row_selections_recomputed = 0;  // row selections of free inputs made again in the backward
 };
 
 // `recompute_regions`: forward node name -> region (rule 0: checkpointed blocks, and the layers a memory

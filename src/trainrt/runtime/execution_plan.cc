@@ -13,8 +13,10 @@ namespace {
 
 // The step of a view (SlotKind::kView) runs no kernel: it points its output at input 0's bytes as
 // they are bound in this run, in the output's dims (fixed at plan time).
-KernelFn point_view_at_input(std::vector<int64_t> dims) {
-  return [dims = std::move(dims)](KernelContext& ctx) { ctx.out(0).rebind(const_cast<void*>(ctx.in(0).raw()), dims); };
+KernelFn point_view_at_input(int input, std::vector<int64_t> dims) {
+  return [input, dims = std::move(dims)](KernelContext& ctx) {
+    ctx.out(0).rebind(const_cast<void*>(ctx.in(input).raw()), dims);
+  };
 }
 
 // What plan-time inference knows about a value.
@@ -190,8 +192,9 @@ class PlanBuilder {
     step.schema = &schema;
     for (int i = 0; i < node.num_inputs(); ++i)
       step.inputs.push_back(node.input(i) ? slot_of_.at(node.input(i)) : -1);
-    const bool view = make_view(node, schema, ctx, step.inputs.empty() ? -1 : step.inputs[0]);
-    step.kernel = view ? point_view_at_input(ctx.output(0).shape.concrete()) : table_.create(node);
+    const int source = view_source(node, schema, ctx);
+    const bool view = source >= 0 && make_view(node, ctx, source, step.inputs[static_cast<size_t>(source)]);
+    step.kernel = view ? point_view_at_input(source, ctx.output(0).shape.concrete()) : table_.create(node);
     for (int o = 0; o < node.num_outputs(); ++o) {
       const Value* v = node.output(o);
       if (!v) {
@@ -207,7 +210,7 @@ class PlanBuilder {
       if (!shape.is_static()) step.needs_runtime_inference = true;
       int s = add_slot(v, kind);
       if (view) {
-        plan_->slots[static_cast<size_t>(s)].view_of = step.inputs[0];
+        plan_->slots[static_cast<size_t>(s)].view_of = step.inputs[static_cast<size_t>(source)];
         plan_->stats.num_views++;
       }
       if (shape.is_static()) plan_->slots[static_cast<size_t>(s)].tensor =
@@ -232,12 +235,28 @@ class PlanBuilder {
   // arena intermediate it views becomes such storage (kOutput) too, and the caller gets both
   // sharing it; a view of the caller's or the plan's memory (inputs, parameters, constants) or of a
   // value sized at run time stays a copy.
-  bool make_view(const Node& node, const OpSchema& schema, const InferenceContext& ctx, int input_slot) {
-    if (node.num_outputs() != 1 || !node.output(0) || input_slot < 0) return false;
-    if (!ctx.output(0).shape.is_static() || ctx.output(0).dtype != ctx.input_dtype(0)) return false;
-    const bool same_dims = ctx.input_shape(0).is_static() &&
-                           ctx.input_shape(0).concrete() == ctx.output(0).shape.concrete();
-    if (!schema.is_view && !(schema.view_when_same_dims && same_dims)) return false;
+  // The input whose bytes the node's output shows unchanged, or -1: input 0 of a view op (or of one
+  // that is a view when its dims stay); the data of a Gather, or the dY of a GatherGrad, by a row
+  // selection that names every row (PlanOptions::row_selections).
+  int view_source(const Node& node, const OpSchema& schema, const InferenceContext& ctx) const {
+    if (node.num_outputs() != 1 || !node.output(0) || node.num_inputs() == 0) return -1;
+    const auto same_dims = [&](int input) {
+      return ctx.has_input(input) && ctx.input_shape(input).is_static() && ctx.output(0).shape.is_static() &&
+             ctx.input_shape(input).concrete() == ctx.output(0).shape.concrete();
+    };
+    if (schema.is_view || (schema.view_when_same_dims && same_dims(0))) return 0;
+    const Value* rows = node.input(1);
+    if (!rows || rows->producer || !options_.row_selections.count(rows->name) || node.attr_int("axis", 0) != 0)
+      return -1;
+    if (node.domain() == kOnnxDomain && node.op_type() == "Gather" && same_dims(0)) return 0;
+    const bool plain_scatter = node.domain() == kTrainrtDomain && node.op_type() == "GatherGrad" &&
+                               !node.has_attr("padding_idx") && !ctx.has_input(3);
+    return plain_scatter && same_dims(2) ? 2 : -1;
+  }
+
+  bool make_view(const Node& node, const InferenceContext& ctx, int source, int input_slot) {
+    if (input_slot < 0) return false;
+    if (!ctx.output(0).shape.is_static() || ctx.output(0).dtype != ctx.input_dtype(source)) return false;
     if (!is_graph_output(node.output(0)) || (is_consumed(node.output(0)) && !is_kept(node.output(0)))) return true;
     Slot& viewed = plan_->slots[static_cast<size_t>(viewed_slot(input_slot))];
     if (viewed.kind == SlotKind::kArena) viewed.kind = SlotKind::kOutput;

@@ -168,6 +168,11 @@ struct PlanOptions {
   // Run-time dims (by symbol) with the largest value a run has given them (Session): a value sized
   // at run time whose every such dim is here gets an arena block of that size (Slot::bound_bytes).
   std::map<std::string, int64_t> dim_bounds;
+  // Graph inputs holding distinct row indices in ascending order (ValidRows, ops/valid_rows.h):
+  // where one has as many rows as the tensor it selects from, it names every row in order, so a
+  // Gather along axis 0 by it (and a GatherGrad scattering back by it) shows its data unchanged: a
+  // view, not a copy.
+  std::set<std::string> row_selections;
 };
 
 // Builds a plan for the given concrete inputs (one per graph input, in order). Throws ShapeError

@@ -128,6 +128,7 @@ ExecutionPlan& Session::plan_for(const std::vector<Tensor>& inputs, const Output
     po.mutable_initializers = options_.mutable_initializers;
     po.value_inputs = options_.value_inputs;
     po.donated_inputs = options_.donated_inputs;
+    po.row_selections = options_.row_selections;
     po.consumed_outputs = options_.consumed_outputs;
     po.dim_bounds = dim_bounds_;
     for (size_t c = 0; c < consumed_positions_.size(); ++c)

@@ -43,6 +43,8 @@ struct SessionOptions {
   // Outputs handed to the run's OutputConsumer as soon as they are final (PlanOptions::
   // consumed_outputs): kept in the arena, not returned.
   std::vector<ConsumedOutput> consumed_outputs;
+  // Inputs holding distinct ascending row indices (PlanOptions::row_selections).
+  std::set<std::string> row_selections;
   uint64_t seed = 0;           // seeds random ops (Dropout); same seed, same results
   bool profile = false;        // record per-node timings in profiler()
   const KernelTable* kernels = nullptr;  // defaults to the CPU kernel table

@@ -115,6 +115,8 @@ ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::st
   SessionOptions options;
   options.profile = profile;
   options.arena = std::make_shared<Arena>();
+  const std::vector<std::string> selections = row_selections();  // every row when no label is ignored: views
+  options.row_selections = {selections.begin(), selections.end()};
   forward_ = std::make_unique<Session>(programs_.forward, options);
   // Shapes the forward hands over (choose_saved_values) are planned for like constants, so the
   // backward's Reshapes keep static dims (views, no run-time sizing).
