@@ -167,8 +167,9 @@ void register_reduction_schemas(OpRegistry& r) {
   r.add({.name = "LogSoftmax", .min_inputs = 1, .max_inputs = 1, .infer = infer_softmax, .inplace = {{0, 0}}});
   r.add({.name = "LayerNormalization", .min_inputs = 2, .max_inputs = 3, .min_outputs = 1, .max_outputs = 3,
          .infer = infer_layer_norm, .inplace = {{0, 0}}});
+  // log_prob (output 1) is written after the loss, each element from the same score: over the scores.
   r.add({.name = "SoftmaxCrossEntropyLoss", .min_inputs = 2, .max_inputs = 3, .min_outputs = 1, .max_outputs = 2,
-         .infer = infer_classification_loss});
+         .infer = infer_classification_loss, .inplace = {{0, 1}}});
   r.add({.name = "NegativeLogLikelihoodLoss", .min_inputs = 2, .max_inputs = 3, .min_outputs = 1,
          .max_outputs = 1, .infer = infer_classification_loss});
 }

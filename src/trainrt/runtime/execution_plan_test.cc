@@ -13,6 +13,7 @@
 
 #include "trainrt/core/testing.h"
 #include "trainrt/kernels/cpu/cpu_kernels.h"
+#include "trainrt/kernels/cpu/node_runner.h"
 #include "trainrt/runtime/session.h"
 
 namespace trainrt {
@@ -161,6 +162,33 @@ TEST(ExecutionPlan, AChainEndingInAGraphOutputIsWrittenInTheOutputsStorage) {
   Session session(g);
   Tensor out = session.run({in})[0];
   for (int64_t i = 0; i < 24; ++i) EXPECT_EQ(out.data<float>()[i], -std::max(-in.data<float>()[i], 0.f));
+}
+
+// SoftmaxCrossEntropyLoss(scores) with scores = Neg(x) an arena value read by the loss alone: its
+// log_prob output, a graph output (a saved value for the backward), is written over the scores,
+// which are made in output storage, so the arena holds neither (vocabulary-sized in a language
+// model). Loss and log_prob are those of a plain run on a copy of the scores.
+TEST(ExecutionPlan, TheLossWritesLogProbOverTheScoresThatDieThere) {
+  auto g = new_graph();
+  Value* x = g->add_input("x", DType::kF32, Shape({6, 50}));
+  Value* labels = g->add_input("labels", DType::kI64, Shape({6}));
+  Value* scores = g->add_node("Neg", {x}, {"scores"})->output(0);
+  Node* loss = g->add_node("SoftmaxCrossEntropyLoss", {scores, labels}, {"loss", "log_prob"});
+  loss->set_attr("ignore_index", Attribute::of_int(-100));
+  g->add_output(loss->output(0));
+  g->add_output(loss->output(1));
+  const Tensor in = random_tensor({6, 50}, 7);
+  const Tensor ids = testing::make_tensor<int64_t>({6}, {3, 49, -100, 0, 3, 17});
+  auto plan = plan_for(*g, {in, ids});
+  EXPECT_EQ(plan->stats.num_over_outputs, 1);
+  EXPECT_EQ(plan->stats.arena_bytes, 0u);
+  const std::vector<Tensor> out = Session(g).run({in, ids});
+  const Tensor neg = run_node("Neg", {in})[0];
+  const std::vector<Tensor> expected = run_node(
+      NodeSpec{.op = "SoftmaxCrossEntropyLoss", .attrs = {{"ignore_index", Attribute::of_int(-100)}}, .num_outputs = 2},
+      {neg, ids}, cpu_kernel_table());
+  expect_close(out[0], expected[0], 0, 0);
+  expect_close(out[1], expected[1], 0, 0);
 }
 
 // mask = Equal(x (4, 8) f32, m (1, 8) f32, donated): the bool mask has m's 32 bytes but not its

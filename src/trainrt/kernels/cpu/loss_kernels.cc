@@ -9,6 +9,8 @@
 // The log-sum-exp over C runs through the ReduceLogSumExp loops (rows when D == 1), computed in
 // float (double for f64) and finished in double; losses and totals are double. A label outside
 // [0, C) that is not ignore_index is an error naming the node, the position and the label.
+// log_prob (SoftmaxCrossEntropyLoss' optional output 1) is written last, element by element from
+// the same element of the scores, so it may be written over them.
 #include <cmath>
 #include <string>
 
@@ -77,7 +79,6 @@ void compute_loss(const LossSpec& s, KernelContext& ctx, const L* labels) {
   if (s.softmax) {
     lse.resize(static_cast<size_t>(n_samples * d));
     reduce_along<T, double>(ReduceOp::kLogSumExp, x, lse.data(), g, ctx.threads());
-    if (ctx.has_out(1)) write_log_prob<T>(x, lse.data(), ctx.out(1).data<T>(), g, ctx.threads());
   }
   T* per_sample = s.reduction == Reduction::kNone ? ctx.out(0).data<T>() : nullptr;
   double total = 0, weight_total = 0;
@@ -101,6 +102,8 @@ void compute_loss(const LossSpec& s, KernelContext& ctx, const L* labels) {
     const double v = s.reduction == Reduction::kMean ? total / weight_total : total;
     *ctx.out(0).data<T>() = from_compute<T>(static_cast<C>(v));
   }
+  // Last: log_prob may be written over the scores (the schema's in-place pair), read above.
+  if (s.softmax && ctx.has_out(1)) write_log_prob<T>(x, lse.data(), ctx.out(1).data<T>(), g, ctx.threads());
 }
 
 template <typename T>
