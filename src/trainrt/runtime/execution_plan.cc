@@ -416,10 +416,13 @@ class PlanBuilder {
       if (step.needs_runtime_inference || step.schema->sizes_outputs_when_run) continue;
       for (auto [in, out] : step.schema->inplace) {
         if (in >= static_cast<int>(step.inputs.size()) || out >= static_cast<int>(step.outputs.size())) continue;
-        const int o = step.outputs[static_cast<size_t>(out)], a = step.inputs[static_cast<size_t>(in)];
-        if (o < 0 || a < 0 || slots[static_cast<size_t>(o)].kind != SlotKind::kOutput) continue;
+        const int o = step.outputs[static_cast<size_t>(out)], read = step.inputs[static_cast<size_t>(in)];
+        if (o < 0 || read < 0 || slots[static_cast<size_t>(o)].kind != SlotKind::kOutput) continue;
+        // The input may be a view (a Reshape of the logits): the bytes it shows are the ones taken.
+        const int a = viewed_slot(read);
         if (slots[static_cast<size_t>(a)].kind != SlotKind::kArena || last_read[static_cast<size_t>(a)] != s ||
-            read_twice(step, in) || !same_elements(a, o))
+            read_twice(step, in) || !same_elements(read, o) ||
+            slots[static_cast<size_t>(a)].tensor.nbytes() != slots[static_cast<size_t>(o)].tensor.nbytes())
           continue;
         slots[static_cast<size_t>(a)].kind = SlotKind::kOutput;
         slots[static_cast<size_t>(o)].kind = SlotKind::kOverOutput;
