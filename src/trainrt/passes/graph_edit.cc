@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <unordered_map>
 
 #include "trainrt/ops/op_schema.h"
 #include "trainrt/passes/pass.h"
@@ -66,6 +67,30 @@ void become(Graph& g, Value* v, Value* out) {
   g.remove_node(p);
   Node* n = g.add_node_with_outputs(op, inputs, outputs, domain);
   for (const auto& [key, value] : attrs) n->set_attr(key, value);
+}
+
+int sink_to_first_reader(Graph& g) {
+  int moved = 0;
+  const std::vector<Node*> order = g.nodes();
+  std::unordered_map<const Node*, size_t> position;
+  for (size_t i = 0; i < order.size(); ++i) position[order[i]] = i;
+  for (Node* n : order) {
+    if (n->num_outputs() == 0 || std::any_of(n->inputs().begin(), n->inputs().end(),
+                                             [](const Value* v) { return v && v->producer; }))
+      continue;
+    const Node* first = nullptr;
+    bool handed_over = false;  // a graph output stays where it is
+    for (const Value* out : n->outputs()) {
+      if (!out) continue;
+      handed_over = handed_over || is_graph_output(g, out);
+      for (const Use& u : out->uses)
+        if (!first || position.at(u.node) < position.at(first)) first = u.node;
+    }
+    if (handed_over || !first || position.at(first) <= position.at(n) + 1) continue;
+    g.move_before(n, first);
+    ++moved;
+  }
+  return moved;
 }
 
 }  // namespace trainrt

@@ -32,5 +32,11 @@ void remove_unread(Graph& g, std::vector<Node*> nodes);
 // them, whose output would be a view of v's storage, which the session keeps after handing the
 // output over (runtime/execution_plan.h, views) until its next run. Otherwise out = Identity(v).
 void become(Graph& g, Value* v, Value* out);
+// Moves each node that reads only graph inputs and initializers (a weight's cast to bf16 under
+// autocast, an embedding lookup) to just before its first reader in insertion order, which the
+// schedule keeps: its output then lives from there, not from the start of the program, and the
+// gradient builder, walking the forward backwards, makes its gradient right after its reader's.
+// Returns how many nodes moved.
+int sink_to_first_reader(Graph& g);
 
 }  // namespace trainrt

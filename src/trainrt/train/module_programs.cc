@@ -6,6 +6,7 @@
 #include "trainrt/core/error.h"
 #include "trainrt/ops/op_schema.h"
 #include "trainrt/passes/common_subexpression_elimination.h"
+#include "trainrt/passes/graph_edit.h"
 #include "trainrt/passes/label_sparsity.h"
 #include "trainrt/passes/low_precision_compute.h"
 #include "trainrt/passes/matmul_bias_fusion.h"
@@ -75,6 +76,7 @@ ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::st
     for (const Node* n : joint_->nodes()) sparse_losses_ += n->op_type() == "ValidRows";
   }
   if (optimize) row_selection_ = hoist_row_selections(*joint_);
+  sink_to_first_reader(*joint_);  // autocast's weight casts: each made where it is read
   GradientResult result = build_gradients(*joint_, {.outputs_with_grad = grad_outputs_, .wrt = wrt_});
   output_grad_inputs_ = result.output_grad_inputs;
   unreached_ = result.unreached;
