@@ -370,9 +370,8 @@ std::vector<Tensor> Session::run_impl(const std::vector<Tensor>& inputs, OutputC
 void Session::forget_outputs(size_t first) {
   if (!last_plan_) return;
   for (size_t o = first; o < last_plan_->output_slots.size(); ++o) {
-    const int s = last_plan_->output_slots[o];
-    Slot& slot = last_plan_->slots[static_cast<size_t>(
-        last_plan_->slots[static_cast<size_t>(s)].kind == SlotKind::kOverOutput ? storage_slot(*last_plan_, s) : s)];
+    // The storage the output shows: its own, or that of the value it views or is written over.
+    Slot& slot = last_plan_->slots[static_cast<size_t>(storage_slot(*last_plan_, last_plan_->output_slots[o]))];
     if (slot.kind == SlotKind::kOutput) slot.tensor = Tensor::view(slot.tensor.dtype(), slot.tensor.dims(), nullptr);
   }
 }
