@@ -544,18 +544,25 @@ class PlanBuilder {
     plan_->stats.num_steps = num_steps;
   }
 
-  // After which step each donated input's bytes are free: the latest last step of the buffers
-  // written in place over them (a chain of aliases rooted at the input's buffer), reads of views
-  // included. An input no step touches is released before the first step.
-  void place_input_releases(const std::vector<BufferSpec>& buffers, const std::unordered_map<int, int>& buffer_of_slot,
-                            int num_steps) {
-    std::unordered_map<int, int> until;  // root buffer -> last step touching its bytes
+  // Per root buffer of a chain of in-place aliases: the last step touching its bytes (the latest
+  // last step of the chain's buffers, reads of views included).
+  static std::unordered_map<int, int> last_step_of_roots(const std::vector<BufferSpec>& buffers) {
+    std::unordered_map<int, int> until;
     for (size_t b = 0; b < buffers.size(); ++b) {
       size_t root = b;
       while (buffers[root].alias_of != kNoAlias) root = static_cast<size_t>(buffers[root].alias_of);
       int& last = until.try_emplace(static_cast<int>(root), -1).first->second;
       last = std::max(last, buffers[b].last_step);
     }
+    return until;
+  }
+
+  // After which step each donated input's bytes are free: the latest last step of the buffers
+  // written in place over them (a chain of aliases rooted at the input's buffer), reads of views
+  // included. An input no step touches is released before the first step.
+  void place_input_releases(const std::vector<BufferSpec>& buffers, const std::unordered_map<int, int>& buffer_of_slot,
+                            int num_steps) {
+    const std::unordered_map<int, int> until = last_step_of_roots(buffers);
     for (size_t i = 0; i < plan_->input_slots.size(); ++i) {
       const int slot = plan_->input_slots[i];
       if (!is_donated(slot)) continue;
@@ -676,13 +683,7 @@ class PlanBuilder {
                   const std::unordered_map<int, int>& buffer_of_slot) const {
     const int num_steps = static_cast<int>(plan_->steps.size());
     std::vector<int64_t> held_from(static_cast<size_t>(num_steps) + 2, 0);  // bytes added (or let go) at step s
-    std::unordered_map<int, int> until;  // root buffer -> last step touching its bytes
-    for (size_t b = 0; b < buffers.size(); ++b) {
-      size_t root = b;
-      while (buffers[root].alias_of != kNoAlias) root = static_cast<size_t>(buffers[root].alias_of);
-      int& last = until.try_emplace(static_cast<int>(root), -1).first->second;
-      last = std::max(last, buffers[b].last_step);
-    }
+    const std::unordered_map<int, int> until = last_step_of_roots(buffers);
     for (auto [slot, b] : buffer_of_slot) {
       if (!is_donated(slot)) continue;
       const auto bytes = static_cast<int64_t>(plan_->slots[static_cast<size_t>(slot)].tensor.nbytes());

@@ -6,6 +6,7 @@
 #include "trainrt/core/error.h"
 #include "trainrt/ops/op_schema.h"
 #include "trainrt/passes/common_subexpression_elimination.h"
+#include "trainrt/passes/gradient_sum_chain.h"
 #include "trainrt/passes/graph_edit.h"
 #include "trainrt/passes/label_sparsity.h"
 #include "trainrt/passes/low_precision_compute.h"
@@ -30,6 +31,9 @@ bool overlaps(const Tensor& a, const Tensor& b) {
   const auto* pb = static_cast<const std::byte*>(b.raw());
   return a.nbytes() > 0 && b.nbytes() > 0 && pa < pb + b.nbytes() && pb < pa + a.nbytes();
 }
+
+const GradientSumChain kGradientSumChain;
+const ScatterAccumulation kScatterAccumulation;
 
 // Rewrites of the forward graph before autodiff; each fused op's gradient rule builds its backward.
 const PassPipeline& forward_passes() {
@@ -90,10 +94,13 @@ ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::st
   recompute_patterns_ = recompute_subgraphs(*joint_, result, memory.config, /*cheap_by_default=*/optimize);
   programs_ = partition_joint_graph(*joint_, result);
   if (label_sparsity_) RowScatterPushdown().apply(*programs_.backward);
-  if (optimize) {
-    const int64_t before = programs_.backward->num_nodes();
-    const bool changed = ScatterAccumulation().apply(*programs_.backward);
-    forward_pass_report_.push_back({"ScatterAccumulation (backward)", changed, before - programs_.backward->num_nodes()});
+  if (optimize) {  // gradients accumulated as their parts come, a scatter onto the others
+    for (const Pass* pass : std::initializer_list<const Pass*>{&kGradientSumChain, &kScatterAccumulation}) {
+      const int64_t before = programs_.backward->num_nodes();
+      const bool changed = pass->apply(*programs_.backward);
+      forward_pass_report_.push_back(
+          {std::string(pass->name()) + " (backward)", changed, before - programs_.backward->num_nodes()});
+    }
   }
   if (optimize && codegen) {
     // The output gradients may come as zeros: their readers stay ops ZeroInputElimination knows.

@@ -10,6 +10,7 @@
 #include "trainrt/core/error.h"
 #include "trainrt/ir/onnx_export.h"
 #include "trainrt/optim/grad_ops.h"
+#include "trainrt/passes/gradient_sum_chain.h"
 #include "trainrt/passes/low_precision_compute.h"
 #include "trainrt/passes/scatter_accumulation.h"
 #include "trainrt/plan/partition.h"
@@ -71,6 +72,7 @@ TrainingSession::TrainingSession(std::shared_ptr<Graph> graph, TrainingConfig co
   LowPrecisionCompute().apply(*joint_);  // bf16 / f16 nodes whose schema takes f32 only: between casts
   infer_graph_shapes(*joint_);  // gradient rules read ranks and dims an exported file may not declare
   build_gradients(*joint_, {.loss = config_.loss, .wrt = param_names_});
+  GradientSumChain().apply(*joint_);     // each gradient's parts summed as they come
   ScatterAccumulation().apply(*joint_);  // a tied embedding's scatter adds onto the head's gradient
   if (config_.codegen) fuse_elementwise_with_codegen({{joint_.get(), {}}}, *config_.codegen);
 
