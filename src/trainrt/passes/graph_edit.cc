@@ -69,6 +69,12 @@ void become(Graph& g, Value* v, Value* out) {
   for (const auto& [key, value] : attrs) n->set_attr(key, value);
 }
 
+void place_before(Graph& g, size_t first, const Node* anchor) {
+  if (!anchor) return;
+  const std::vector<Node*> order = g.nodes();
+  for (size_t i = first; i < order.size(); ++i) g.move_before(order[i], anchor);
+}
+
 int sink_to_first_reader(Graph& g) {
   int moved = 0;
   const std::vector<Node*> order = g.nodes();

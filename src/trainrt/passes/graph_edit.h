@@ -32,6 +32,11 @@ void remove_unread(Graph& g, std::vector<Node*> nodes);
 // them, whose output would be a view of v's storage, which the session keeps after handing the
 // output over (runtime/execution_plan.h, views) until its next run. Otherwise out = Identity(v).
 void become(Graph& g, Value* v, Value* out);
+// Moves the nodes at insertion positions [first, end) before `anchor` (null: they stay last). A
+// rewrite's nodes go where the node they replace was: the schedule keeps insertion order among
+// ready nodes, and nodes left at the end would let every ready node before them run first (the
+// backward's recomputes, hoisted to its start, all live at once).
+void place_before(Graph& g, size_t first, const Node* anchor);
 // Moves each node that reads only graph inputs and initializers (a weight's cast to bf16 under
 // autocast, an embedding lookup) to just before its first reader in insertion order, which the
 // schedule keeps: its output then lives from there, not from the start of the program, and the

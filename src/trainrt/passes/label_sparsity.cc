@@ -145,30 +145,20 @@ bool LabelSparsity::apply_impl(Graph& graph) const {
   return changed;
 }
 
-// ---- RowScatterPushdown ----
-namespace {
-
 bool is_valid_rows(const Value* rows) {
   if (!rows) return false;
   if (rows->producer) return is_ours(*rows->producer, "ValidRows");
-  const std::string& name = rows->name;  // a saved value in a backward program
+  const std::string& name = rows->name;  // a forward input or saved value once hoisted or partitioned
   return name.size() > kValidRowsSuffix.size() && name.ends_with(kValidRowsSuffix);
 }
+
+// ---- RowScatterPushdown ----
+namespace {
 
 // dims [begin, end) of the i64 shape tensor `shape`.
 Value* shape_slice(Graph& g, Value* shape, int64_t begin, int64_t end, const std::string& base) {
   return add_op(g, "Slice", {shape, i64_constant(g, base + "/begin", {begin}), i64_constant(g, base + "/end", {end})},
                 base);
-}
-
-// Moves the nodes at insertion positions [first, end) before `anchor` (null: they stay last). A
-// rewrite's nodes go where the node they replace was: the schedule keeps insertion order among
-// ready nodes, and nodes left at the end would let every ready node before them run first (the
-// backward's recomputes, hoisted to its start, all live at once).
-void place_before(Graph& g, size_t first, Node* anchor) {
-  if (!anchor) return;
-  const std::vector<Node*> order = g.nodes();
-  for (size_t i = first; i < order.size(); ++i) g.move_before(order[i], anchor);
 }
 
 enum class Pushed { kNo, kInPlace, kReplaced };  // kReplaced: the reader removed, its nodes appended
@@ -270,7 +260,8 @@ void collect_readers(const Graph& g, Value* v, Node* view, std::vector<std::tupl
 bool RowScatterPushdown::apply_impl(Graph& graph) const {
   std::vector<Node*> scatters;
   for (Node* n : graph.topological_order())
-    if (is_ours(*n, "GatherGrad") && n->attr_int("axis", 0) == 0 && is_valid_rows(n->input(1)) && ranked(n->input(2), 2) &&
+    if (is_ours(*n, "GatherGrad") && !n->input(3) && n->attr_int("axis", 0) == 0 && is_valid_rows(n->input(1)) &&
+        ranked(n->input(2), 2) &&
         n->input(2)->shape.rank() == 2)
       scatters.push_back(n);
   bool changed = false;

@@ -37,6 +37,10 @@ class LabelSparsity : public Pass {
   bool apply_impl(Graph& graph) const override;
 };
 
+// Whether `rows` is a label-sparsity row selection: a ValidRows output, or the forward input or
+// saved value it became once hoisted (train/row_selection_prologue.h) or partitioned.
+bool is_valid_rows(const Value* rows);
+
 class RowScatterPushdown : public Pass {
  public:
   std::string_view name() const override { return "RowScatterPushdown"; }

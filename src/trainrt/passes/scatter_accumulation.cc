@@ -1,9 +1,9 @@
 #include "trainrt/passes/scatter_accumulation.h"
 
 #include <algorithm>
-#include <set>
 
 #include "trainrt/passes/graph_edit.h"
+#include "trainrt/passes/label_sparsity.h"
 
 namespace trainrt {
 namespace {
@@ -16,8 +16,7 @@ bool accumulable_scatter(const Graph& g, const Value* v, const Node& sum) {
   if (v->uses.size() != 1 || v->uses[0].node != &sum || is_graph_output(g, v)) return false;
   const Value* out = sum.output(0);
   if (v->dtype != out->dtype || !v->shape.is_static() || !out->shape.is_static() || v->shape != out->shape) return false;
-  const Node* rows = p->input(1)->producer;
-  return !(rows && rows->op_type() == "ValidRows");
+  return !is_valid_rows(p->input(1));
 }
 
 // The Sum's operand that can take the others as its addend: the last, or either of two.
@@ -49,7 +48,8 @@ bool ScatterAccumulation::apply_impl(Graph& graph) const {
       continue;
     // The rewrite runs where the Sum ran: nodes added now would otherwise run last.
     const std::vector<Node*> order = graph.nodes();
-    const auto next = std::find(order.begin(), order.end(), sum) + 1;
+    auto next = std::find(order.begin(), order.end(), sum) + 1;
+    if (next != order.end() && *next == scatter) ++next;  // it goes too
     const Node* anchor = next != order.end() ? *next : nullptr;
     Value* out = sum->output(0);
     Value* addend = others.size() == 1 ? others[0] : add_op(graph, "Sum", others, out->name + "/others");
@@ -60,11 +60,8 @@ bool ScatterAccumulation::apply_impl(Graph& graph) const {
     graph.remove_node(sum);
     become(graph, accumulated->output(0), out);
     remove_unread(graph, {scatter});
-    if (anchor) {
-      const std::set<const Node*> before(order.begin(), order.end());
-      for (Node* n : graph.nodes())
-        if (!before.count(n)) graph.move_before(n, anchor);
-    }
+    const size_t added = others.size() == 1 ? 1 : 2;  // the others' Sum, and the accumulating scatter
+    place_before(graph, static_cast<size_t>(graph.num_nodes()) - added, anchor);
     changed = true;
   }
   return changed;

@@ -491,22 +491,21 @@ class PlanBuilder {
     // steps that have the choice are tried the other way, each kept if run_peak drops.
     constexpr int kMaxTrials = 8;
     std::vector<bool> donated_first(static_cast<size_t>(num_steps), true);
-    std::vector<int> choices;
+    std::vector<int> steps_with_choice;  // filled by the first plan (the choice does not change it)
     const auto plan_with = [&](std::vector<BufferSpec>& candidate, MemoryPlan& planned, int& inplace) {
       candidate = buffers;
       inplace = 0;
-      choices.clear();
+      const bool first = steps_with_choice.empty();
       for (int s = 0; s < num_steps; ++s)
         if (add_inplace_aliases(s, candidate, buffer_of_slot, consumed_buffer, donated_first[static_cast<size_t>(s)],
-                                inplace))
-          choices.push_back(s);
+                                inplace) && first)
+          steps_with_choice.push_back(s);
       planned = plan_memory(candidate, kTensorAlignment);
       return run_peak(candidate, planned, buffer_of_slot);
     };
     std::vector<BufferSpec> chosen;
     MemoryPlan mem;
     size_t chosen_peak = plan_with(chosen, mem, plan_->stats.num_inplace);
-    const std::vector<int> steps_with_choice = choices;
     for (int i = static_cast<int>(steps_with_choice.size()) - 1, tried = 0; i >= 0 && tried < kMaxTrials; --i, ++tried) {
       const size_t s = static_cast<size_t>(steps_with_choice[static_cast<size_t>(i)]);
       donated_first[s] = false;

@@ -32,15 +32,24 @@ bool overlaps(const Tensor& a, const Tensor& b) {
   return a.nbytes() > 0 && b.nbytes() > 0 && pa < pb + b.nbytes() && pb < pa + a.nbytes();
 }
 
-const GradientSumChain kGradientSumChain;
-const ScatterAccumulation kScatterAccumulation;
-
 // Rewrites of the forward graph before autodiff; each fused op's gradient rule builds its backward.
 const PassPipeline& forward_passes() {
   static const PassPipeline pipeline = [] {
     PassPipeline p;
     p.add(std::make_unique<CommonSubexpressionElimination>());
     p.add(std::make_unique<MatMulBiasFusion>());
+    return p;
+  }();
+  return pipeline;
+}
+
+// Rewrites of the backward program: each gradient's parts summed as they come, a tied embedding's
+// scatter onto the other parts.
+const PassPipeline& backward_passes() {
+  static const PassPipeline pipeline = [] {
+    PassPipeline p;
+    p.add(std::make_unique<GradientSumChain>());
+    p.add(std::make_unique<ScatterAccumulation>());
     return p;
   }();
   return pipeline;
@@ -94,13 +103,11 @@ ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::st
   recompute_patterns_ = recompute_subgraphs(*joint_, result, memory.config, /*cheap_by_default=*/optimize);
   programs_ = partition_joint_graph(*joint_, result);
   if (label_sparsity_) RowScatterPushdown().apply(*programs_.backward);
-  if (optimize) {  // gradients accumulated as their parts come, a scatter onto the others
-    for (const Pass* pass : std::initializer_list<const Pass*>{&kGradientSumChain, &kScatterAccumulation}) {
-      const int64_t before = programs_.backward->num_nodes();
-      const bool changed = pass->apply(*programs_.backward);
-      forward_pass_report_.push_back(
-          {std::string(pass->name()) + " (backward)", changed, before - programs_.backward->num_nodes()});
-    }
+  if (optimize) {
+    std::vector<PassOutcome> outcomes;
+    backward_passes().run(*programs_.backward, &outcomes);
+    for (PassOutcome& o : outcomes) o.pass += " (backward)";
+    forward_pass_report_.insert(forward_pass_report_.end(), outcomes.begin(), outcomes.end());
   }
   if (optimize && codegen) {
     // The output gradients may come as zeros: their readers stay ops ZeroInputElimination knows.
