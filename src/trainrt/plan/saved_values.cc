@@ -5,6 +5,7 @@
 
 #include "trainrt/ops/op_schema.h"
 #include "trainrt/plan/checkpoint_recompute.h"
+#include "trainrt/plan/loss_gradient_in_forward.h"
 
 namespace trainrt {
 namespace {
@@ -29,6 +30,9 @@ class SavedValueChooser {
       if (!forward_.count(n) && n->domain() == kOnnxDomain && n->op_type() == "LogSoftmax") log_softmaxes.push_back(n);
     for (Node* n : log_softmaxes)
       if (const Node* loss = loss_recomputed_by(*n)) keep_log_prob(loss, n);
+    // Rule 7 after rule 2: the loss gradient's chain then reads log_prob, a forward value.
+    made_.loss_gradients_in_forward = make_loss_gradients_in_forward(joint_, gradients_);
+    forward_ = {gradients_.forward_nodes.begin(), gradients_.forward_nodes.end()};
     std::vector<Node*> pointwise;  // collected first: recompute adds nodes
     for (Node* n : joint_.nodes())
       if (forward_.count(n) && recomputing_pays(*n)) pointwise.push_back(n);

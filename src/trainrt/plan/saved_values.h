@@ -42,6 +42,11 @@
 //      MLP under label sparsity saved a copy of its input batch for the first weight gradient. With
 //      every row selected (no label ignored) the selection is no copy at all, in either program
 //      (the planner shows X itself: PlanOptions::row_selections).
+//   7. The classification loss's gradient through the model's head (dScores, then dh = dScores W
+//      and the weight's gradient), linear in the loss's output gradient dL, is made in the forward
+//      for dL = 1 and scaled by dL in the backward, where that saves bytes: a language model saves
+//      dh (tokens, hidden) instead of its log-probabilities (tokens, vocabulary)
+//      (loss_gradient_in_forward.h). Run after rule 2, whose log_prob it reads.
 //
 //   GradientResult grads = build_gradients(*joint, request);
 //   SavedValueChoices made = choose_saved_values(*joint, grads);  // edits joint, grads.forward_nodes
@@ -65,6 +70,7 @@ struct SavedValueChoices {
   int pools_by_argmax = 0;          // MaxPool(Relu(.)) whose gradient reads an argmax, not the ReLU output
   int checkpoint_recomputed = 0;    // forward nodes of checkpointed regions copied into the backward
   int row_selections_recomputed = 0;  // row selections of free inputs made again in the backward
+  int loss_gradients_in_forward = 0;  // loss gradients through the head made in the forward (rule 7)
 };
 
 // `recompute_regions`: forward node name -> region (rule 0: checkpointed blocks, and the layers a memory

@@ -8,8 +8,7 @@
 #include <map>
 
 #include "trainrt/core/testing.h"
-#include "trainrt/plan/partition.h"
-#include "trainrt/runtime/session.h"
+#include "trainrt/plan/saved_values_testing.h"
 
 namespace trainrt {
 namespace {
@@ -17,51 +16,11 @@ namespace {
 using testing::expect_close;
 using testing::make_tensor;
 using testing::random_tensor;
-
-struct TrainingStep {
-  TrainingPrograms programs;
-  SavedValueChoices made;
-  std::vector<Tensor> forward_outputs;  // the graph's outputs, then the saved values
-  std::vector<Tensor> grads;            // in grad_of order (by name)
-};
-
-// Builds the joint graph of `make()`'s graph for d loss / d wrt, makes the choices when `choose`,
-// partitions, and runs forward then backward (dLoss = 1) on `inputs` (by forward input name).
-TrainingStep train_step(const std::function<std::shared_ptr<Graph>()>& make, const std::vector<std::string>& wrt,
-                        const std::map<std::string, Tensor>& inputs, bool choose) {
-  std::shared_ptr<Graph> joint = make();
-  GradientResult grads = build_gradients(*joint, {.outputs_with_grad = {"loss"}, .wrt = wrt});
-  TrainingStep step;
-  if (choose) step.made = choose_saved_values(*joint, grads);
-  step.programs = partition_joint_graph(*joint, grads);
-  std::map<std::string, Tensor> by_name = inputs;
-  std::vector<Tensor> forward_inputs;
-  for (const Value* v : step.programs.forward->inputs()) forward_inputs.push_back(by_name.at(v->name));
-  step.forward_outputs = Session(step.programs.forward).run(forward_inputs);
-  const auto& outputs = step.programs.forward->outputs();
-  for (size_t i = 0; i < outputs.size(); ++i) by_name[outputs[i]->name] = step.forward_outputs[i];
-  by_name[grads.output_grad_inputs.at(0)] = Tensor::scalar<float>(1.f);
-  std::vector<Tensor> backward_inputs;
-  for (const std::string& name : step.programs.backward_inputs) backward_inputs.push_back(by_name.at(name));
-  step.grads = Session(step.programs.backward).run(backward_inputs);
-  return step;
-}
-
-int count_ops(const Graph& g, const std::string& op) {
-  int n = 0;
-  for (const Node* node : g.nodes()) n += node->op_type() == op;
-  return n;
-}
-
-bool saves(const TrainingPrograms& p, const std::string& name) {
-  return std::find(p.saved.begin(), p.saved.end(), name) != p.saved.end();
-}
-
-void expect_same_results(const TrainingStep& chosen, const TrainingStep& plain) {
-  expect_close(chosen.forward_outputs[0], plain.forward_outputs[0], 0, 0);  // the loss
-  ASSERT_EQ(chosen.grads.size(), plain.grads.size());
-  for (size_t i = 0; i < plain.grads.size(); ++i) expect_close(chosen.grads[i], plain.grads[i], 1e-6, 1e-7);
-}
+using testing::count_ops;
+using testing::expect_same_results;
+using testing::saves;
+using testing::train_step;
+using testing::TrainingStep;
 
 // loss = ReduceSum(Reshape(x @ w, (-1, 10))^2) with a symbolic batch dim, so the gradients of
 // Reshape and ReduceSum read Shape(x @ w) and Shape(sq) at run time.
@@ -98,15 +57,17 @@ TEST(SavedValues, TheBackwardKeepsTheShapeOfAValueInsteadOfTheValue) {
   expect_same_results(chosen, plain);
 }
 
-// loss = SoftmaxCrossEntropyLoss(x @ w, labels) [+ ReduceSum((x @ w)^2) when `scores_read_again`]:
-// scores (8, 5), mean reduction.
+// loss = SoftmaxCrossEntropyLoss(Tanh(x) @ w, labels) [+ ReduceSum(scores^2) when `scores_read_again`]:
+// scores (8, 5), mean reduction. Tanh(x) has more features (6) than there are classes, so rule 7
+// (whose gradient of Tanh(x) would be larger than log_prob) leaves the loss gradient in the backward.
 std::shared_ptr<Graph> cross_entropy_graph(bool scores_read_again) {
   auto g = std::make_shared<Graph>();
   g->set_opset("", 18);
-  Value* x = g->add_input("x", DType::kF32, Shape({8, 3}));
+  Value* x = g->add_input("x", DType::kF32, Shape({8, 6}));
   Value* labels = g->add_input("labels", DType::kI64, Shape({8}));
-  Value* w = g->add_initializer("w", random_tensor({3, 5}, 3));
-  Value* scores = g->add_node("MatMul", {x, w}, {"scores"})->output(0);
+  Value* w = g->add_initializer("w", random_tensor({6, 5}, 3));
+  Value* t = g->add_node("Tanh", {x}, {"t"})->output(0);
+  Value* scores = g->add_node("MatMul", {t, w}, {"scores"})->output(0);
   Value* loss = g->add_node("SoftmaxCrossEntropyLoss", {scores, labels}, {"ce"})->output(0);
   if (scores_read_again) {
     Value* sq = g->add_node("Mul", {scores, scores}, {"sq"})->output(0);
@@ -119,7 +80,7 @@ std::shared_ptr<Graph> cross_entropy_graph(bool scores_read_again) {
 }
 
 std::map<std::string, Tensor> cross_entropy_inputs() {
-  return {{"x", random_tensor({8, 3}, 4, -3.f, 3.f)}, {"labels", make_tensor<int64_t>({8}, {0, 4, 2, 1, 3, 3, 0, 2})}};
+  return {{"x", random_tensor({8, 6}, 4, -3.f, 3.f)}, {"labels", make_tensor<int64_t>({8}, {0, 4, 2, 1, 3, 3, 0, 2})}};
 }
 
 TEST(SavedValues, TheLossWritesLogProbInsteadOfTheBackwardRecomputingIt) {
@@ -127,11 +88,12 @@ TEST(SavedValues, TheLossWritesLogProbInsteadOfTheBackwardRecomputingIt) {
   TrainingStep plain = train_step(make, {"w", "x"}, cross_entropy_inputs(), false);
   TrainingStep chosen = train_step(make, {"w", "x"}, cross_entropy_inputs(), true);
   EXPECT_EQ(chosen.made.log_probs_kept, 1);
+  EXPECT_EQ(chosen.made.loss_gradients_in_forward, 0);
   EXPECT_EQ(count_ops(*plain.programs.backward, "LogSoftmax"), 1);
   EXPECT_EQ(count_ops(*chosen.programs.backward, "LogSoftmax"), 0);
   EXPECT_TRUE(saves(plain.programs, "scores"));
   EXPECT_FALSE(saves(chosen.programs, "scores"));
-  ASSERT_EQ(chosen.programs.saved.size(), 1u);  // log_prob only
+  ASSERT_EQ(chosen.programs.saved.size(), 1u);  // log_prob only (rule 3 makes Tanh(x) again from x)
   const Node* loss = chosen.programs.forward->find_value(chosen.programs.saved[0])->producer;
   ASSERT_NE(loss, nullptr);
   EXPECT_EQ(loss->op_type(), "SoftmaxCrossEntropyLoss");
