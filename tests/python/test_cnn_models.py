@@ -70,7 +70,10 @@ def test_resnet_saves_less_than_the_plain_partition_and_results_stay_the_same(mo
     # pool), and the stem's ReLU output (6, 8, 16, 16) less the argmax (6, 8, 8, 8) u8 kept instead.
     relu_bytes = 4 * 6 * (8 * 8 * 8 + 16 * 4 * 4 + 32 * 2 * 2)
     stem_bytes = 4 * 6 * 8 * 16 * 16 - 6 * 8 * 8 * 8
-    assert saved["0"] - saved["1"] >= relu_bytes + stem_bytes
+    # Rule 7 makes the classifier's gradients in the forward (its log_prob and input no longer
+    # saved): its weight and bias gradients, which the backward made first anyway, count as saved.
+    head_grad_bytes = 4 * (10 * 32 + 10)
+    assert saved["0"] - saved["1"] + head_grad_bytes >= relu_bytes + stem_bytes
     for name, value in results["0"].items():
         torch.testing.assert_close(results["1"][name], value, rtol=1e-5, atol=1e-6, msg=name)
 

@@ -21,6 +21,8 @@ void register_attention_schemas(OpRegistry& r);  // ScaledDotProductAttention an
 void register_python_op_schemas(OpRegistry& r);  // PythonOp and PythonOpGrad: a user's autograd.Function
 void register_fused_elementwise_schema(OpRegistry& r);  // FusedElementwise: elementwise subgraphs as one op
 void register_control_flow_schemas(OpRegistry& r);      // If, Loop, Scan: ops with bodies
+// LinearSoftmaxCrossEntropy: a head's product, its loss and the loss's gradients, by row blocks
+void register_linear_cross_entropy_schema(OpRegistry& r);
 void register_random_schemas(OpRegistry& r);            // RandomUniform(Like), RandomNormal(Like), Bernoulli
 
 inline void register_all_schemas(OpRegistry& r) {
@@ -39,6 +41,7 @@ inline void register_all_schemas(OpRegistry& r) {
   register_fused_elementwise_schema(r);
   register_control_flow_schemas(r);
   register_random_schemas(r);
+  register_linear_cross_entropy_schema(r);
 }
 
 }  // namespace trainrt

@@ -247,6 +247,7 @@ class LossGradientMover {
       forward_.insert(copy);
       in_forward[n->output(0)] = copy->output(0);
     };
+    const size_t first_copy = static_cast<size_t>(joint_.num_nodes());
     for (const Node* n : c.pre) copy_to_forward(n);
     for (const Node* n : c.before) copy_to_forward(n);
     if (c.merge) {
@@ -254,6 +255,10 @@ class LossGradientMover {
       in_forward[c.merge->output(0)] = in_forward.at(loss_part);
     }
     for (const Node* n : c.after) copy_to_forward(n);
+    // Where the chain began in insertion order, which the joint's schedule (and so the backward's
+    // node order) keeps among ready nodes: at the end, every backward node ready before them
+    // (the recomputes of saved values) would run first, all live at once.
+    place_before(joint_, first_copy, c.pre.empty() ? c.grad : c.pre.front());
 
     // The backward: past the merge, the products read the external part alone.
     std::unordered_set<const Node*> members(c.before.begin(), c.before.end());

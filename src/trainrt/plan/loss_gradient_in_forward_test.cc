@@ -130,5 +130,37 @@ TEST(LossGradientInForward, TheLogProbRecomputeMovesToTheForwardWithIt) {
   for (size_t i = 0; i < plain.grads.size(); ++i) expect_close(chosen.grads[i], plain.grads[i], 0, 0);
 }
 
+// Two GELU layers under the head: rule 3 recomputes the first layer's GELU in the backward for the
+// second's weight gradient. The forward copies sit where the chain began in the joint's insertion
+// order, so the backward runs its scaled gradients first and the recompute just before its reader
+// (copies left at the end made every ready recompute run at the start, all live at once).
+TEST(LossGradientInForward, TheBackwardStillRunsItsRecomputeWhereItIsRead) {
+  auto make = [] {
+    auto g = std::make_shared<Graph>();
+    g->set_opset("", 20);
+    Value* x = g->add_input("x", DType::kF32, Shape({Dim::symbolic("tokens"), 6}));
+    Value* labels = g->add_input("labels", DType::kI64, Shape({Dim::symbolic("tokens")}));
+    Value* h = x;
+    for (int layer = 0; layer < 2; ++layer) {
+      Value* w = g->add_initializer(fmt("w", layer), random_tensor({layer == 0 ? 6 : 5, 5}, 50 + layer));
+      h = g->add_node("MatMul", {h, w}, {fmt("xw", layer)})->output(0);
+      h = g->add_node("Gelu", {h}, {fmt("g", layer)})->output(0);
+    }
+    Value* logits = g->add_node("MatMul", {h, g->add_initializer("head", random_tensor({5, 16}, 52))}, {"logits"})->output(0);
+    Value* ce = g->add_node("SoftmaxCrossEntropyLoss", {logits, labels}, {"ce", "log_prob"})->output(0);
+    g->add_output(g->add_node("Identity", {ce}, {"loss"})->output(0));
+    return g;
+  };
+  TrainingStep chosen = train_step(make, {"w0", "w1", "head"}, head_inputs(), true);
+  EXPECT_EQ(chosen.made.loss_gradients_in_forward, 1);
+  EXPECT_EQ(chosen.made.pointwise_recomputed, 1);
+  const std::vector<Node*> order = chosen.programs.backward->topological_order();
+  auto position = [&](const std::string& op) {
+    return std::find_if(order.begin(), order.end(), [&](const Node* n) { return n->op_type() == op; }) - order.begin();
+  };
+  EXPECT_LT(position("Mul"), position("Gelu"));
+  EXPECT_LT(position("GeluGrad"), position("Gelu"));  // the second layer's GELU gradient comes first
+}
+
 }  // namespace
 }  // namespace trainrt

@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <numeric>
+#include <sstream>
+#include <tuple>
 #include <unordered_map>
 
 #include "trainrt/core/error.h"
+#include "trainrt/core/logging.h"
 #include "trainrt/plan/lifetimes.h"
 #include "trainrt/plan/memory_plan.h"
 
@@ -402,7 +405,9 @@ class PlanBuilder {
   // written there: the intermediate gets output storage from its own step on (kOutput) and the
   // output shows it (kOverOutput), so the arena never holds the intermediate and no second
   // buffer of the output's size exists. Steps are taken last first, so the intermediate, now a
-  // kOutput, may in turn be written over one its own step lets die (a chain).
+  // kOutput, may in turn be written over one its own step lets die (a chain). A donated input
+  // dying there is taken the same way (a parameter's gradient the forward made, scaled by the
+  // loss gradient): the output shows the input's bytes, which the caller then gets.
   void write_outputs_over_dying_inputs() {
     auto& slots = plan_->slots;
     const int num_steps = static_cast<int>(plan_->steps.size());
@@ -420,11 +425,17 @@ class PlanBuilder {
         if (o < 0 || read < 0 || slots[static_cast<size_t>(o)].kind != SlotKind::kOutput) continue;
         // The input may be a view (a Reshape of the logits): the bytes it shows are the ones taken.
         const int a = viewed_slot(read);
-        if (slots[static_cast<size_t>(a)].kind != SlotKind::kArena || last_read[static_cast<size_t>(a)] != s ||
-            read_twice(step, in) || !same_elements(read, o) ||
+        const bool donated = is_donated(a);
+        if ((slots[static_cast<size_t>(a)].kind != SlotKind::kArena && !donated) ||
+            last_read[static_cast<size_t>(a)] != s || read_twice(step, in) || !same_elements(read, o) ||
             slots[static_cast<size_t>(a)].tensor.nbytes() != slots[static_cast<size_t>(o)].tensor.nbytes())
           continue;
-        slots[static_cast<size_t>(a)].kind = SlotKind::kOutput;
+        if (donated) {
+          const auto input = std::find(plan_->input_slots.begin(), plan_->input_slots.end(), a);
+          plan_->inputs_under_outputs.push_back(static_cast<size_t>(input - plan_->input_slots.begin()));
+        } else {
+          slots[static_cast<size_t>(a)].kind = SlotKind::kOutput;
+        }
         slots[static_cast<size_t>(o)].kind = SlotKind::kOverOutput;
         slots[static_cast<size_t>(o)].view_of = a;
         plan_->stats.num_over_outputs++;
@@ -541,6 +552,46 @@ class PlanBuilder {
     plan_->stats.arena_bytes = mem.arena_bytes;
     plan_->stats.live_lower_bound = live_bytes_lower_bound(buffers);
     plan_->stats.num_steps = num_steps;
+    if (log_enabled(LogLevel::kVerbose)) log_peak_values(buffers, buffer_of_slot);
+  }
+
+  // At VERBOSE: the arena values live at the step where the most planned bytes are, largest first
+  // (in-place chains as their root value): what holds the arena at its peak.
+  void log_peak_values(const std::vector<BufferSpec>& buffers, const std::unordered_map<int, int>& buffer_of_slot) const {
+    std::vector<int> root_of(buffers.size());
+    for (size_t b = 0; b < buffers.size(); ++b) {
+      size_t root = b;
+      while (buffers[root].alias_of != kNoAlias) root = static_cast<size_t>(buffers[root].alias_of);
+      root_of[b] = static_cast<int>(root);
+    }
+    std::unordered_map<int, std::pair<int, int>> span;  // root -> (first, last) step of its chain
+    for (size_t b = 0; b < buffers.size(); ++b) {
+      if (buffers[b].preexisting) continue;
+      auto [it, added] = span.try_emplace(root_of[b], buffers[b].first_step, buffers[b].last_step);
+      it->second = {std::min(it->second.first, buffers[b].first_step), std::max(it->second.second, buffers[b].last_step)};
+    }
+    const int num_steps = static_cast<int>(plan_->steps.size());
+    int peak_step = 0;
+    size_t peak = 0;
+    for (int s = 0; s < num_steps; ++s) {
+      size_t live = 0;
+      for (const auto& [root, life] : span)
+        if (life.first <= s && s <= life.second) live += buffers[static_cast<size_t>(root)].size_bytes;
+      if (live > peak) std::tie(peak, peak_step) = std::tie(live, s);
+    }
+    std::vector<std::pair<size_t, std::string>> live;
+    for (const auto& [slot, b] : buffer_of_slot) {
+      const auto it = span.find(b);
+      if (it == span.end() || it->second.first > peak_step || it->second.second < peak_step) continue;
+      const Value* v = plan_->slots[static_cast<size_t>(slot)].value;
+      live.emplace_back(buffers[static_cast<size_t>(b)].size_bytes, v ? v->name : std::string("?"));
+    }
+    std::sort(live.rbegin(), live.rend());
+    std::ostringstream log;
+    log << "arena peak of graph '" << graph_.name << "': " << peak << " bytes at step " << peak_step << " ("
+        << plan_->steps[static_cast<size_t>(peak_step)].node->describe() << "), largest live:";
+    for (size_t i = 0; i < live.size() && i < 8; ++i) log << "\n  " << live[i].first << " " << live[i].second;
+    TRAINRT_LOG(kVerbose) << log.str();
   }
 
   // Per root buffer of a chain of in-place aliases: the last step touching its bytes (the latest
@@ -565,6 +616,8 @@ class PlanBuilder {
     for (size_t i = 0; i < plan_->input_slots.size(); ++i) {
       const int slot = plan_->input_slots[i];
       if (!is_donated(slot)) continue;
+      const auto& kept = plan_->inputs_under_outputs;
+      if (std::find(kept.begin(), kept.end(), i) != kept.end()) continue;  // an output shows its bytes
       auto b = buffer_of_slot.find(slot);
       const int last = b == buffer_of_slot.end() ? -1 : until.at(b->second);
       if (last < num_steps) plan_->input_releases.emplace_back(last, i);

@@ -122,6 +122,10 @@ struct ExecutionPlan {
   // Session::run_releasing lets go of such an input there, as eager autograd frees a saved tensor
   // after its last use.
   std::vector<std::pair<int, size_t>> input_releases;
+  // Graph input indices whose donated bytes a graph output is written over (kOverOutput viewing the
+  // input's slot; a gradient scaled over the forward's copy of it): never released during the run,
+  // and the caller gets the input's own storage as that output.
+  std::vector<size_t> inputs_under_outputs;
   // (after step, slot), by step: a run-time sized intermediate (SlotKind::kDynamic), and each view
   // of one, after the last step that reads its bytes (through any view, or a consume point). The
   // Session lets go of it there, so that the run holds only the live ones (heap storage: without

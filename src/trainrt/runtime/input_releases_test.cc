@@ -55,5 +55,40 @@ TEST(InputReleases, ADonatedInputGoesAfterItsLastReaderAndOthersStay) {
   EXPECT_EQ(watch.x_held.back(), true);
 }
 
+// y = Mul(d, scale) with d donated and read there last (a parameter's gradient the forward made,
+// scaled by the loss gradient): y is written over d's bytes, which the caller gets as y (returned,
+// or handed to a consumer that keeps it), and d is never released from under it.
+TEST(InputReleases, AnOutputWrittenOverADonatedInputTakesItsStorage) {
+  auto g = std::make_shared<Graph>();
+  g->set_opset("", 18);
+  Value* d = g->add_input("d", DType::kF32, Shape({4, 6}));
+  Value* scale = g->add_input("scale", DType::kF32, Shape(std::vector<Dim>{}));
+  g->add_output(g->add_node("Mul", {d, scale}, {"y"})->output(0));
+  for (bool consumed : {false, true}) {
+    SessionOptions options;
+    options.donated_inputs = {"d"};
+    if (consumed) options.consumed_outputs = {{"y", "", /*kept=*/true}};
+    Session session(g, options);
+    std::vector<Tensor> inputs = {random_tensor({4, 6}, 3), Tensor::scalar<float>(0.5f)};
+    Tensor expected = inputs[0].clone();
+    for (int64_t i = 0; i < 24; ++i) expected.data<float>()[i] *= 0.5f;
+    const void* bytes = inputs[0].raw();
+    struct Keep : OutputConsumer {
+      Tensor y;
+      void consume(size_t, const Tensor& value) override { y = value; }
+    } keep;
+    std::vector<Tensor> out = session.run_releasing(inputs, consumed ? &keep : nullptr);
+    Tensor y = consumed ? keep.y : out[0];
+    EXPECT_EQ(session.last_stats().num_over_outputs, 1) << consumed;
+    EXPECT_EQ(session.last_stats().arena_bytes, 0u) << consumed;
+    EXPECT_EQ(y.raw(), bytes) << consumed;
+    keep.y = Tensor();
+    out.clear();
+    inputs.clear();  // the caller lets go of its inputs: y alone holds the bytes now
+    EXPECT_TRUE(y.sole_owner()) << consumed;
+    expect_close(y, expected, 0, 0);
+  }
+}
+
 }  // namespace
 }  // namespace trainrt

@@ -48,10 +48,16 @@ const Tensor& viewed_tensor(const ExecutionPlan& plan, int s) {
 
 // What the caller gets of the output in slot `s`: storage produced this run is handed over (a
 // view shares it with the value it views); inputs and constants are copied so the caller never
-// aliases engine-owned or its own input memory unexpectedly.
-Tensor handed_over(const ExecutionPlan& plan, int s) {
+// aliases engine-owned or its own input memory unexpectedly, but for a donated input written over
+// by the output (ExecutionPlan::inputs_under_outputs), whose own storage (in `inputs`) it gets.
+Tensor handed_over(const ExecutionPlan& plan, int s, const std::vector<Tensor>& inputs) {
   const Slot& slot = plan.slots[static_cast<size_t>(s)];
   if (slot.kind == SlotKind::kOutput) return slot.tensor;
+  if (slot.kind == SlotKind::kOverOutput) {
+    const int storage = storage_slot(plan, s);
+    for (size_t i : plan.inputs_under_outputs)
+      if (plan.input_slots[i] == storage) return inputs[i].reshaped(slot.tensor.dims());
+  }
   if (slot.kind == SlotKind::kView || slot.kind == SlotKind::kOverOutput)
     return viewed_tensor(plan, s).reshaped(slot.tensor.dims());
   return slot.tensor.clone();
@@ -309,7 +315,7 @@ std::vector<Tensor> Session::run_impl(const std::vector<Tensor>& inputs, OutputC
     for (; next < plan.consume_points.size() && plan.consume_points[next].after_step <= step; ++next) {
       const ConsumePoint& c = plan.consume_points[next];
       if (c.block_rows > 0) continue;  // handed over by its step
-      if (plan.output_kept[c.output]) consumer->consume(c.output, handed_over(plan, c.slot));
+      if (plan.output_kept[c.output]) consumer->consume(c.output, handed_over(plan, c.slot, inputs));
       else consumer->consume(c.output, plan.slots[static_cast<size_t>(c.slot)].tensor);
     }
   };
@@ -358,7 +364,7 @@ std::vector<Tensor> Session::run_impl(const std::vector<Tensor>& inputs, OutputC
   outputs.reserve(plan.output_slots.size());
   for (size_t o = 0; o < plan.output_slots.size(); ++o) {
     if (plan.output_consumed[o]) outputs.emplace_back();  // handed to the consumer during the run
-    else outputs.push_back(handed_over(plan, plan.output_slots[o]));
+    else outputs.push_back(handed_over(plan, plan.output_slots[o], inputs));
   }
   // Output slots keep a reference to what they handed over, to write it again next run if the
   // caller has released it by then; dynamic intermediates are released now.

@@ -9,6 +9,7 @@
 #include "trainrt/passes/gradient_sum_chain.h"
 #include "trainrt/passes/graph_edit.h"
 #include "trainrt/passes/label_sparsity.h"
+#include "trainrt/passes/linear_cross_entropy_fusion.h"
 #include "trainrt/passes/low_precision_compute.h"
 #include "trainrt/passes/matmul_bias_fusion.h"
 #include "trainrt/passes/padding_elimination.h"
@@ -72,20 +73,20 @@ ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::st
   infer_graph_shapes(*joint_);  // the passes match on dims
   if (optimize) forward_passes().run(*joint_, &forward_pass_report_);
   // The sparse optimizers join the pass report, each with the nodes it took (negative: added).
-  const auto report = [&](const Pass& pass) {
-    const int64_t before = joint_->num_nodes();
-    const bool changed = pass.apply(*joint_);
-    forward_pass_report_.push_back({std::string(pass.name()), changed, before - joint_->num_nodes()});
+  const auto report = [&](const Pass& pass, Graph& graph, std::string_view where = "") {
+    const int64_t before = graph.num_nodes();
+    const bool changed = pass.apply(graph);
+    forward_pass_report_.push_back({std::string(pass.name()) + std::string(where), changed, before - graph.num_nodes()});
   };
   if (optimize && padding_elimination) {
     PaddingElimination pass;
-    report(pass);
+    report(pass, *joint_);
     padding_elimination_ = pass.last_reason();
     padding_row_flops_ = pass.row_flops();
   }
   if (label_sparsity_) {
     for (const Node* n : joint_->nodes()) sparse_losses_ -= n->op_type() == "ValidRows";
-    report(LabelSparsity());
+    report(LabelSparsity(), *joint_);
     for (const Node* n : joint_->nodes()) sparse_losses_ += n->op_type() == "ValidRows";
   }
   if (optimize) row_selection_ = hoist_row_selections(*joint_);
@@ -103,6 +104,8 @@ ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::st
   recompute_patterns_ = recompute_subgraphs(*joint_, result, memory.config, /*cheap_by_default=*/optimize);
   programs_ = partition_joint_graph(*joint_, result);
   if (label_sparsity_) RowScatterPushdown().apply(*programs_.backward);
+  // The head's product, loss and loss gradient (rule 7 put them in the forward) by row blocks.
+  if (optimize) report(LinearCrossEntropyFusion(), *programs_.forward, " (forward)");
   if (optimize) {
     std::vector<PassOutcome> outcomes;
     backward_passes().run(*programs_.backward, &outcomes);

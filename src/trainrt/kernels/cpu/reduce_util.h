@@ -31,6 +31,7 @@ class KernelTable;
 void register_softmax_kernels(KernelTable& t);
 void register_layer_norm_kernels(KernelTable& t);
 void register_loss_kernels(KernelTable& t);
+void register_linear_cross_entropy_kernels(KernelTable& t);  // LinearSoftmaxCrossEntropy
 
 struct ReduceGeometry {
   int64_t outer = 1;

@@ -378,6 +378,7 @@ void register_reduction_kernels(KernelTable& t) {
   register_softmax_kernels(t);
   register_layer_norm_kernels(t);
   register_loss_kernels(t);
+  register_linear_cross_entropy_kernels(t);
 }
 
 }  // namespace trainrt

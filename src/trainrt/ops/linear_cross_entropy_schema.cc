@@ -1,0 +1,66 @@
+// LinearSoftmaxCrossEntropy (TrainRT domain): a classification head's product, its softmax
+// cross-entropy loss and that loss's gradients for dLoss = 1, in one op that never holds the
+// (N, C) scores whole (passes/linear_cross_entropy_fusion.h makes it; the CPU kernel is
+// kernels/cpu/linear_cross_entropy_kernel.cc).
+//
+//   LinearSoftmaxCrossEntropy(X (N, K), W, labels (N), [B (C)]) -> (loss, [dX (N, K)], [dW (W's shape)],
+//                                                                   [dB (C)], workspace (R, C))
+//   scores = X W^T + B when trans_w = 1 (W is (C, K)), X W + B when trans_w = 0 (W is (K, C));
+//   loss = SoftmaxCrossEntropyLoss(scores, labels) with `reduction` (mean or sum) and `ignore_index`,
+//   and dX, dW, dB the gradients of loss. workspace is the kernel's: R rows of scores at a time
+//   (linear_cross_entropy_rows), planned like any value so its bytes are counted and reused.
+#include <algorithm>
+
+#include "trainrt/ops/op_schema.h"
+#include "trainrt/ops/register_schemas.h"
+
+namespace trainrt {
+namespace {
+
+// Rows of scores the kernel holds at once: 4 MiB of them, at least 128 rows (products of fewer
+// rows run far below the GEMM's speed) and at most 4096, and no more than N when N is static.
+int64_t linear_cross_entropy_rows(int64_t classes, int64_t rows) {
+  constexpr int64_t kWorkspaceElements = int64_t{1} << 20;  // 4 MiB of f32 scores
+  const int64_t r = std::clamp<int64_t>(kWorkspaceElements / std::max<int64_t>(classes, 1), 128, 4096);
+  return rows >= 0 ? std::min(r, std::max<int64_t>(rows, 1)) : r;
+}
+
+void infer_linear_cross_entropy(InferenceContext& ctx) {
+  const Node& n = ctx.node();
+  for (int i : {0, 1}) ctx.expect_dtype(i, {DType::kF32});
+  ctx.expect_dtype(2, {DType::kI64, DType::kI32});
+  const Shape& x = ctx.input_shape(0);
+  const Shape& w = ctx.input_shape(1);
+  if (!x.rank_known || x.rank() != 2) ctx.fail(fmt("input 0 (X) has shape ", to_string(x), ", expected (N, K)"));
+  if (!w.rank_known || w.rank() != 2) ctx.fail(fmt("input 1 (W) has shape ", to_string(w), ", expected 2-D"));
+  const bool trans_w = n.attr_int("trans_w", 1) != 0;
+  const Dim k = trans_w ? w.dims[1] : w.dims[0];
+  const Dim classes = trans_w ? w.dims[0] : w.dims[1];
+  if (k.is_static() && x.dims[1].is_static() && k.value != x.dims[1].value)
+    ctx.fail(fmt("input 1 (W) has shape ", to_string(w), ", which does not multiply X ", to_string(x),
+                 trans_w ? " as X W^T" : " as X W"));
+  if (!classes.is_static()) ctx.fail(fmt("input 1 (W) has shape ", to_string(w), ": the class count must be static"));
+  if (ctx.has_input(3)) {
+    ctx.expect_dtype(3, {DType::kF32});
+    const Shape& b = ctx.input_shape(3);
+    if (!b.rank_known || b.rank() != 1 || !b.dims[0].is_static() || b.dims[0].value != classes.value)
+      ctx.fail(fmt("input 3 (B) has shape ", to_string(b), ", expected (", classes.value, ")"));
+  }
+  const std::string reduction = n.attr_string("reduction", "mean");
+  if (reduction != "mean" && reduction != "sum") ctx.fail(fmt("reduction '", reduction, "': only mean and sum"));
+  ctx.set_output(0, DType::kF32, Shape(std::vector<Dim>{}));
+  if (ctx.has_output(1)) ctx.set_output(1, DType::kF32, x);
+  if (ctx.has_output(2)) ctx.set_output(2, DType::kF32, w);
+  if (ctx.has_output(3)) ctx.set_output(3, DType::kF32, Shape({classes}));
+  const int64_t rows = x.dims[0].is_static() ? x.dims[0].value : -1;
+  ctx.set_output(4, DType::kF32, Shape({Dim(linear_cross_entropy_rows(classes.value, rows)), classes}));
+}
+
+}  // namespace
+
+void register_linear_cross_entropy_schema(OpRegistry& r) {
+  r.add({.domain = std::string(kTrainrtDomain), .name = "LinearSoftmaxCrossEntropy", .min_inputs = 3,
+         .max_inputs = 4, .min_outputs = 5, .max_outputs = 5, .infer = infer_linear_cross_entropy});
+}
+
+}  // namespace trainrt

@@ -1,0 +1,94 @@
+// LinearCrossEntropyFusion: the forward program's head, loss and loss gradient become one node
+// (before/after IR), with the same loss and gradients as the nodes it replaced; and the patterns it
+// must leave alone.
+#include "trainrt/passes/linear_cross_entropy_fusion.h"
+
+#include <gtest/gtest.h>
+
+#include "trainrt/core/testing.h"
+#include "trainrt/passes/pass_testing.h"
+#include "trainrt/runtime/session.h"
+
+namespace trainrt {
+namespace {
+
+using testing::count;
+using testing::expect_close;
+using testing::make_tensor;
+using testing::random_tensor;
+
+struct HeadOptions {
+  bool trans_w = true;        // W (C, K) and products with transB; else W (K, C)
+  bool bias = false;          // through Gemm's C, with its ReduceSum gradient
+  bool scores_out = false;    // the scores are a graph output too: left alone
+};
+
+// The forward program rule 7 makes for a head of 16 classes over (tokens, 4) features:
+// loss, dX and dW (and dB) for dLoss = 1.
+std::shared_ptr<Graph> head_program(const HeadOptions& o) {
+  auto g = testing::graph_with_opsets();
+  Value* x = g->add_input("x", DType::kF32, Shape({Dim::symbolic("tokens"), 4}));
+  Value* labels = g->add_input("labels", DType::kI64, Shape({Dim::symbolic("tokens")}));
+  Value* w = g->add_initializer("w", random_tensor(o.trans_w ? std::vector<int64_t>{16, 4} : std::vector<int64_t>{4, 16}, 1));
+  Value* b = o.bias ? g->add_initializer("b", random_tensor({16}, 2)) : nullptr;
+  Node* head = g->add_node("Gemm", {x, w, b}, {"scores"});
+  head->set_attr("transB", Attribute::of_int(o.trans_w));
+  Node* loss = g->add_node("SoftmaxCrossEntropyLoss", {head->output(0), labels}, {"loss", "log_prob"});
+  loss->set_attr("ignore_index", Attribute::of_int(-100));
+  Value* one = g->add_initializer("one", Tensor::scalar<float>(1.f));
+  Node* grad = g->add_node("SoftmaxCrossEntropyLossGrad", {one, loss->output(1), labels}, {"ds"}, kTrainrtDomain);
+  grad->set_attr("ignore_index", Attribute::of_int(-100));
+  Value* ds = grad->output(0);
+  Node* dx = g->add_node("FusedMatMul", {ds, w}, {"dx"}, kTrainrtDomain);
+  dx->set_attr("transB", Attribute::of_int(!o.trans_w));
+  Node* dw = o.trans_w ? g->add_node("Gemm", {ds, x}, {"dw"}) : g->add_node("Gemm", {x, ds}, {"dw"});
+  dw->set_attr("transA", Attribute::of_int(1));
+  for (Value* v : {loss->output(0), dx->output(0), dw->output(0)}) g->add_output(v);
+  if (o.bias) {
+    Node* db = g->add_node("ReduceSum", {ds, g->add_initializer("axes", Tensor::from_i64({0}))}, {"db"});
+    db->set_attr("keepdims", Attribute::of_int(0));
+    g->add_output(db->output(0));
+  }
+  if (o.scores_out) g->add_output(head->output(0));
+  infer_graph_shapes(*g);
+  return g;
+}
+
+std::vector<Tensor> run(const std::shared_ptr<Graph>& g) {
+  return Session(g).run({random_tensor({9, 4}, 3, -2.f, 2.f), make_tensor<int64_t>({9}, {0, 15, -100, 9, 3, 3, 11, 7, 1})});
+}
+
+TEST(LinearCrossEntropyFusion, TheHeadLossAndGradientsBecomeOneNode) {
+  for (const HeadOptions o : {HeadOptions{}, HeadOptions{.trans_w = false}, HeadOptions{.bias = true},
+                              HeadOptions{.trans_w = false, .bias = true}}) {
+    SCOPED_TRACE(fmt("trans_w ", o.trans_w, " bias ", o.bias));
+    auto plain = head_program(o);
+    auto fused = head_program(o);
+    EXPECT_TRUE(LinearCrossEntropyFusion().apply(*fused));
+    EXPECT_EQ(fused->num_nodes(), 1);
+    EXPECT_EQ(count(*fused, "LinearSoftmaxCrossEntropy"), 1);
+    const Node& node = *fused->nodes()[0];
+    EXPECT_EQ(node.attr_int("trans_w", -1), o.trans_w);
+    EXPECT_EQ(node.attr_int("ignore_index", 0), -100);
+    EXPECT_EQ(node.output(3) != nullptr, o.bias);
+    const std::vector<Tensor> want = run(plain), got = run(fused);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) expect_close(got[i], want[i], 1e-5, 1e-6);
+  }
+}
+
+TEST(LinearCrossEntropyFusion, ScoresSomethingElseReadsAreLeftAlone) {
+  auto g = head_program({.scores_out = true});
+  EXPECT_FALSE(LinearCrossEntropyFusion().apply(*g));
+  EXPECT_EQ(count(*g, "SoftmaxCrossEntropyLoss"), 1);
+}
+
+TEST(LinearCrossEntropyFusion, AGradientForALossGradientOtherThanOneIsLeftAlone) {
+  auto g = head_program({});
+  for (Value* v : g->initializers())
+    if (v->name == "one") v->data.data<float>()[0] = 2.f;
+  EXPECT_FALSE(LinearCrossEntropyFusion().apply(*g));
+}
+
+}  // namespace
+}  // namespace trainrt
