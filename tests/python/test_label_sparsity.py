@@ -178,7 +178,8 @@ def test_loss_only_model_runs_its_head_on_the_valid_rows(nll):
     # The head's product reads the gathered rows: no product over all N rows is left in the forward.
     graph = onnx.load_from_string(programs.forward_graph_onnx()).graph
     producers = {o: n for n in graph.node for o in n.output}
-    heads = [n for n in graph.node if n.op_type in ("FusedMatMul", "Gemm", "MatMul") and "head" in "".join(n.input)]
+    heads = [n for n in graph.node if n.op_type in ("FusedMatMul", "Gemm", "MatMul", "LinearSoftmaxCrossEntropy")
+             and "head" in "".join(n.input)]
     assert heads and all(_reads_gathered_rows(n, producers, rows) for n in heads)
 
 

@@ -3,27 +3,17 @@
 // (N, C) scores whole (passes/linear_cross_entropy_fusion.h makes it; the CPU kernel is
 // kernels/cpu/linear_cross_entropy_kernel.cc).
 //
-//   LinearSoftmaxCrossEntropy(X (N, K), W, labels (N), [B (C)]) -> (loss, [dX (N, K)], [dW (W's shape)],
-//                                                                   [dB (C)], workspace (R, C))
+//   LinearSoftmaxCrossEntropy(X (N, K), W, labels (N), [B (C)]) -> (loss, [dX (N, K)], [dW (W's shape)], [dB (C)])
 //   scores = X W^T + B when trans_w = 1 (W is (C, K)), X W + B when trans_w = 0 (W is (K, C));
 //   loss = SoftmaxCrossEntropyLoss(scores, labels) with `reduction` (mean or sum) and `ignore_index`,
-//   and dX, dW, dB the gradients of loss. workspace is the kernel's: R rows of scores at a time
-//   (linear_cross_entropy_rows), planned like any value so its bytes are counted and reused.
-#include <algorithm>
-
+//   and dX, dW, dB the gradients of loss. The kernel holds a block of rows of scores at a time, in
+//   storage of its own for the node's run (not in the arena, which the forward and backward share
+//   whole: a block held there would stay through the backward).
 #include "trainrt/ops/op_schema.h"
 #include "trainrt/ops/register_schemas.h"
 
 namespace trainrt {
 namespace {
-
-// Rows of scores the kernel holds at once: 4 MiB of them, at least 128 rows (products of fewer
-// rows run far below the GEMM's speed) and at most 4096, and no more than N when N is static.
-int64_t linear_cross_entropy_rows(int64_t classes, int64_t rows) {
-  constexpr int64_t kWorkspaceElements = int64_t{1} << 20;  // 4 MiB of f32 scores
-  const int64_t r = std::clamp<int64_t>(kWorkspaceElements / std::max<int64_t>(classes, 1), 128, 4096);
-  return rows >= 0 ? std::min(r, std::max<int64_t>(rows, 1)) : r;
-}
 
 void infer_linear_cross_entropy(InferenceContext& ctx) {
   const Node& n = ctx.node();
@@ -52,15 +42,13 @@ void infer_linear_cross_entropy(InferenceContext& ctx) {
   if (ctx.has_output(1)) ctx.set_output(1, DType::kF32, x);
   if (ctx.has_output(2)) ctx.set_output(2, DType::kF32, w);
   if (ctx.has_output(3)) ctx.set_output(3, DType::kF32, Shape({classes}));
-  const int64_t rows = x.dims[0].is_static() ? x.dims[0].value : -1;
-  ctx.set_output(4, DType::kF32, Shape({Dim(linear_cross_entropy_rows(classes.value, rows)), classes}));
 }
 
 }  // namespace
 
 void register_linear_cross_entropy_schema(OpRegistry& r) {
   r.add({.domain = std::string(kTrainrtDomain), .name = "LinearSoftmaxCrossEntropy", .min_inputs = 3,
-         .max_inputs = 4, .min_outputs = 5, .max_outputs = 5, .infer = infer_linear_cross_entropy});
+         .max_inputs = 4, .min_outputs = 1, .max_outputs = 4, .infer = infer_linear_cross_entropy});
 }
 
 }  // namespace trainrt

@@ -53,13 +53,17 @@ bool is_constant_one(const Value* v) {
          v->data.data<float>()[0] == 1.f;
 }
 
-// Whether `n` sums (N, C) dS over its rows into (C): ReduceSum over axis 0, or ReduceSumToShape.
-bool sums_rows(const Node& n, const Value* ds) {
+// Whether `n` sums (N, C) dS over its rows into the bias's (C): ReduceSumToShape to the bias's
+// shape (as the products' gradient rules emit it), or ReduceSum over axis 0.
+bool sums_rows(const Node& n, const Value* ds, const Value* bias) {
+  if (n.input(0) != ds || !n.output(0)) return false;
+  if (n.op_type() == "ReduceSumToShape") {
+    const Node* shape = n.input(1) ? n.input(1)->producer : nullptr;
+    return shape && shape->op_type() == "Shape" && shape->input(0) == bias && shape->num_inputs() == 1 &&
+           !shape->has_attr("start") && !shape->has_attr("end");
+  }
   const Value* out = n.output(0);
-  if (n.input(0) != ds || !out || !out->shape.rank_known || out->shape.rank() != 1 ||
-      !(out->shape.dims[0] == ds->shape.dims[1]))
-    return false;
-  if (n.op_type() == "ReduceSumToShape") return true;
+  if (!out->shape.rank_known || out->shape.rank() != 1 || !(out->shape.dims[0] == ds->shape.dims[1])) return false;
   if (n.op_type() != "ReduceSum" || n.domain() != kOnnxDomain || n.attr_int("keepdims", 1) != 0) return false;
   const Value* axes = n.input(1);
   const std::vector<int64_t> listed =
@@ -99,17 +103,17 @@ bool fuse(Graph& g, Node* grad) {
     const bool is_dx = q && !q->bias && q->a == ds && q->b == w && !q->trans_a && q->trans_b == !trans_w;
     const bool is_dw = q && !q->bias && !q->trans_b &&
                        (trans_w ? (q->a == ds && q->b == x && q->trans_a) : (q->a == x && q->b == ds && q->trans_a));
-    const bool is_db = !is_dx && !is_dw && sums_rows(*r, ds);
+    const bool is_db = !is_dx && !is_dw && p->bias && sums_rows(*r, ds, p->bias);
     if (!is_dx && !is_dw && !is_db) return false;
     Node*& slot = is_dx ? dx : is_dw ? dw : db;
     if (slot) return false;
     slot = r;
   }
-  if (db && !p->bias) return false;  // a bias gradient with no bias: not this pattern
 
   Value* loss_value = loss->output(0);
   std::vector<Value*> outputs = {loss_value, dx ? dx->output(0) : nullptr, dw ? dw->output(0) : nullptr,
-                                 db ? db->output(0) : nullptr, g.add_value(g.unique_name(loss_value->name + "/workspace"))};
+                                 db ? db->output(0) : nullptr};
+  while (!outputs.back()) outputs.pop_back();
   std::vector<Node*> replaced = {head, loss, grad};
   for (Node* r : {dx, dw, db})
     if (r) replaced.push_back(r);
@@ -123,7 +127,9 @@ bool fuse(Graph& g, Node* grad) {
                                                                 {"reduction", Attribute::of_string(reduction)}};
   const Attribute* ignore = loss->attr("ignore_index");
   const std::optional<Attribute> ignore_index = ignore ? std::optional<Attribute>(*ignore) : std::nullopt;
+  Node* bias_shape = db && db->op_type() == "ReduceSumToShape" ? db->input(1)->producer : nullptr;
   for (Node* r : replaced) g.remove_node(r);
+  if (bias_shape) remove_unread(g, {bias_shape});
   const size_t first = static_cast<size_t>(g.num_nodes());
   Node* fused = g.add_node_with_outputs("LinearSoftmaxCrossEntropy", {x, w, labels, p->bias}, outputs,
                                         kTrainrtDomain, name + "/linear");

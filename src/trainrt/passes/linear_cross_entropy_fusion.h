@@ -1,14 +1,14 @@
 // LinearCrossEntropyFusion: a forward program that makes its loss's gradient through the head
 // (saved-values rule 7, plan/loss_gradient_in_forward.h) runs the head's product, the loss and
 // that gradient as one LinearSoftmaxCrossEntropy node (ops/linear_cross_entropy_schema.cc), which
-// holds R rows of scores at a time instead of all N: a language model's (tokens, vocabulary)
+// holds a block of rows of scores at a time instead of all N: a language model's (tokens, vocabulary)
 // scores and their gradient never exist whole.
 //
 //   before:  S  = product(X, W [, B])                          (N, C): MatMul, FusedMatMul or Gemm, f32, 2-D
 //            (loss, log_prob) = SoftmaxCrossEntropyLoss(S, labels)          mean or sum, no class weights
 //            dS = SoftmaxCrossEntropyLossGrad(1, log_prob, labels)          dLoss the constant 1
 //            dX = dS W (or dS W^T),  dW = dS^T X (or X^T dS),  [dB = ReduceSum(dS, axis 0)]
-//   after:   (loss, dX, dW, [dB], workspace) = LinearSoftmaxCrossEntropy(X, W, labels, [B])
+//   after:   (loss, dX, dW, [dB]) = LinearSoftmaxCrossEntropy(X, W, labels, [B])
 //
 // It fires only where S, log_prob and dS have no reader but these nodes and are no graph output,
 // and each reader of dS is one of the three products (dX and dW may each be absent). Run it on a

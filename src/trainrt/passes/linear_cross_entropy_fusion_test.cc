@@ -20,6 +20,7 @@ using testing::random_tensor;
 struct HeadOptions {
   bool trans_w = true;        // W (C, K) and products with transB; else W (K, C)
   bool bias = false;          // through Gemm's C, with its ReduceSum gradient
+  bool bias_to_shape = false;  // the bias gradient as ReduceSumToShape(dS, Shape(B)), as autodiff makes it
   bool scores_out = false;    // the scores are a graph output too: left alone
 };
 
@@ -44,7 +45,10 @@ std::shared_ptr<Graph> head_program(const HeadOptions& o) {
   Node* dw = o.trans_w ? g->add_node("Gemm", {ds, x}, {"dw"}) : g->add_node("Gemm", {x, ds}, {"dw"});
   dw->set_attr("transA", Attribute::of_int(1));
   for (Value* v : {loss->output(0), dx->output(0), dw->output(0)}) g->add_output(v);
-  if (o.bias) {
+  if (o.bias && o.bias_to_shape) {
+    Value* shape = g->add_node("Shape", {b}, {"b_shape"})->output(0);
+    g->add_output(g->add_node("ReduceSumToShape", {ds, shape}, {"db"}, kTrainrtDomain)->output(0));
+  } else if (o.bias) {
     Node* db = g->add_node("ReduceSum", {ds, g->add_initializer("axes", Tensor::from_i64({0}))}, {"db"});
     db->set_attr("keepdims", Attribute::of_int(0));
     g->add_output(db->output(0));
@@ -60,12 +64,13 @@ std::vector<Tensor> run(const std::shared_ptr<Graph>& g) {
 
 TEST(LinearCrossEntropyFusion, TheHeadLossAndGradientsBecomeOneNode) {
   for (const HeadOptions o : {HeadOptions{}, HeadOptions{.trans_w = false}, HeadOptions{.bias = true},
-                              HeadOptions{.trans_w = false, .bias = true}}) {
-    SCOPED_TRACE(fmt("trans_w ", o.trans_w, " bias ", o.bias));
+                              HeadOptions{.trans_w = false, .bias = true},
+                              HeadOptions{.bias = true, .bias_to_shape = true}}) {
+    SCOPED_TRACE(fmt("trans_w ", o.trans_w, " bias ", o.bias, " to shape ", o.bias_to_shape));
     auto plain = head_program(o);
     auto fused = head_program(o);
     EXPECT_TRUE(LinearCrossEntropyFusion().apply(*fused));
-    EXPECT_EQ(fused->num_nodes(), 1);
+    EXPECT_EQ(fused->num_nodes(), 1);  // the bias's Shape went with its reader
     EXPECT_EQ(count(*fused, "LinearSoftmaxCrossEntropy"), 1);
     const Node& node = *fused->nodes()[0];
     EXPECT_EQ(node.attr_int("trans_w", -1), o.trans_w);

@@ -47,7 +47,7 @@ class RegionRecompute {
           for (const Use& u : y->uses)
             if (!forward_.count(u.node)) readers.push_back(u);
     for (const Use& u : readers) u.node->replace_input(u.input_index, copy_of(u.node->input(u.input_index)));
-    place(readers);
+    place();
     return copies_;
   }
 
@@ -87,16 +87,20 @@ class RegionRecompute {
     return copied_.at(v);
   }
 
-  // All copies, in creation order, just before the first (in the joint graph's order) of the
-  // backward nodes that now read them.
-  void place(const std::vector<Use>& readers) {
-    if (copies_.empty()) return;
-    std::unordered_set<const Node*> reading;
-    for (const Use& u : readers) reading.insert(u.node);
-    const std::vector<Node*> order = joint_.nodes();
-    auto first = std::find_if(order.begin(), order.end(), [&](const Node* m) { return reading.count(m) > 0; });
-    if (first == order.end()) return;
-    for (Node* copy : copies_) joint_.move_before(copy, *first);
+  // Each copy just before its first reader in the joint graph's order (a backward node, or a copy
+  // placed already: copies are taken last made first, and a copy is made after its producers), so
+  // that a value the region's backward reads late is made late: an attention's q, k and v again
+  // where the attention's gradient runs, not with the MLP's recompute at the start of the layer.
+  void place() {
+    for (auto copy = copies_.rbegin(); copy != copies_.rend(); ++copy) {
+      std::unordered_set<const Node*> reading;
+      for (const Value* out : (*copy)->outputs())
+        if (out)
+          for (const Use& u : out->uses) reading.insert(u.node);
+      const std::vector<Node*> order = joint_.nodes();
+      auto first = std::find_if(order.begin(), order.end(), [&](const Node* m) { return reading.count(m) > 0; });
+      if (first != order.end()) joint_.move_before(*copy, *first);
+    }
   }
 
   Graph& joint_;

@@ -10,8 +10,9 @@
 //     dims, does not make a value an output;
 //   - the outputs of random nodes (Dropout, attention with dropout, PythonOp), which another run
 //     would not reproduce: they are saved as without checkpointing.
-// A region's copies are placed together just before the first backward node that reads one of
-// them, so they are live during that region's backward only: one region's activations at a time.
+// Each copy is placed just before its first backward reader (or the first copy reading it), so it
+// lives during that region's backward only, from where the backward first needs it: one region's
+// activations at a time, and within the region the values read late made late.
 //
 // Run on the joint graph after build_gradients and before partition_joint_graph (saved_values.h
 // runs it after moving Shape nodes to the forward).

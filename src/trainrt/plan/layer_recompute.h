@@ -8,7 +8,9 @@
 //   0: none (the default: the planner's cheap rules only);
 //   1: everything inside each layer but the products' outputs (MatMul, Gemm, FusedMatMul, Conv,
 //      ScaledDotProductAttention): those stay saved, so the backward reruns the pointwise ops, norms,
-//      softmax and reshapes between them (their inputs are then recomputed, not saved), never a GEMM;
+//      softmax and reshapes between them (their inputs are then recomputed, not saved). The one
+//      product rerun is attention spelled out, q k^T feeding a Softmax: as ScaledDotProductAttention's
+//      backward does, the scores are made again from q and k, not kept (batch, heads, T, T);
 //   2: everything inside each layer, products included: the layer's inputs alone are saved, as
 //      torch.utils.checkpoint around each block would (one forward of each layer again).
 // Random nodes (dropout) are never recomputed (rule 0). Nodes of a torch.utils.checkpoint region keep

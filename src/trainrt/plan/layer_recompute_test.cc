@@ -84,6 +84,47 @@ TEST(LayerRecompute, EachLevelSavesWhatItSaysAndGivesThePlainGradientsBitForBit)
   }
 }
 
+// One layer of attention spelled out: q = x wq, s = q q^T, p = Softmax(s * 0.5), o = p q. Level 1
+// keeps the products' outputs but the scores, which the backward makes again from q; the gradients
+// are the plain ones, bit for bit.
+TEST(LayerRecompute, LevelOneRecomputesAttentionScoresFromQAndK) {
+  auto make = [] {
+    auto g = std::make_shared<Graph>();
+    g->set_opset("", 18);
+    Value* x = g->add_input("x", DType::kF32, Shape({4, 3}));
+    Value* wq = g->add_input("wq", DType::kF32, Shape({3, 3}));
+    Value* q = g->add_node("MatMul", {x, wq}, {"q"}, kOnnxDomain, "mm_q")->output(0);
+    Value* qt = g->add_node("Transpose", {q}, {"qt"}, kOnnxDomain, "tr")->output(0);
+    Value* scores = g->add_node("MatMul", {q, qt}, {"s"}, kOnnxDomain, "mm_s")->output(0);
+    Value* half = g->add_initializer("half", Tensor::scalar<float>(0.5f));
+    Value* scaled = g->add_node("Mul", {scores, half}, {"ss"}, kOnnxDomain, "scale")->output(0);
+    Value* probs = g->add_node("Softmax", {scaled}, {"p"}, kOnnxDomain, "softmax")->output(0);
+    Value* o = g->add_node("MatMul", {probs, q}, {"o"}, kOnnxDomain, "mm_o")->output(0);
+    g->add_output(g->add_node("ReduceSum", {o}, {"loss"}, kOnnxDomain, "sum")->output(0));
+    return g;
+  };
+  const MemoryRequest request = {
+      .layers = {{"mm_q", 0}, {"tr", 0}, {"mm_s", 0}, {"scale", 0}, {"softmax", 0}, {"mm_o", 0}}, .level = 1};
+  auto g = make();
+  std::vector<const Node*> nodes;
+  for (const Node* n : g->nodes()) nodes.push_back(n);
+  const RecomputeRequest r = layer_recompute(request, nodes);
+  EXPECT_EQ(r.kept, (std::set<std::string>{"mm_q", "mm_o"}));
+  ModulePrograms plain(make(), {"loss"}, {"wq"}, false, true, {});
+  ModulePrograms one(make(), {"loss"}, {"wq"}, false, true, request);
+  const auto& outputs = one.forward_graph().outputs();
+  EXPECT_TRUE(std::none_of(outputs.begin(), outputs.end(), [](const Value* v) { return v->name == "s" || v->name == "p"; }));
+  std::vector<Tensor> got, want;
+  for (ModulePrograms* p : {&plain, &one}) {
+    ForwardState state;
+    p->forward({make_tensor<float>({4, 3}, {0.1f, -0.2f, 0.3f, 0.4f, 0.5f, -0.6f, 0.7f, 0.8f, -0.9f, 1.0f, 0.2f, 0.1f}),
+                make_tensor<float>({3, 3}, {0.2f, -0.1f, 0.4f, 0.3f, 0.1f, -0.5f, 0.6f, 0.2f, 0.1f})},
+               state, 0);
+    (p == &plain ? want : got) = p->backward(state, {make_tensor<float>({1, 1}, {1.f})});
+  }
+  EXPECT_EQ(std::memcmp(got[0].raw(), want[0].raw(), got[0].nbytes()), 0);
+}
+
 TEST(LayerRecompute, ACheckpointRegionWinsAndABadLevelIsRefused) {
   MemoryRequest request = level(2);
   request.checkpoint_regions = {{"mm1", 7}};

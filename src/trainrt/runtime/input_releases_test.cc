@@ -58,13 +58,18 @@ TEST(InputReleases, ADonatedInputGoesAfterItsLastReaderAndOthersStay) {
 // y = Mul(d, scale) with d donated and read there last (a parameter's gradient the forward made,
 // scaled by the loss gradient): y is written over d's bytes, which the caller gets as y (returned,
 // or handed to a consumer that keeps it), and d is never released from under it.
+// Also when the output is a view of the product (a Reshape): its storage is still d's.
 TEST(InputReleases, AnOutputWrittenOverADonatedInputTakesItsStorage) {
-  auto g = std::make_shared<Graph>();
-  g->set_opset("", 18);
-  Value* d = g->add_input("d", DType::kF32, Shape({4, 6}));
-  Value* scale = g->add_input("scale", DType::kF32, Shape(std::vector<Dim>{}));
-  g->add_output(g->add_node("Mul", {d, scale}, {"y"})->output(0));
+  for (bool through_view : {false, true})
   for (bool consumed : {false, true}) {
+    auto g = std::make_shared<Graph>();
+    g->set_opset("", 18);
+    Value* d = g->add_input("d", DType::kF32, Shape({4, 6}));
+    Value* scale = g->add_input("scale", DType::kF32, Shape(std::vector<Dim>{}));
+    Value* y = g->add_node("Mul", {d, scale}, {through_view ? "m" : "y"})->output(0);
+    if (through_view) y = g->add_node("Reshape", {y, g->add_initializer("dims", Tensor::from_i64({24}))}, {"y"})->output(0);
+    g->add_output(y);
+    SCOPED_TRACE(fmt("through a view ", through_view, ", consumed ", consumed));
     SessionOptions options;
     options.donated_inputs = {"d"};
     if (consumed) options.consumed_outputs = {{"y", "", /*kept=*/true}};
@@ -78,15 +83,15 @@ TEST(InputReleases, AnOutputWrittenOverADonatedInputTakesItsStorage) {
       void consume(size_t, const Tensor& value) override { y = value; }
     } keep;
     std::vector<Tensor> out = session.run_releasing(inputs, consumed ? &keep : nullptr);
-    Tensor y = consumed ? keep.y : out[0];
+    Tensor result = consumed ? keep.y : out[0];
     EXPECT_EQ(session.last_stats().num_over_outputs, 1) << consumed;
     EXPECT_EQ(session.last_stats().arena_bytes, 0u) << consumed;
-    EXPECT_EQ(y.raw(), bytes) << consumed;
+    EXPECT_EQ(result.raw(), bytes) << consumed;
     keep.y = Tensor();
     out.clear();
-    inputs.clear();  // the caller lets go of its inputs: y alone holds the bytes now
-    EXPECT_TRUE(y.sole_owner()) << consumed;
-    expect_close(y, expected, 0, 0);
+    inputs.clear();  // the caller lets go of its inputs: the result alone holds the bytes now
+    EXPECT_TRUE(result.sole_owner()) << consumed;
+    expect_close(result.reshaped({4, 6}), expected, 0, 0);
   }
 }
 

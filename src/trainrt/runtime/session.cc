@@ -53,13 +53,12 @@ const Tensor& viewed_tensor(const ExecutionPlan& plan, int s) {
 Tensor handed_over(const ExecutionPlan& plan, int s, const std::vector<Tensor>& inputs) {
   const Slot& slot = plan.slots[static_cast<size_t>(s)];
   if (slot.kind == SlotKind::kOutput) return slot.tensor;
-  if (slot.kind == SlotKind::kOverOutput) {
-    const int storage = storage_slot(plan, s);
+  if (slot.kind == SlotKind::kView || slot.kind == SlotKind::kOverOutput) {
+    const int storage = storage_slot(plan, s);  // through views and outputs written over others
     for (size_t i : plan.inputs_under_outputs)
       if (plan.input_slots[i] == storage) return inputs[i].reshaped(slot.tensor.dims());
-  }
-  if (slot.kind == SlotKind::kView || slot.kind == SlotKind::kOverOutput)
     return viewed_tensor(plan, s).reshaped(slot.tensor.dims());
+  }
   return slot.tensor.clone();
 }
 

@@ -1,8 +1,9 @@
 // CPU kernel of LinearSoftmaxCrossEntropy (ops/linear_cross_entropy_schema.cc), f32: a head's
-// scores, their softmax cross-entropy and its gradients for dLoss = 1, R rows at a time in the
-// workspace, so the (N, C) scores are never whole (the idea of Liger's fused linear
-// cross-entropy). Per block of rows [r0, r0 + R):
-//   S = X[r0:] W^T (+ B)                                   (R, C), in the workspace
+// scores, their softmax cross-entropy and its gradients for dLoss = 1, R rows at a time, so the
+// (N, C) scores are never whole (the idea of Liger's fused linear cross-entropy). The block of
+// scores is storage of the run's own (engine storage, counted), 4 MiB of rows but at least 128 rows
+// (products of fewer rows run far below the GEMM's speed) and at most 4096. Per block [r0, r0 + R):
+//   S = X[r0:] W^T (+ B)                                   (R, C)
 //   per row i with label t: m = max S_i, s = sum exp(S_i - m), loss_i = m + log s - S_it;
 //   S_i := f_i (exp(S_i - m) / s - onehot(t)), f_i = 1 / (rows not ignored) for mean, 1 for sum,
 //   0 for an ignored row (as SoftmaxCrossEntropyLossGrad's factors)
@@ -10,6 +11,7 @@
 // The loss sums the rows' losses in row order in double. dW's sum runs over the blocks in order, so
 // it rounds differently from one product over all N rows; within the usual f32 tolerance.
 // A label outside [0, C) that is not ignore_index is an error naming the node, position and label.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -31,6 +33,12 @@ struct Spec {
   int64_t ignore_index = 0;
 };
 
+// Rows of scores per block: 4 MiB of them, within [128, 4096].
+int64_t block_rows(int64_t classes) {
+  constexpr int64_t kBlockElements = int64_t{1} << 20;
+  return std::clamp<int64_t>(kBlockElements / std::max<int64_t>(classes, 1), 128, 4096);
+}
+
 template <typename L>
 void run(const Spec& s, KernelContext& ctx, const L* labels) {
   const Tensor& x = ctx.in(0);
@@ -42,10 +50,7 @@ void run(const Spec& s, KernelContext& ctx, const L* labels) {
   if (ctx.in(2).numel() != n)
     throw ShapeError(fmt(s.node, ": input 2 (labels) is ", describe(ctx.in(2)), ", expected ", n, " labels"));
   const float* bias = ctx.has_in(3) ? ctx.in(3).data<float>() : nullptr;
-  Tensor& workspace = ctx.out(4);
-  const int64_t block = workspace.dim(0);
-  if (workspace.dim(1) != classes || block < 1)
-    throw ShapeError(fmt(s.node, ": output 4 (workspace) is ", describe(workspace), ", expected (R, ", classes, ")"));
+  const int64_t block = std::max<int64_t>(1, std::min(n, block_rows(classes)));
 
   double counted = 0;  // rows not ignored
   for (int64_t i = 0; i < n; ++i) {
@@ -65,7 +70,8 @@ void run(const Spec& s, KernelContext& ctx, const L* labels) {
   thread_local std::vector<double> kept_losses;  // keeps its largest size: no steady-state allocation
   std::vector<double>& losses = kept_losses;
   losses.resize(static_cast<size_t>(block));
-  float* scores = workspace.data<float>();
+  Tensor block_scores = Tensor::empty(DType::kF32, {block, classes});
+  float* scores = block_scores.data<float>();
   const float* xs = x.data<float>();
   const float* ws = w.data<float>();
   double total = 0;

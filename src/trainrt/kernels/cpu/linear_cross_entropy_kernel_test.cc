@@ -69,7 +69,7 @@ std::vector<Tensor> run_fused(const Case& c, const std::vector<Tensor>& inputs) 
   NodeSpec spec{.op = "LinearSoftmaxCrossEntropy",
                 .attrs = {{"trans_w", Attribute::of_int(c.trans_w)},
                           {"reduction", Attribute::of_string(c.mean ? "mean" : "sum")}},
-                .num_outputs = 5,
+                .num_outputs = 4,
                 .domain = std::string(kTrainrtDomain)};
   if (c.ignore_index) spec.attrs["ignore_index"] = Attribute::of_int(*c.ignore_index);
   return run_node(spec, inputs, cpu_kernel_table());
@@ -110,15 +110,10 @@ TEST(LinearCrossEntropyKernel, EveryLayoutBiasReductionAndIgnoredRows) {
         }
 }
 
-// 300 rows of 8192 classes: the workspace holds 128 rows, so three blocks (128, 128, 44) and dW
-// summed over them.
+// 300 rows of 8192 classes: a block holds 128 rows, so three blocks (128, 128, 44) and dW summed
+// over them.
 TEST(LinearCrossEntropyKernel, RowsInSeveralBlocks) {
   const Case c{.n = 300, .k = 6, .classes = 8192, .bias = true, .ignore_index = -100};
-  const Tensor x = random_tensor({c.n, c.k}, 1);
-  const Tensor w = random_tensor({c.classes, c.k}, 2);
-  const Tensor labels = labels_for(c, 3);
-  const std::vector<Tensor> out = run_fused(c, {x, w, labels, random_tensor({c.classes}, 4)});
-  EXPECT_EQ(out[4].dims(), (std::vector<int64_t>{128, 8192}));
   check(c, "three blocks", 1);
 }
 
