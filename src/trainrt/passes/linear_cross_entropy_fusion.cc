@@ -117,17 +117,24 @@ bool fuse(Graph& g, Node* grad) {
   std::vector<Node*> replaced = {head, loss, grad};
   for (Node* r : {dx, dw, db})
     if (r) replaced.push_back(r);
+  // The bias's Shape goes too when nothing else reads it.
+  Node* bias_shape = db && db->op_type() == "ReduceSumToShape" ? db->input(1)->producer : nullptr;
+  // The fused node goes where the last replaced node was (before the next node that stays).
   const std::vector<Node*> order = g.nodes();
+  const auto goes = [&](const Node* n) {
+    return n == bias_shape || std::find(replaced.begin(), replaced.end(), n) != replaced.end();
+  };
   size_t last = 0;
   for (size_t i = 0; i < order.size(); ++i)
-    if (std::find(replaced.begin(), replaced.end(), order[i]) != replaced.end()) last = i;
-  const Node* anchor = last + 1 < order.size() ? order[last + 1] : nullptr;
+    if (goes(order[i])) last = i;
+  const auto next = std::find_if(order.begin() + static_cast<std::ptrdiff_t>(last), order.end(),
+                                 [&](const Node* n) { return !goes(n); });
+  const Node* anchor = next == order.end() ? nullptr : *next;
   const std::string name = loss->name();
   const std::vector<std::pair<std::string, Attribute>> attrs = {{"trans_w", Attribute::of_int(trans_w)},
                                                                 {"reduction", Attribute::of_string(reduction)}};
   const Attribute* ignore = loss->attr("ignore_index");
   const std::optional<Attribute> ignore_index = ignore ? std::optional<Attribute>(*ignore) : std::nullopt;
-  Node* bias_shape = db && db->op_type() == "ReduceSumToShape" ? db->input(1)->producer : nullptr;
   for (Node* r : replaced) g.remove_node(r);
   if (bias_shape) remove_unread(g, {bias_shape});
   const size_t first = static_cast<size_t>(g.num_nodes());
