@@ -15,6 +15,7 @@ using testing::count_ops;
 using testing::expect_close;
 using testing::make_tensor;
 using testing::random_tensor;
+using testing::expect_same_results;
 using testing::train_step;
 using testing::TrainingStep;
 
@@ -67,9 +68,7 @@ TEST(LossGradientInForward, TheHeadsGradientIsMadeInTheForwardWithTheSameBits) {
             1);  // x's product's weight gradient; the head's two products are in the forward
   EXPECT_TRUE(saves_scores(plain, 16));
   EXPECT_FALSE(saves_scores(chosen, 16));  // dh (tokens, 4) and the head's gradient (4, 16) instead
-  expect_close(chosen.forward_outputs[0], plain.forward_outputs[0], 0, 0);
-  ASSERT_EQ(chosen.grads.size(), plain.grads.size());
-  for (size_t i = 0; i < plain.grads.size(); ++i) expect_close(chosen.grads[i], plain.grads[i], 0, 0);
+  expect_same_results(chosen, plain, 0, 0);
 }
 
 TEST(LossGradientInForward, ALossGradientOtherThanOneScalesTheResults) {
@@ -78,8 +77,7 @@ TEST(LossGradientInForward, ALossGradientOtherThanOneScalesTheResults) {
   TrainingStep plain = train_step(make, {"w1", "head"}, head_inputs(), false, dl);
   TrainingStep chosen = train_step(make, {"w1", "head"}, head_inputs(), true, dl);
   EXPECT_EQ(chosen.made.loss_gradients_in_forward, 1);
-  ASSERT_EQ(chosen.grads.size(), plain.grads.size());
-  for (size_t i = 0; i < plain.grads.size(); ++i) expect_close(chosen.grads[i], plain.grads[i], 1e-6, 1e-7);
+  expect_same_results(chosen, plain);
 }
 
 TEST(LossGradientInForward, NotWhereTheClassesAreFewerThanTheHiddenSize) {
@@ -100,8 +98,7 @@ TEST(LossGradientInForward, ReturnedLogitsKeepTheirOwnGradientInTheBackward) {
   EXPECT_EQ(chosen.made.loss_gradients_in_forward, 1);
   EXPECT_EQ(count_ops(*chosen.programs.backward, "SoftmaxCrossEntropyLossGrad"), 0);
   // dh = dL * (dScores W) + dLogits_out W against (dL * dScores + dLogits_out) W: one rounding apart.
-  ASSERT_EQ(chosen.grads.size(), plain.grads.size());
-  for (size_t i = 0; i < plain.grads.size(); ++i) expect_close(chosen.grads[i], plain.grads[i], 1e-5, 1e-6);
+  expect_same_results(chosen, plain, 1e-5, 1e-6);
 
   // Without the logits' gradient (zeros), ZeroInputElimination leaves no product reading it.
   Graph& backward = *chosen.programs.backward;
@@ -126,8 +123,7 @@ TEST(LossGradientInForward, TheLogProbRecomputeMovesToTheForwardWithIt) {
   EXPECT_EQ(count_ops(*chosen.programs.forward, "LogSoftmax"), 1);
   const auto& reads = chosen.programs.backward_inputs;
   EXPECT_EQ(std::find(reads.begin(), reads.end(), "logits"), reads.end());
-  ASSERT_EQ(chosen.grads.size(), plain.grads.size());
-  for (size_t i = 0; i < plain.grads.size(); ++i) expect_close(chosen.grads[i], plain.grads[i], 0, 0);
+  expect_same_results(chosen, plain, 0, 0);
 }
 
 // Two GELU layers under the head: rule 3 recomputes the first layer's GELU in the backward for the

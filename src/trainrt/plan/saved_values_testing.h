@@ -65,10 +65,12 @@ inline bool saves(const TrainingPrograms& p, const std::string& name) {
   return std::find(p.saved.begin(), p.saved.end(), name) != p.saved.end();
 }
 
-inline void expect_same_results(const TrainingStep& chosen, const TrainingStep& plain) {
+// The same loss, bit for bit, and gradients within (rtol, atol); 0, 0: the same bits.
+inline void expect_same_results(const TrainingStep& chosen, const TrainingStep& plain, double rtol = 1e-6,
+                                double atol = 1e-7) {
   expect_close(chosen.forward_outputs[0], plain.forward_outputs[0], 0, 0);  // the loss
   ASSERT_EQ(chosen.grads.size(), plain.grads.size());
-  for (size_t i = 0; i < plain.grads.size(); ++i) expect_close(chosen.grads[i], plain.grads[i], 1e-6, 1e-7);
+  for (size_t i = 0; i < plain.grads.size(); ++i) expect_close(chosen.grads[i], plain.grads[i], rtol, atol);
 }
 
 }  // namespace trainrt::testing
