@@ -2,8 +2,8 @@
 plan/loss_gradient_in_forward.h) and run as one LinearSoftmaxCrossEntropy node over blocks of rows
 (passes/linear_cross_entropy_fusion.h), against eager with fallback disabled: a model that returns
 its loss alone, with a tied or a separate head and a bias; a loss scaled before backward (a loss
-gradient other than one); and a Hugging Face model whose logits come back beside the loss, with and
-without a gradient through them.
+gradient other than one); a retained graph backed up twice; and a Hugging Face model whose logits
+come back beside the loss, with and without a gradient through them.
 """
 
 import copy
@@ -125,3 +125,18 @@ def test_hf_logits_returned_keep_their_own_gradient(through_logits):
               if len(o.type.tensor_type.shape.dim) == 3 and o.type.tensor_type.shape.dim[2].dim_value == VOCAB]
     assert len(logits) == 1
     assert logits[0] not in {i.name for i in backward.input}  # nothing keeps the logits for the backward
+
+
+def test_a_retained_graph_backs_up_twice_with_different_loss_gradients():
+    """retain_graph keeps the forward's gradient parts for dL = 1; each backward scales them by its own
+    dL (here 1, then 0.5), and the accumulated gradients equal eager's."""
+    torch.manual_seed(0)
+    model = _LossOnlyLM(tied=True, bias=True)
+    eager, ours = copy.deepcopy(model), trainrt.RTModule(copy.deepcopy(model))
+    for m in (eager, ours):
+        loss = m(*_batch(0))
+        loss.backward(retain_graph=True)
+        (loss * 0.5).backward()
+    assert ours.fallback_reason is None
+    for (name, p), (_, q) in zip(eager.named_parameters(), ours.named_parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-6, msg=name)
