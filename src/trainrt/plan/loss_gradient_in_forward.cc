@@ -268,9 +268,11 @@ class LossGradientMover {
       const std::vector<Use> uses = c.merge->output(0)->uses;
       for (const Use& u : uses) u.node->replace_input(u.input_index, c.external);
     }
-    std::unordered_set<const Node*> leaving(c.before.begin(), c.before.end());
-    leaving.insert(c.pre.begin(), c.pre.end());
-    if (c.merge) leaving.insert(c.merge);
+    // The loss's part before the merge leaves the backward (once nothing reads it, below).
+    std::vector<Node*> removed = c.before;
+    removed.insert(removed.end(), c.pre.begin(), c.pre.end());
+    if (c.merge) removed.push_back(c.merge);
+    const std::unordered_set<const Node*> leaving(removed.begin(), removed.end());
     const std::vector<Node*> order = joint_.nodes();
     // Each boundary becomes dL * its forward copy (+ its backward part past the merge), made where
     // its producer was.
@@ -296,9 +298,6 @@ class LossGradientMover {
         if (out == b) out = total;
       place_before(joint_, first, anchor);
     }
-    std::vector<Node*> removed = c.before;
-    removed.insert(removed.end(), c.pre.begin(), c.pre.end());
-    if (c.merge) removed.push_back(c.merge);
     remove_unread(joint_, removed);
   }
 

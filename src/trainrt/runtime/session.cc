@@ -57,7 +57,7 @@ Tensor handed_over(const ExecutionPlan& plan, int s, const std::vector<Tensor>& 
     const int storage = storage_slot(plan, s);  // through views and outputs written over others
     for (size_t i : plan.inputs_under_outputs)
       if (plan.input_slots[i] == storage) return inputs[i].reshaped(slot.tensor.dims());
-    return viewed_tensor(plan, s).reshaped(slot.tensor.dims());
+    return plan.slots[static_cast<size_t>(storage)].tensor.reshaped(slot.tensor.dims());
   }
   return slot.tensor.clone();
 }
