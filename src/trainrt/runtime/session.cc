@@ -4,6 +4,7 @@
 
 #include "trainrt/core/error.h"
 #include "trainrt/core/logging.h"
+#include "trainrt/core/thread_scratch.h"
 #include "trainrt/ops/op_schema.h"
 #include "trainrt/runtime/bf16_widening.h"
 #include "trainrt/runtime/control_flow_kernels.h"
@@ -303,6 +304,10 @@ std::vector<Tensor> Session::run_impl(const std::vector<Tensor>& inputs, OutputC
     throw InvalidModel(fmt("graph '", graph_->name, "': ", options_.consumed_outputs.size(), " outputs (the first '",
                            options_.consumed_outputs.front().output,
                            "') are consumed during the run, but run() got no consumer"));
+  // The kernels' per-thread scratch is dropped when the run ends, also by an error (thread_scratch.h).
+  struct ReleaseScratch {
+    ~ReleaseScratch() { release_thread_scratch(); }
+  } release_scratch;
   ExecutionPlan& plan = plan_for(inputs, consumer);
   bind(plan, inputs);
   dynamic_bytes_ = 0;

@@ -9,6 +9,7 @@
 #include <new>
 
 #include "trainrt/core/testing.h"
+#include "trainrt/core/thread_scratch.h"
 
 namespace {
 std::atomic<int64_t> g_allocations{0};
@@ -307,6 +308,18 @@ TEST(Session, RunDoesNotKeepTheCallersInputsAlive) {
     session.run({x});
     EXPECT_TRUE(x.sole_owner()) << "batch " << batch;
   }
+}
+
+// A kernel's large per-thread scratch (a oneDNN scratchpad, a reordered operand) is not held past
+// the run that used it: a forward's is not live through the backward's peak, nor between steps.
+TEST(Session, RunDropsTheKernelsLargeScratch) {
+  Session session(linear_relu_graph());
+  Tensor x = random_tensor({3, 4}, 22);
+  session.run({x});
+  thread_scratch(0, kThreadScratchKeptBytes + 1);  // as a product's kernel leaves it
+  const size_t before = storage_bytes().live;
+  session.run({x});
+  EXPECT_LE(storage_bytes().live + kThreadScratchKeptBytes, before);
 }
 
 }  // namespace

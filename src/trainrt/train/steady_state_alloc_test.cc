@@ -185,7 +185,8 @@ int64_t allocations_per_step(std::shared_ptr<Graph> (*model)(std::string*), std:
 
 // Not zero yet: these are upper bounds, measured (per step) with a backtrace per allocation. What
 // remains is not the kernels' or the optimizer's (they keep their plans, oneDNN memory objects and
-// scratch from step to step), per step for the MLP / transformer block / CNN:
+// small scratch from step to step; scratch above kThreadScratchKeptBytes, which these shapes never
+// need, is allocated once per run, core/thread_scratch.h), per step for the MLP / transformer block / CNN:
 //   inside oneDNN's execute (its argument map and bookkeeping: 6 per matmul call with Debian's
 //     oneDNN 2.6 on this CPU, fewer per reorder; out of our hands)     30 / 126 / 43
 //   Session::run and run_step (output vector, run-time shapes; for the

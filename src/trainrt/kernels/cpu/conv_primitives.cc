@@ -38,7 +38,7 @@ enum class ConvKind { kForward, kBackwardData, kBackwardWeights };
 struct Operand {
   memory::desc dense, chosen;
   std::optional<dnnl::reorder> reorder;
-  int slot = 0;  // onednn_buffer slot of the reordered copy
+  int slot = 0;  // thread_scratch slot of the reordered copy
 };
 
 Operand make_operand(const memory::desc& dense, const memory::desc& chosen, bool is_input, int slot) {
@@ -238,6 +238,7 @@ void run(ConvKind kind, const ConvProblem& p, Input in0, Input in1, void* out, v
     BoundConv& b = bound(kind, p);
     const ConvPrimitive& c = *b.c;
     const Input data[3] = {in0, in1, {out, false}};
+    std::shared_ptr<void> held[4];  // this run's scratch: reordered operands, the scratchpad
     dnnl_exec_arg_t args[5];
     int count = 0;
     for (int i = 0; i < 3; ++i) {
@@ -249,7 +250,8 @@ void run(ConvKind kind, const ConvProblem& p, Input in0, Input in1, void* out, v
         args[count++] = {c.args[i], m.get()};
         continue;
       }
-      b.chosen[i].set_data_handle(onednn_buffer(o.slot, o.chosen.get_size()));
+      held[i] = thread_scratch(o.slot, o.chosen.get_size());
+      b.chosen[i].set_data_handle(held[i].get());
       b.dense[i].set_data_handle(given);
       if (i < 2) reorder(*o.reorder, b.dense[i], b.chosen[i]);
       args[count++] = {c.args[i], b.chosen[i].get()};
@@ -258,7 +260,8 @@ void run(ConvKind kind, const ConvProblem& p, Input in0, Input in1, void* out, v
       b.bias.set_data_handle(bias);
       args[count++] = {kind == ConvKind::kForward ? DNNL_ARG_BIAS : DNNL_ARG_DIFF_BIAS, b.bias.get()};
     }
-    b.scratchpad.set_data_handle(onednn_buffer(kScratchpadSlot, c.scratchpad.get_size()));
+    held[3] = thread_scratch(kScratchpadSlot, c.scratchpad.get_size());
+    b.scratchpad.set_data_handle(held[3].get());
     args[count++] = {DNNL_ARG_SCRATCHPAD, b.scratchpad.get()};
     onednn_execute(c.primitive, std::span(args, static_cast<size_t>(count)));
     if (c.operands[2].reorder) reorder(*c.operands[2].reorder, b.chosen[2], b.dense[2]);
@@ -315,11 +318,11 @@ ConvWeights conv_weights(ConvWeightsUse use, const std::vector<ConvProblem>& chu
     for (const ConvProblem& p : chunks)
       if (bound(kind, p).c->operands[1].chosen != o.chosen) return {w, false};
     BoundConv& b = bound(kind, chunks.at(0));  // again: the lookups above may have started the cache over
-    void* out = onednn_buffer(kSharedOperandSlot, o.chosen.get_size());
+    std::shared_ptr<void> out = thread_scratch(kSharedOperandSlot, o.chosen.get_size());
     b.dense[1].set_data_handle(const_cast<void*>(w));
-    b.chosen[1].set_data_handle(out);
+    b.chosen[1].set_data_handle(out.get());
     reorder(*o.reorder, b.dense[1], b.chosen[1]);
-    return {out, true};
+    return {out.get(), true, std::move(out)};
   } catch (const dnnl::error& err) {
     throw InternalError(fmt("oneDNN failed reordering W for ", describe(kind, chunks.at(0)), ": ", err.what()));
   }

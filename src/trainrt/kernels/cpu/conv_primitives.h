@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -71,11 +72,13 @@ enum class ConvWeightsUse { kForward, kBackwardData };
 struct ConvWeights {
   const void* data = nullptr;
   bool reordered = false;
+  std::shared_ptr<void> storage;  // the reordered copy's, held as long as this lives
 };
 // W (p.dtype elements, dense) for the primitives of `use` over the given chunk problems (at most
 // two: a node's chunks and its smaller last one). When they all chose one layout other than
-// dense, W is reordered once into the calling thread's kSharedOperandSlot buffer (valid until its
-// next call; the pool's workers only read it); otherwise W stays as it is and each run reorders it.
+// dense, W is reordered once into the calling thread's kSharedOperandSlot scratch (valid while the
+// result lives and until the thread's next call; the pool's workers only read it); otherwise W
+// stays as it is and each run reorders it.
 ConvWeights conv_weights(ConvWeightsUse use, const std::vector<ConvProblem>& chunks, const void* w);
 
 // Y = conv(X, W) + B on the calling thread, every pointer to p.dtype elements. b is read only when

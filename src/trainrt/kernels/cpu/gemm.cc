@@ -4,8 +4,9 @@
 // avx512_core_bf16 brgemm kernels on this CPU).
 //
 // A primitive bakes in dims, strides, alpha (output scale) and beta (sum post-op), so the cache key
-// is all of them. Primitives run with a user scratchpad taken from a per-thread buffer, so one
-// cached primitive may run on several threads at once without sharing scratch memory.
+// is all of them. Primitives run with a user scratchpad taken from a per-thread buffer
+// (thread_scratch), so one cached primitive may run on several threads at once without sharing
+// scratch memory.
 //
 // Steady state: each thread also keeps, per problem it has run, the primitive bound to four
 // dnnl::memory objects and the execute arguments over them; a call re-points their data handles
@@ -199,7 +200,8 @@ void run(const GemmKey& key, const void* a, const void* b, void* c) {
     g.a.set_data_handle(const_cast<void*>(a));
     g.b.set_data_handle(const_cast<void*>(b));
     g.c.set_data_handle(c);
-    g.scratch.set_data_handle(onednn_buffer(kScratchpadSlot, g.primitive->scratch_md.get_size()));
+    const std::shared_ptr<void> scratch = thread_scratch(kScratchpadSlot, g.primitive->scratch_md.get_size());
+    g.scratch.set_data_handle(scratch.get());
     onednn_execute(g.primitive->matmul, g.args);
   } catch (const dnnl::error& e) {
     throw InternalError(fmt("oneDNN matmul failed for ", describe_problem(key), ": ", e.what()));

@@ -2,11 +2,6 @@
 
 #include <omp.h>
 
-#include <memory>
-
-#include "trainrt/core/error.h"
-#include "trainrt/core/tensor.h"
-
 namespace trainrt {
 
 const dnnl::engine& onednn_engine() {
@@ -17,17 +12,6 @@ const dnnl::engine& onednn_engine() {
 dnnl::stream& onednn_stream() {
   thread_local dnnl::stream stream(onednn_engine());
   return stream;
-}
-
-void* onednn_buffer(int slot, size_t bytes) {
-  TRAINRT_CHECK(slot >= 0 && slot < 5, "oneDNN buffer slot ", slot);
-  thread_local std::shared_ptr<void> buffers[5];
-  thread_local size_t sizes[5] = {0, 0, 0, 0, 0};
-  if (bytes > sizes[slot]) {
-    buffers[slot] = aligned_storage(bytes);
-    sizes[slot] = bytes;
-  }
-  return buffers[slot].get();
 }
 
 void onednn_execute(const dnnl::primitive& primitive, std::span<const dnnl_exec_arg_t> args) {

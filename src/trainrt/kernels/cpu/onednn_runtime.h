@@ -1,12 +1,13 @@
 // What every kernel that calls oneDNN shares: one CPU engine, a stream per thread, per-thread
-// scratch memory, and the guard that keeps oneDNN's OpenMP team at one thread.
+// scratch slots, and the guard that keeps oneDNN's OpenMP team at one thread.
 //
 // Threads: Debian's oneDNN threads with OpenMP, whose two-thread barriers spin and stall for a
 // whole scheduler time slice whenever the partner thread is preempted (docs/gemm.md). Our kernels
 // therefore run each oneDNN call single-threaded and split the work on our ThreadPool.
 //
 //   SingleThreadedOpenMp one_thread;
-//   memory s(pd.scratchpad_desc(), onednn_engine(), onednn_buffer(kScratchpadSlot, bytes));
+//   const std::shared_ptr<void> scratch = thread_scratch(kScratchpadSlot, bytes);  // held through the run
+//   memory s(pd.scratchpad_desc(), onednn_engine(), scratch.get());
 //   const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, src.get()}, {DNNL_ARG_SCRATCHPAD, s.get()}};
 //   onednn_execute(primitive, args);
 #pragma once
@@ -15,6 +16,8 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #include <span>
 
+#include "trainrt/core/thread_scratch.h"
+
 namespace trainrt {
 
 // The process-wide CPU engine (never destroyed: primitives may outlive static destructors).
@@ -22,13 +25,11 @@ const dnnl::engine& onednn_engine();
 // The calling thread's in-order stream on that engine.
 dnnl::stream& onednn_stream();
 
-// A thread-local, 64-byte aligned buffer of at least `bytes`; `slot` (0-4) tells apart buffers in
-// use at once. Valid until the same thread asks for the same slot again; it keeps its largest
-// size, so steady-state runs do not allocate. Slot 0 is the primitives' scratchpad; slot 4 holds
-// an operand the calling thread prepares for the pool's workers (conv_primitives.h: ConvWeights).
+// The thread_scratch slots (core/thread_scratch.h) of the kernels that call oneDNN: slot 0 is the
+// primitives' scratchpad, 1-3 operands reordered for one primitive run (conv_primitives.cc), 4 an
+// operand the calling thread prepares for the pool's workers (conv_primitives.h: ConvWeights).
 inline constexpr int kScratchpadSlot = 0;
 inline constexpr int kSharedOperandSlot = 4;
-void* onednn_buffer(int slot, size_t bytes);
 
 // Runs `primitive` on the calling thread's stream and waits for it. Unlike primitive::execute,
 // which builds a std::unordered_map and a std::vector of the arguments on every call, it takes
