@@ -8,6 +8,7 @@
 
 #include "trainrt/core/error.h"
 #include "trainrt/core/logging.h"
+#include "trainrt/plan/dead_input_packing.h"
 #include "trainrt/plan/lifetimes.h"
 #include "trainrt/plan/memory_plan.h"
 
@@ -534,6 +535,7 @@ class PlanBuilder {
       }
     }
     buffers = std::move(chosen);
+    move_blocks_over_dead_inputs(buffers, mem, buffer_of_slot, consumed_buffer);
     std::vector<int> slot_of_buffer(static_cast<size_t>(num_buffers));
     for (auto [slot, b] : buffer_of_slot) slot_of_buffer[static_cast<size_t>(b)] = slot;
     for (auto [slot, b] : buffer_of_slot) {
@@ -541,11 +543,15 @@ class PlanBuilder {
       home.arena_offset = mem.offsets[static_cast<size_t>(b)];
       if (mem.kinds[static_cast<size_t>(b)] == AllocKind::kReuse) plan_->stats.num_reused++;
       if (home.kind != SlotKind::kArena || mem.kinds[static_cast<size_t>(b)] != AllocKind::kPreexisting) continue;
-      // In place over a donated input, through a chain of in-place ops: show the input's bytes.
+      // In place over a donated input, through a chain of in-place ops, or moved into the bytes of
+      // one whose readers are done: show the input's bytes.
       int root = b;
       while (buffers[static_cast<size_t>(root)].alias_of != kNoAlias) root = buffers[static_cast<size_t>(root)].alias_of;
       home.kind = SlotKind::kOverInput;
-      home.view_of = slot_of_buffer[static_cast<size_t>(root)];
+      const auto moved = moved_over_inputs_.find(root);
+      home.view_of = moved == moved_over_inputs_.end() ? slot_of_buffer[static_cast<size_t>(root)]
+                                                        : slot_of_buffer[static_cast<size_t>(moved->second.first)];
+      home.arena_offset = moved == moved_over_inputs_.end() ? 0 : moved->second.second;
       plan_->stats.num_over_inputs++;
     }
     place_input_releases(buffers, buffer_of_slot, num_steps);
@@ -553,6 +559,104 @@ class PlanBuilder {
     plan_->stats.live_lower_bound = live_bytes_lower_bound(buffers);
     plan_->stats.num_steps = num_steps;
     if (log_enabled(LogLevel::kVerbose)) log_peak_values(buffers, buffer_of_slot);
+  }
+
+  // Arena blocks (a buffer and what is written in place over it) moved into the bytes of donated
+  // inputs whose last reader has run (plan/dead_input_packing.h): a backward's late temporaries
+  // over the saved values of the layers it is done with. Greedy: at the arena's busiest step, the
+  // largest block that fits a dead input moves there, kept when run_peak drops (the arena shrinks
+  // by more than the inputs are held longer); until no block at the busiest step moves.
+  void move_blocks_over_dead_inputs(std::vector<BufferSpec>& buffers, MemoryPlan& mem,
+                                    const std::unordered_map<int, int>& buffer_of_slot,
+                                    const std::vector<bool>& consumed_buffer) {
+    const auto& slots = plan_->slots;
+    const auto& kept = plan_->inputs_under_outputs;
+    const std::unordered_map<int, int> until = last_step_of_roots(buffers);
+    std::vector<DeadInput> regions;
+    std::vector<int> region_buffer;
+    for (const auto& [slot, b] : buffer_of_slot) {
+      if (!is_donated(slot)) continue;
+      const auto input = std::find(plan_->input_slots.begin(), plan_->input_slots.end(), slot);
+      if (std::find(kept.begin(), kept.end(), static_cast<size_t>(input - plan_->input_slots.begin())) != kept.end())
+        continue;  // an output shows its bytes: never dead
+      regions.push_back({slots[static_cast<size_t>(slot)].tensor.nbytes(), until.at(b)});
+      region_buffer.push_back(b);
+    }
+    if (regions.empty()) return;
+    // Alias groups of arena buffers: root -> (first step, last step); a group with a consumed or a
+    // bounded run-time sized member stays in the arena.
+    const size_t n = buffers.size();
+    std::vector<int> root_of(n);
+    for (size_t b = 0; b < n; ++b) {
+      size_t r = b;
+      while (buffers[r].alias_of != kNoAlias) r = static_cast<size_t>(buffers[r].alias_of);
+      root_of[b] = static_cast<int>(r);
+    }
+    std::unordered_map<int, PackedBlock> groups;
+    std::vector<bool> pinned(n);
+    for (size_t b = 0; b < n; ++b) {
+      const BufferSpec& root = buffers[static_cast<size_t>(root_of[b])];
+      if (root.preexisting) continue;
+      auto [it, added] = groups.try_emplace(root_of[b], PackedBlock{root.size_bytes, buffers[b].first_step, buffers[b].last_step});
+      it->second.first_step = std::min(it->second.first_step, buffers[b].first_step);
+      it->second.last_step = std::max(it->second.last_step, buffers[b].last_step);
+      if (consumed_buffer[b]) pinned[static_cast<size_t>(root_of[b])] = true;
+    }
+    for (const auto& [slot, b] : buffer_of_slot)
+      if (is_bounded(slot)) pinned[static_cast<size_t>(root_of[static_cast<size_t>(b)])] = true;
+    DeadInputPacker packer(std::move(regions), kTensorAlignment);
+    const auto extended_until = [&](const DeadInputPacker& p) {
+      std::unordered_map<int, int> u;
+      for (int r = 0; r < p.num_regions(); ++r) u[region_buffer[static_cast<size_t>(r)]] = p.last_step(r);
+      return u;
+    };
+    size_t peak = run_peak(buffers, mem, buffer_of_slot);
+    std::vector<bool> tried(n);
+    constexpr int kMaxTrials = 64;
+    for (int trial = 0; trial < kMaxTrials;) {
+      // The busiest step of the blocks still in the arena, and the blocks live there, largest first.
+      const int num_steps = static_cast<int>(plan_->steps.size());
+      std::vector<size_t> live(static_cast<size_t>(num_steps) + 1);
+      for (const auto& [root, g] : groups)
+        if (!buffers[static_cast<size_t>(root)].preexisting)
+          for (int s = g.first_step; s <= std::min(g.last_step, num_steps); ++s) live[static_cast<size_t>(s)] += g.bytes;
+      const int busiest = static_cast<int>(std::max_element(live.begin(), live.end()) - live.begin());
+      std::vector<int> candidates;
+      for (const auto& [root, g] : groups)
+        if (!buffers[static_cast<size_t>(root)].preexisting && !pinned[static_cast<size_t>(root)] &&
+            !tried[static_cast<size_t>(root)] && g.bytes > 0 && g.first_step <= busiest && busiest <= g.last_step)
+          candidates.push_back(root);
+      std::sort(candidates.begin(), candidates.end(), [&](int a, int b) {
+        return std::tie(groups.at(b).bytes, a) < std::tie(groups.at(a).bytes, b);
+      });
+      bool moved = false;
+      for (int root : candidates) {
+        if (trial >= kMaxTrials) break;
+        tried[static_cast<size_t>(root)] = true;
+        const PackedBlock& block = groups.at(root);
+        const std::optional<PackedPlace> where = packer.find(block);
+        if (!where) continue;
+        ++trial;
+        std::vector<BufferSpec> candidate = buffers;
+        candidate[static_cast<size_t>(root)].preexisting = true;
+        const MemoryPlan planned = plan_memory(candidate, kTensorAlignment);
+        DeadInputPacker with = packer;
+        with.place(*where, block);
+        dead_input_until_ = extended_until(with);
+        const size_t candidate_peak = run_peak(candidate, planned, buffer_of_slot);
+        dead_input_until_ = extended_until(packer);
+        if (candidate_peak >= peak) continue;
+        buffers = std::move(candidate);
+        mem = planned;
+        packer = std::move(with);
+        dead_input_until_ = extended_until(packer);
+        moved_over_inputs_[root] = {region_buffer[static_cast<size_t>(where->region)], where->offset};
+        peak = candidate_peak;
+        moved = true;
+        break;
+      }
+      if (!moved) break;
+    }
   }
 
   // At VERBOSE: the arena values live at the step where the most planned bytes are, largest first
@@ -566,7 +670,7 @@ class PlanBuilder {
     }
     std::unordered_map<int, std::pair<int, int>> span;  // root -> (first, last) step of its chain
     for (size_t b = 0; b < buffers.size(); ++b) {
-      if (buffers[b].preexisting) continue;
+      if (buffers[static_cast<size_t>(root_of[b])].preexisting) continue;
       auto [it, added] = span.try_emplace(root_of[b], buffers[b].first_step, buffers[b].last_step);
       it->second = {std::min(it->second.first, buffers[b].first_step), std::max(it->second.second, buffers[b].last_step)};
     }
@@ -595,8 +699,9 @@ class PlanBuilder {
   }
 
   // Per root buffer of a chain of in-place aliases: the last step touching its bytes (the latest
-  // last step of the chain's buffers, reads of views included).
-  static std::unordered_map<int, int> last_step_of_roots(const std::vector<BufferSpec>& buffers) {
+  // last step of the chain's buffers, reads of views included); for a donated input, also of the
+  // blocks moved into its bytes (dead_input_until_).
+  std::unordered_map<int, int> last_step_of_roots(const std::vector<BufferSpec>& buffers) const {
     std::unordered_map<int, int> until;
     for (size_t b = 0; b < buffers.size(); ++b) {
       size_t root = b;
@@ -604,6 +709,7 @@ class PlanBuilder {
       int& last = until.try_emplace(static_cast<int>(root), -1).first->second;
       last = std::max(last, buffers[b].last_step);
     }
+    for (const auto& [b, last] : dead_input_until_) until[b] = std::max(until[b], last);
     return until;
   }
 
@@ -757,6 +863,10 @@ class PlanBuilder {
   std::unique_ptr<ExecutionPlan> plan_;
   std::unordered_map<const Value*, int> slot_of_;
   std::unordered_map<const Value*, Known> known_;
+  // Blocks moved over dead donated inputs: root buffer -> (the input's buffer, byte offset there);
+  // per such input's buffer, the last step of the blocks in its bytes.
+  std::unordered_map<int, std::pair<int, size_t>> moved_over_inputs_;
+  std::unordered_map<int, int> dead_input_until_;
 };
 
 }  // namespace

@@ -13,7 +13,9 @@
 //   5. lifetimes from the schedule (a read of a view is a read of the buffer it views, so that
 //      buffer lives as long as any view of it), in-place aliases where the op's schema allows and
 //      the input's buffer dies at that node (a donated input's bytes first: PlanOptions::
-//      donated_inputs), then offsets from the memory planner (plan/memory_plan.h);
+//      donated_inputs), then offsets from the memory planner (plan/memory_plan.h); intermediates
+//      live where the arena peaks may then move into the bytes of donated inputs whose last reader
+//      has run (plan/dead_input_packing.h), where that lowers the run's peak;
 //   6. consumed outputs (PlanOptions::consumed_outputs) stay arena values, handed to an
 //      OutputConsumer after the step that makes them final and the last read of their hold input
 //      (ExecutionPlan::consume_points), and live until then; one consumed in row blocks
@@ -49,8 +51,9 @@ enum class SlotKind : uint8_t {
   kOutput,       // graph output: fresh storage every run, returned to the caller
   kView,         // the bytes of slot view_of, in this slot's dims: pointed there when its step runs;
                  // a graph output only when the slot it views is a kOutput (both handed over)
-  kOverInput,    // written in place over the bytes of donated input slot view_of (its last reader
-                 // has run): pointed there every run, in this slot's dims; takes no arena bytes
+  kOverInput,    // written over the bytes of donated input slot view_of, at arena_offset bytes in
+                 // (in place over it, or placed there once its last reader has run): pointed there
+                 // every run, in this slot's dims; takes no arena bytes
   kOverOutput,   // a graph output written in place over slot view_of, an intermediate that dies at
                  // this step and so got output storage of its own (kOutput, or kOverOutput in a
                  // chain): pointed there when its step runs; the caller gets that storage
@@ -60,7 +63,7 @@ enum class SlotKind : uint8_t {
 struct Slot {
   SlotKind kind = SlotKind::kArena;
   Tensor tensor;            // current binding (view into the arena, input, constant, ...)
-  size_t arena_offset = 0;  // for kArena, and kDynamic with bound_bytes
+  size_t arena_offset = 0;  // for kArena, and kDynamic with bound_bytes; kOverInput: into the input
   int view_of = -1;         // for kView, kOverInput: the slot whose bytes it shows
   const Value* value = nullptr;
   // kDynamic: per dim, the name of a run-time dim ("" when static or unnamed), and the bytes at
@@ -89,7 +92,8 @@ struct PlanStats {
   int num_steps = 0;
   int num_folded = 0;               // nodes evaluated at plan time
   int num_inplace = 0;              // outputs sharing their input's buffer
-  int num_over_inputs = 0;          // of those, outputs written over a donated input (kOverInput)
+  int num_over_inputs = 0;          // values written over a donated input (kOverInput): in place, or
+                                    // placed in its bytes once it is dead
   int num_over_outputs = 0;         // graph outputs written over a dying intermediate (kOverOutput)
   int num_views = 0;                // outputs that view their input's bytes (no buffer, no copy)
   int num_reused = 0;               // buffers placed over dead ones
@@ -155,8 +159,9 @@ struct PlanOptions {
   // shapes handed over from another program (a Session keys its plans on their values).
   std::set<std::string> value_inputs;
   // Graph inputs whose bytes the run may overwrite once their last reader has run: an in-place op
-  // then writes its output there instead of in the arena (a backward program over the values its
-  // forward saved, as eager autograd frees a saved tensor after its last use). The caller hands
+  // then writes its output there instead of in the arena, and later intermediates may be placed
+  // there (a backward program over the values its forward saved, as eager autograd frees a saved
+  // tensor after its last use and its allocator hands the block to the next gradient). The caller hands
   // such an input over: no other input, and nothing it reads later, may share those bytes. Never
   // a graph output (it is copied out at the end of the run).
   std::set<std::string> donated_inputs;

@@ -95,5 +95,35 @@ TEST(InputReleases, AnOutputWrittenOverADonatedInputTakesItsStorage) {
   }
 }
 
+// s0: a = MatMul(x, w)   s1: b = MatMul(a, w)   s2: c = MatMul(b, w), consumed   s3: y = ReduceSum(b).
+// x (donated) is dead after s0, so b (s1-s3) is written into its bytes: the arena holds one
+// product (a, then c over it) instead of two, and x is let go after s3, not after s0.
+TEST(InputReleases, ALaterIntermediateIsPlacedInADeadDonatedInputsBytes) {
+  auto g = std::make_shared<Graph>();
+  g->set_opset("", 18);
+  Value* x = g->add_input("x", DType::kF32, Shape({64, 64}));
+  Value* w = g->add_input("w", DType::kF32, Shape({64, 64}));
+  Value* a = g->add_node("MatMul", {x, w}, {"a"})->output(0);
+  Value* b = g->add_node("MatMul", {a, w}, {"b"})->output(0);
+  Value* c = g->add_node("MatMul", {b, w}, {"c"})->output(0);
+  g->add_output(c);
+  g->add_output(g->add_node("ReduceSum", {b}, {"y"})->output(0));
+  SessionOptions options;
+  options.donated_inputs = {"x"};
+  options.consumed_outputs = {{"c", ""}};
+  Session session(g, options);
+  Tensor xv = random_tensor({64, 64}, 5, -0.2f, 0.2f), wv = random_tensor({64, 64}, 6, -0.2f, 0.2f);
+  std::vector<Tensor> expected = Session(g).run({xv.clone(), wv});
+  std::vector<Tensor> inputs = {xv.clone(), wv};
+  Watch watch;
+  watch.inputs = &inputs;
+  std::vector<Tensor> out = session.run_releasing(inputs, &watch);
+  expect_close(out[1], expected[1], 0, 0);
+  EXPECT_EQ(watch.x_held, std::vector<bool>{true}) << "x holds b until b's last reader (s3) has run";
+  EXPECT_FALSE(inputs[0].defined());
+  EXPECT_EQ(session.last_stats().num_over_inputs, 1);
+  EXPECT_EQ(session.last_stats().arena_bytes, 64u * 64u * sizeof(float));
+}
+
 }  // namespace
 }  // namespace trainrt

@@ -161,7 +161,9 @@ void Session::bind(ExecutionPlan& plan, const std::vector<Tensor>& inputs) {
   for (Slot& s : plan.slots) {
     if (s.kind == SlotKind::kMutable) s.tensor = mutable_data_.at(s.value->name);
     if (s.kind == SlotKind::kOverInput)  // the donated input (bound above) is written over
-      s.tensor.rebind(const_cast<void*>(plan.slots[static_cast<size_t>(s.view_of)].tensor.raw()), s.tensor.dims());
+      s.tensor.rebind(static_cast<std::byte*>(const_cast<void*>(plan.slots[static_cast<size_t>(s.view_of)].tensor.raw())) +
+                          s.arena_offset,
+                      s.tensor.dims());
   }
   // A session sharing the arena may have moved it since this plan was bound: compare the base.
   arena_->reserve(plan.stats.arena_bytes);
