@@ -14,6 +14,7 @@
 #include "trainrt/passes/matmul_bias_fusion.h"
 #include "trainrt/passes/padding_elimination.h"
 #include "trainrt/passes/scatter_accumulation.h"
+#include "trainrt/passes/weight_gradients_early.h"
 #include "trainrt/passes/zero_input_elimination.h"
 #include "trainrt/plan/checkpoint_recompute.h"
 #include "trainrt/plan/recompute_subgraphs.h"
@@ -45,12 +46,13 @@ const PassPipeline& forward_passes() {
 }
 
 // Rewrites of the backward program: each gradient's parts summed as they come, a tied embedding's
-// scatter onto the other parts.
+// scatter onto the other parts, each weight gradient's product as soon as its operands exist.
 const PassPipeline& backward_passes() {
   static const PassPipeline pipeline = [] {
     PassPipeline p;
     p.add(std::make_unique<GradientSumChain>());
     p.add(std::make_unique<ScatterAccumulation>());
+    p.add(std::make_unique<WeightGradientsEarly>());
     return p;
   }();
   return pipeline;
