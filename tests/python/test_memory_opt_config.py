@@ -11,7 +11,7 @@ import trainrt
 from trainrt.bench.models import GPT
 
 # The attention probabilities and the attention output of each block: products, on request only.
-ATTENTION = "MatMul+Mul+Where+Softmax+:1:-1,MatMul+Transpose+Reshape+:1:-1"
+ATTENTION = "FusedMatMul+Mul+Where+Softmax+:1:-1,MatMul+Transpose+Reshape+:1:-1"
 
 
 @pytest.fixture(autouse=True)
@@ -56,7 +56,7 @@ def test_the_default_recomputes_each_layer_norm_and_saves_less_than_keeping_them
     # recomputed by default (Gather+Gather+Add+), and the two together are not cheap
     assert norms["found"] == 6 and norms["applied"] == 5 and norms["cheap"] and not norms["config"]
     assert patterns["Gather+Gather+Add+"]["applied"] == 1
-    assert patterns["MatMul+Mul+Where+Softmax+"]["applied"] == 0  # a product: on request only
+    assert patterns["FusedMatMul+Mul+Where+Softmax+"]["applied"] == 0  # a product: on request only
     kept_losses, kept_grads, kept_saved, kept = _train(monkeypatch, "LayerNormalization+:0:-1")
     assert kept["LayerNormalization+"]["applied"] == 0 and kept["LayerNormalization+"]["config"] == "0:-1"
     # each (4, 16, 32) f32 LayerNorm output, 8 KiB, is no longer saved
@@ -68,7 +68,7 @@ def test_the_default_recomputes_each_layer_norm_and_saves_less_than_keeping_them
 def test_attention_recomputed_on_request_gives_the_same_bits_and_matches_eager(monkeypatch):
     losses, grads, saved, _ = _train(monkeypatch, None)
     more_losses, more_grads, more_saved, patterns = _train(monkeypatch, ATTENTION)
-    assert patterns["MatMul+Mul+Where+Softmax+"]["applied"] == 3
+    assert patterns["FusedMatMul+Mul+Where+Softmax+"]["applied"] == 3
     assert patterns["MatMul+Transpose+Reshape+"]["applied"] == 3
     # per block the (4, 2, 16, 16) probabilities and the (4, 16, 32) attention output
     assert saved - more_saved >= 3 * (4 * 2 * 16 * 16 + 4 * 16 * 32) * 4

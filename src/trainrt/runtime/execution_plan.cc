@@ -564,8 +564,9 @@ class PlanBuilder {
   // Arena blocks (a buffer and what is written in place over it) moved into the bytes of donated
   // inputs whose last reader has run (plan/dead_input_packing.h): a backward's late temporaries
   // over the saved values of the layers it is done with. Greedy: at the arena's busiest step, the
-  // largest block that fits a dead input moves there, kept when run_peak drops (the arena shrinks
-  // by more than the inputs are held longer); until no block at the busiest step moves.
+  // largest block that fits a dead input moves there when run_peak does not rise, until no block at
+  // the busiest step moves; the moves up to the lowest run_peak seen are kept (the arena shrinks by
+  // more than the inputs are held longer).
   void move_blocks_over_dead_inputs(std::vector<BufferSpec>& buffers, MemoryPlan& mem,
                                     const std::unordered_map<int, int>& buffer_of_slot,
                                     const std::vector<bool>& consumed_buffer) {
@@ -610,20 +611,30 @@ class PlanBuilder {
       for (int r = 0; r < p.num_regions(); ++r) u[region_buffer[static_cast<size_t>(r)]] = p.last_step(r);
       return u;
     };
-    size_t peak = run_peak(buffers, mem, buffer_of_slot);
+    // Several steps may share the busiest level (each layer's attention backward): one move alone
+    // then lowers no peak. Moves that raise none are taken, and the run ends at the best state seen.
+    struct State {
+      std::vector<BufferSpec> buffers;
+      MemoryPlan mem;
+      DeadInputPacker packer;
+      std::unordered_map<int, std::pair<int, size_t>> moved;
+      size_t peak;
+    };
+    State now{buffers, mem, packer, {}, run_peak(buffers, mem, buffer_of_slot)};
+    State best = now;
     std::vector<bool> tried(n);
     constexpr int kMaxTrials = 64;
+    const int num_steps = static_cast<int>(plan_->steps.size());
     for (int trial = 0; trial < kMaxTrials;) {
       // The busiest step of the blocks still in the arena, and the blocks live there, largest first.
-      const int num_steps = static_cast<int>(plan_->steps.size());
       std::vector<size_t> live(static_cast<size_t>(num_steps) + 1);
       for (const auto& [root, g] : groups)
-        if (!buffers[static_cast<size_t>(root)].preexisting)
+        if (!now.buffers[static_cast<size_t>(root)].preexisting)
           for (int s = g.first_step; s <= std::min(g.last_step, num_steps); ++s) live[static_cast<size_t>(s)] += g.bytes;
       const int busiest = static_cast<int>(std::max_element(live.begin(), live.end()) - live.begin());
       std::vector<int> candidates;
       for (const auto& [root, g] : groups)
-        if (!buffers[static_cast<size_t>(root)].preexisting && !pinned[static_cast<size_t>(root)] &&
+        if (!now.buffers[static_cast<size_t>(root)].preexisting && !pinned[static_cast<size_t>(root)] &&
             !tried[static_cast<size_t>(root)] && g.bytes > 0 && g.first_step <= busiest && busiest <= g.last_step)
           candidates.push_back(root);
       std::sort(candidates.begin(), candidates.end(), [&](int a, int b) {
@@ -634,29 +645,33 @@ class PlanBuilder {
         if (trial >= kMaxTrials) break;
         tried[static_cast<size_t>(root)] = true;
         const PackedBlock& block = groups.at(root);
-        const std::optional<PackedPlace> where = packer.find(block);
+        const std::optional<PackedPlace> where = now.packer.find(block);
         if (!where) continue;
         ++trial;
-        std::vector<BufferSpec> candidate = buffers;
-        candidate[static_cast<size_t>(root)].preexisting = true;
-        const MemoryPlan planned = plan_memory(candidate, kTensorAlignment);
-        DeadInputPacker with = packer;
-        with.place(*where, block);
-        dead_input_until_ = extended_until(with);
-        const size_t candidate_peak = run_peak(candidate, planned, buffer_of_slot);
-        dead_input_until_ = extended_until(packer);
-        if (candidate_peak >= peak) continue;
-        buffers = std::move(candidate);
-        mem = planned;
-        packer = std::move(with);
-        dead_input_until_ = extended_until(packer);
-        moved_over_inputs_[root] = {region_buffer[static_cast<size_t>(where->region)], where->offset};
-        peak = candidate_peak;
+        State next{now.buffers, {}, now.packer, now.moved, 0};
+        next.buffers[static_cast<size_t>(root)].preexisting = true;
+        next.mem = plan_memory(next.buffers, kTensorAlignment);
+        next.packer.place(*where, block);
+        next.moved[root] = {region_buffer[static_cast<size_t>(where->region)], where->offset};
+        dead_input_until_ = extended_until(next.packer);
+        next.peak = run_peak(next.buffers, next.mem, buffer_of_slot);
+        if (log_enabled(LogLevel::kVerbose))
+          TRAINRT_LOG(kVerbose) << "graph '" << graph_.name << "': buffer " << root << " (" << block.bytes
+                                << " bytes, steps " << block.first_step << "-" << block.last_step
+                                << ") into a dead input's bytes: run peak " << now.peak << " -> " << next.peak
+                                << (next.peak <= now.peak ? "" : ", not taken");
+        if (next.peak > now.peak) continue;
+        now = std::move(next);
+        if (now.peak < best.peak) best = now;
         moved = true;
         break;
       }
       if (!moved) break;
     }
+    buffers = std::move(best.buffers);
+    mem = std::move(best.mem);
+    moved_over_inputs_ = std::move(best.moved);
+    dead_input_until_ = extended_until(best.packer);
   }
 
   // At VERBOSE: the arena values live at the step where the most planned bytes are, largest first

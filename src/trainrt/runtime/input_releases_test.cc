@@ -125,5 +125,32 @@ TEST(InputReleases, ALaterIntermediateIsPlacedInADeadDonatedInputsBytes) {
   EXPECT_EQ(session.last_stats().arena_bytes, 64u * 64u * sizeof(float));
 }
 
+// A chain a -> b -> c -> d of (64, 64) products after x (donated, (64, 128): room for two) is read
+// at s0: two products are live at every step from s1 to s3, so moving one of them into x's bytes
+// lowers no peak by itself (another step holds two); moving b, then c, leaves one in the arena.
+TEST(InputReleases, MovesThatLowerThePeakOnlyTogetherAreMade) {
+  auto g = std::make_shared<Graph>();
+  g->set_opset("", 18);
+  Value* x = g->add_input("x", DType::kF32, Shape({64, 128}));
+  Value* w2 = g->add_input("w2", DType::kF32, Shape({128, 64}));
+  Value* w = g->add_input("w", DType::kF32, Shape({64, 64}));
+  Value* v = g->add_node("MatMul", {x, w2}, {"a"})->output(0);
+  for (const char* name : {"b", "c", "d"}) v = g->add_node("MatMul", {v, w}, {name})->output(0);
+  g->add_output(g->add_node("ReduceSum", {v}, {"y"})->output(0));
+  SessionOptions options;
+  options.donated_inputs = {"x"};
+  Session session(g, options);
+  Tensor xv = random_tensor({64, 128}, 7, -0.2f, 0.2f), w2v = random_tensor({128, 64}, 8, -0.2f, 0.2f),
+         wv = random_tensor({64, 64}, 9, -0.2f, 0.2f);
+  Session plain(g);  // nothing donated: two products in the arena
+  const std::vector<Tensor> expected = plain.run({xv.clone(), w2v, wv});
+  EXPECT_EQ(plain.last_stats().arena_bytes, 2u * 64u * 64u * sizeof(float));
+  std::vector<Tensor> inputs = {xv.clone(), w2v, wv};
+  const std::vector<Tensor> out = session.run_releasing(inputs, nullptr);
+  expect_close(out[0], expected[0], 0, 0);
+  EXPECT_EQ(session.last_stats().num_over_inputs, 2);
+  EXPECT_EQ(session.last_stats().arena_bytes, 64u * 64u * sizeof(float));
+}
+
 }  // namespace
 }  // namespace trainrt

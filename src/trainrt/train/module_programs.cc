@@ -14,6 +14,7 @@
 #include "trainrt/passes/matmul_bias_fusion.h"
 #include "trainrt/passes/padding_elimination.h"
 #include "trainrt/passes/scatter_accumulation.h"
+#include "trainrt/passes/transpose_into_product.h"
 #include "trainrt/passes/weight_gradients_early.h"
 #include "trainrt/passes/zero_input_elimination.h"
 #include "trainrt/plan/checkpoint_recompute.h"
@@ -40,6 +41,7 @@ const PassPipeline& forward_passes() {
     PassPipeline p;
     p.add(std::make_unique<CommonSubexpressionElimination>());
     p.add(std::make_unique<MatMulBiasFusion>());
+    p.add(std::make_unique<TransposeIntoProduct>());
     return p;
   }();
   return pipeline;
