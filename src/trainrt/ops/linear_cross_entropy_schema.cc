@@ -3,12 +3,16 @@
 // (N, C) scores whole (passes/linear_cross_entropy_fusion.h makes it; the CPU kernel is
 // kernels/cpu/linear_cross_entropy_kernel.cc).
 //
-//   LinearSoftmaxCrossEntropy(X (N, K), W, labels (N), [B (C)]) -> (loss, [dX (N, K)], [dW (W's shape)], [dB (C)])
+//   LinearSoftmaxCrossEntropy(X (N, K), W, labels (N), [B (C)])
+//       -> (loss, [dX (N, K)], [dW (W's shape)], [dB (C)], [scores block (R, C)])
 //   scores = X W^T + B when trans_w = 1 (W is (C, K)), X W + B when trans_w = 0 (W is (K, C));
 //   loss = SoftmaxCrossEntropyLoss(scores, labels) with `reduction` (mean or sum) and `ignore_index`,
-//   and dX, dW, dB the gradients of loss. The kernel holds a block of rows of scores at a time, in
-//   storage of its own for the node's run (not in the arena, which the forward and backward share
-//   whole: a block held there would stay through the backward).
+//   and dX, dW, dB the gradients of loss. The kernel holds a block of R rows of scores at a time
+//   (ops/linear_cross_entropy_block.h). Output 4, when present, is that block's storage: a value
+//   nothing reads, which the plan places in the arena for the node's step (at the forward's end,
+//   where the saved values peak and the arena is mostly idle). Without it the kernel takes storage
+//   of its own for its run.
+#include "trainrt/ops/linear_cross_entropy_block.h"
 #include "trainrt/ops/op_schema.h"
 #include "trainrt/ops/register_schemas.h"
 
@@ -42,13 +46,15 @@ void infer_linear_cross_entropy(InferenceContext& ctx) {
   if (ctx.has_output(1)) ctx.set_output(1, DType::kF32, x);
   if (ctx.has_output(2)) ctx.set_output(2, DType::kF32, w);
   if (ctx.has_output(3)) ctx.set_output(3, DType::kF32, Shape({classes}));
+  if (ctx.has_output(4))
+    ctx.set_output(4, DType::kF32, Shape({Dim(linear_cross_entropy_block_rows(classes.value)), classes}));
 }
 
 }  // namespace
 
 void register_linear_cross_entropy_schema(OpRegistry& r) {
   r.add({.domain = std::string(kTrainrtDomain), .name = "LinearSoftmaxCrossEntropy", .min_inputs = 3,
-         .max_inputs = 4, .min_outputs = 1, .max_outputs = 4, .infer = infer_linear_cross_entropy});
+         .max_inputs = 4, .min_outputs = 1, .max_outputs = 5, .infer = infer_linear_cross_entropy});
 }
 
 }  // namespace trainrt

@@ -113,7 +113,9 @@ bool fuse(Graph& g, Node* grad) {
   Value* loss_value = loss->output(0);
   std::vector<Value*> outputs = {loss_value, dx ? dx->output(0) : nullptr, dw ? dw->output(0) : nullptr,
                                  db ? db->output(0) : nullptr};
-  while (!outputs.back()) outputs.pop_back();
+  // The block of scores the kernel works in, a buffer of the plan's (output 4, read by nothing).
+  while (outputs.size() < 4) outputs.push_back(nullptr);
+  outputs.push_back(g.add_value(g.unique_name(loss_value->name + "/scores_block")));
   std::vector<Node*> replaced = {head, loss, grad};
   for (Node* r : {dx, dw, db})
     if (r) replaced.push_back(r);

@@ -8,7 +8,9 @@
 //            (loss, log_prob) = SoftmaxCrossEntropyLoss(S, labels)          mean or sum, no class weights
 //            dS = SoftmaxCrossEntropyLossGrad(1, log_prob, labels)          dLoss the constant 1
 //            dX = dS W (or dS W^T),  dW = dS^T X (or X^T dS),  [dB = ReduceSum(dS, axis 0)]
-//   after:   (loss, dX, dW, [dB]) = LinearSoftmaxCrossEntropy(X, W, labels, [B])
+//   after:   (loss, dX, dW, [dB], block) = LinearSoftmaxCrossEntropy(X, W, labels, [B])
+//            block: the (R, C) scores the kernel works in, read by nothing: the plan places it in
+//            the arena for that one step, which at the forward's end is mostly idle
 //
 // It fires only where S, log_prob and dS have no reader but these nodes and are no graph output,
 // and each reader of dS is one of the three products (dX and dW may each be absent). Run it on a

@@ -76,6 +76,9 @@ TEST(LinearCrossEntropyFusion, TheHeadLossAndGradientsBecomeOneNode) {
     EXPECT_EQ(node.attr_int("trans_w", -1), o.trans_w);
     EXPECT_EQ(node.attr_int("ignore_index", 0), -100);
     EXPECT_EQ(node.output(3) != nullptr, o.bias);
+    ASSERT_NE(node.output(4), nullptr) << "the block of scores, a buffer of the plan's";
+    EXPECT_TRUE(node.output(4)->uses.empty());
+    EXPECT_TRUE(node.output(4)->shape.is_static());
     const std::vector<Tensor> want = run(plain), got = run(fused);
     ASSERT_EQ(got.size(), want.size());
     for (size_t i = 0; i < want.size(); ++i) expect_close(got[i], want[i], 1e-5, 1e-6);

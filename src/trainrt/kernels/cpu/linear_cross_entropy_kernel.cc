@@ -1,8 +1,8 @@
 // CPU kernel of LinearSoftmaxCrossEntropy (ops/linear_cross_entropy_schema.cc), f32: a head's
 // scores, their softmax cross-entropy and its gradients for dLoss = 1, R rows at a time, so the
 // (N, C) scores are never whole (the idea of Liger's fused linear cross-entropy). The block of
-// scores is storage of the run's own (engine storage, counted), 4 MiB of rows but at least 128 rows
-// (products of fewer rows run far below the GEMM's speed) and at most 4096. Per block [r0, r0 + R):
+// scores (R rows: ops/linear_cross_entropy_block.h) is the node's output 4 when it has one (an arena
+// buffer), else storage of the run's own. Per block [r0, r0 + R):
 //   S = X[r0:] W^T (+ B)                                   (R, C)
 //   per row i with label t: m = max S_i, s = sum exp(S_i - m), loss_i = m + log s - S_it;
 //   S_i := f_i (exp(S_i - m) / s - onehot(t)), f_i = 1 / (rows not ignored) for mean, 1 for sum,
@@ -21,6 +21,7 @@
 #include "trainrt/kernels/cpu/reduce_math.h"
 #include "trainrt/kernels/cpu/reduce_util.h"
 #include "trainrt/kernels/kernel.h"
+#include "trainrt/ops/linear_cross_entropy_block.h"
 
 namespace trainrt {
 namespace {
@@ -33,11 +34,6 @@ struct Spec {
   int64_t ignore_index = 0;
 };
 
-// Rows of scores per block: 4 MiB of them, within [128, 4096].
-int64_t block_rows(int64_t classes) {
-  constexpr int64_t kBlockElements = int64_t{1} << 20;
-  return std::clamp<int64_t>(kBlockElements / std::max<int64_t>(classes, 1), 128, 4096);
-}
 
 template <typename L>
 void run(const Spec& s, KernelContext& ctx, const L* labels) {
@@ -50,7 +46,7 @@ void run(const Spec& s, KernelContext& ctx, const L* labels) {
   if (ctx.in(2).numel() != n)
     throw ShapeError(fmt(s.node, ": input 2 (labels) is ", describe(ctx.in(2)), ", expected ", n, " labels"));
   const float* bias = ctx.has_in(3) ? ctx.in(3).data<float>() : nullptr;
-  const int64_t block = std::max<int64_t>(1, std::min(n, block_rows(classes)));
+  const int64_t block = std::max<int64_t>(1, std::min(n, linear_cross_entropy_block_rows(classes)));
 
   double counted = 0;  // rows not ignored
   for (int64_t i = 0; i < n; ++i) {
@@ -70,8 +66,13 @@ void run(const Spec& s, KernelContext& ctx, const L* labels) {
   thread_local std::vector<double> kept_losses;  // keeps its largest size: no steady-state allocation
   std::vector<double>& losses = kept_losses;
   losses.resize(static_cast<size_t>(block));
-  Tensor block_scores = Tensor::empty(DType::kF32, {block, classes});
-  float* scores = block_scores.data<float>();
+  // The node's scores-block output (an arena buffer) when it has one, else storage for this run.
+  Tensor own_block;
+  if (ctx.has_out(4) && ctx.out(4).numel() < block * classes)
+    throw ShapeError(fmt(s.node, ": output 4 (scores block) is ", describe(ctx.out(4)), ", smaller than ", block,
+                         " rows of ", classes, " scores"));
+  if (!ctx.has_out(4)) own_block = Tensor::empty(DType::kF32, {block, classes});
+  float* scores = ctx.has_out(4) ? ctx.out(4).data<float>() : own_block.data<float>();
   const float* xs = x.data<float>();
   const float* ws = w.data<float>();
   double total = 0;

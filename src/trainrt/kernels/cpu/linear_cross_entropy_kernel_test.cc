@@ -9,6 +9,7 @@
 #include "trainrt/core/testing.h"
 #include "trainrt/kernels/cpu/cpu_kernels.h"
 #include "trainrt/kernels/cpu/node_runner.h"
+#include "trainrt/ops/linear_cross_entropy_block.h"
 
 namespace trainrt {
 namespace {
@@ -65,11 +66,12 @@ Reference reference(const Case& c, const Tensor& x, const Tensor& w, const Tenso
   return r;
 }
 
-std::vector<Tensor> run_fused(const Case& c, const std::vector<Tensor>& inputs) {
+// `scores_block`: with output 4, the block of scores the kernel works in given to it.
+std::vector<Tensor> run_fused(const Case& c, const std::vector<Tensor>& inputs, bool scores_block = false) {
   NodeSpec spec{.op = "LinearSoftmaxCrossEntropy",
                 .attrs = {{"trans_w", Attribute::of_int(c.trans_w)},
                           {"reduction", Attribute::of_string(c.mean ? "mean" : "sum")}},
-                .num_outputs = 4,
+                .num_outputs = scores_block ? 5 : 4,
                 .domain = std::string(kTrainrtDomain)};
   if (c.ignore_index) spec.attrs["ignore_index"] = Attribute::of_int(*c.ignore_index);
   return run_node(spec, inputs, cpu_kernel_table());
@@ -95,6 +97,11 @@ void check(const Case& c, const std::string& what, uint32_t seed) {
   expect_values(out[1], r.dx, 1e-4, 1e-6, "dX " + what);
   expect_values(out[2], r.dw, 1e-4, 1e-6, "dW " + what);
   if (c.bias) expect_values(out[3], r.db, 1e-4, 1e-6, "dB " + what);
+  // In a block given as output 4 (the plan's arena buffer): the same bits.
+  const std::vector<Tensor> in_block = run_fused(c, {x, w, labels, c.bias ? b : Tensor()}, true);
+  ASSERT_EQ(in_block.size(), 5u);
+  EXPECT_EQ(in_block[4].dims(), (std::vector<int64_t>{linear_cross_entropy_block_rows(c.classes), c.classes}));
+  for (size_t i = 0; i < 3; ++i) testing::expect_close(in_block[i], out[i], 0, 0);
 }
 
 TEST(LinearCrossEntropyKernel, EveryLayoutBiasReductionAndIgnoredRows) {
