@@ -29,7 +29,10 @@ bool is_foldable_product(const Node& n) {
   if (n.domain() == kTrainrtDomain && n.op_type() == "FusedMatMul") return true;
   if (n.domain() != kOnnxDomain) return false;
   if (n.op_type() == "Gemm") return true;
-  return n.op_type() == "MatMul" && rank_at_least_2(n.input(0)) && rank_at_least_2(n.input(1));
+  // FusedMatMul multiplies floating types only (an integer MatMul stays as it is).
+  const DType t = n.input(0) ? n.input(0)->dtype : DType::kUndefined;
+  const bool floating = t == DType::kF32 || t == DType::kF64 || t == DType::kF16 || t == DType::kBF16;
+  return n.op_type() == "MatMul" && floating && rank_at_least_2(n.input(0)) && rank_at_least_2(n.input(1));
 }
 
 }  // namespace

@@ -11,7 +11,7 @@
 //
 // Also for operand A (transA), for a FusedMatMul (its flag flips; a bias stays) and for a Gemm
 // (2-D, perm (1, 0)). A Transpose left with no reader goes. MatMul needs both operands of rank 2 or
-// more (a 1-D operand's MatMul is not a FusedMatMul). Run it before autodiff: FusedMatMul's and
+// more (a 1-D operand's MatMul is not a FusedMatMul) and a floating type (FusedMatMul's). Run it before autodiff: FusedMatMul's and
 // Gemm's gradient rules give the operands their gradients with the flags, no Transpose.
 #pragma once
 

@@ -76,11 +76,13 @@ TEST(TransposeIntoProduct, TransposesOfTheLastTwoAxesBecomeFlags) {
   }
 }
 
-TEST(TransposeIntoProduct, LeavesVectorProductsAlone) {
+TEST(TransposeIntoProduct, LeavesVectorAndIntegerProductsAlone) {
   auto g = testing::graph_with_opsets();
   Value* m = g->add_input("m", DType::kF32, Shape({3, 4}));
   Value* v = g->add_input("v", DType::kF32, Shape({4}));
   g->add_output(g->add_node("MatMul", {v, transpose(*g, m, {1, 0}, "mt")}, {"y"})->output(0));
+  Value* i = g->add_input("i", DType::kI64, Shape({3, 4}));
+  g->add_output(g->add_node("MatMul", {i, transpose(*g, i, {1, 0}, "it")}, {"ii"})->output(0));
   infer_graph_shapes(*g);
   EXPECT_FALSE(TransposeIntoProduct().apply(*g));
 }
