@@ -225,6 +225,8 @@ class PlanBuilder {
         slot.bound_bytes = bound_bytes(ctx.output(o));
         if (shape.rank_known)
           for (const Dim& d : shape.dims) slot.dim_symbols.push_back(d.is_static() ? "" : d.symbol);
+        TRAINRT_LOG(kVerbose) << "graph '" << graph_.name << "': " << v->name << " " << to_string(shape)
+                              << " is sized at run time" << (slot.bound_bytes ? " (in a bounded arena block)" : "");
       }
       known_[v] = {ctx.output(o).dtype, shape, nullptr};
       step.outputs.push_back(s);

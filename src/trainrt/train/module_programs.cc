@@ -1,6 +1,7 @@
 #include "trainrt/train/module_programs.h"
 
 #include <algorithm>
+#include <unordered_map>
 
 #include "trainrt/autodiff/gradient_builder.h"
 #include "trainrt/core/error.h"
@@ -27,6 +28,23 @@ namespace trainrt {
 namespace {
 
 std::vector<const Value*> const_values(const std::vector<Value*>& v) { return {v.begin(), v.end()}; }
+
+// Whether `v` is shape arithmetic: made from Shape or Size outputs and constants only (a Reshape's
+// target (batch, seq, heads, dim) gathered and concatenated from the input's shape), never from a
+// tensor's data, so its value is fixed by the input dims a plan is keyed on. `known` memoizes.
+bool is_shape_arithmetic(const Value* v, std::unordered_map<const Value*, bool>& known) {
+  if (v->is_initializer()) return true;
+  const Node* p = v->producer;
+  if (!p) return false;  // a graph input: data
+  if (p->op_type() == "Shape" || p->op_type() == "Size") return true;
+  if (p->num_inputs() == 0) return p->op_type() == "Constant";  // not a random op's draw
+  if (auto it = known.find(v); it != known.end()) return it->second;
+  known[v] = false;  // a cycle cannot occur in a DAG; this only bounds the walk
+  const bool all = std::all_of(p->inputs().begin(), p->inputs().end(), [&](const Value* in) {
+    return !in || is_shape_arithmetic(in, known);
+  });
+  return known[v] = all;
+}
 
 // Whether the two tensors' bytes overlap (one views the other, or they share storage in part).
 bool overlaps(const Tensor& a, const Tensor& b) {
@@ -141,12 +159,14 @@ ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::st
   const std::vector<std::string> selections = row_selections();  // every row when no label is ignored: views
   options.row_selections = {selections.begin(), selections.end()};
   forward_ = std::make_unique<Session>(programs_.forward, options);
-  // Shapes the forward hands over (choose_saved_values) are planned for like constants, so the
-  // backward's Reshapes keep static dims (views, no run-time sizing).
+  // Shapes the forward hands over (choose_saved_values), and shape arithmetic on them (a recomputed
+  // Reshape's target), are planned for like constants, so the backward's Reshapes keep static dims
+  // (views, arena buffers; no run-time sizing).
+  std::unordered_map<const Value*, bool> shape_arithmetic;
   for (const std::string& name : programs_.backward_inputs)
-    if (const Node* producer = joint_->find_value(name)->producer;
-        producer && (producer->op_type() == "Shape" || producer->op_type() == "Size"))
-      options.value_inputs.insert(name);
+    if (const Value* v = joint_->find_value(name);
+        v->dtype == DType::kI64 && v->shape.rank_known && v->shape.rank() <= 1 && is_shape_arithmetic(v, shape_arithmetic))
+      options.value_inputs.insert(name);  // a shape, not a mask made from shapes (a causal mask)
   // The saved values (forward outputs past the model's) are the backward's alone: it may write
   // over each once its last reader has run (see backward() for the bytes they might share).
   const auto& forward_outputs = programs_.forward->outputs();
