@@ -35,21 +35,18 @@ bool is_foldable_product(const Node& n) {
   return n.op_type() == "MatMul" && floating && rank_at_least_2(n.input(0)) && rank_at_least_2(n.input(1));
 }
 
+// Whether operand `i` of product `n` is a Transpose this pass folds (a Gemm's only when 2-D).
+bool folds_operand(const Node& n, int i) {
+  const Value* in = n.input(static_cast<size_t>(i));
+  return in && in->producer && swaps_last_two(*in->producer) && (n.op_type() != "Gemm" || in->shape.rank() == 2);
+}
+
 }  // namespace
 
 bool TransposeIntoProduct::apply_impl(Graph& graph) const {
   std::vector<Node*> products;  // found first: rewriting while walking would free nodes still listed
-  for (Node* n : graph.nodes()) {
-    if (!is_foldable_product(*n)) continue;
-    for (int i = 0; i < 2; ++i) {
-      const Value* in = n->input(static_cast<size_t>(i));
-      if (in && in->producer && swaps_last_two(*in->producer) &&
-          (n->op_type() != "Gemm" || in->shape.rank() == 2)) {
-        products.push_back(n);
-        break;
-      }
-    }
-  }
+  for (Node* n : graph.nodes())
+    if (is_foldable_product(*n) && (folds_operand(*n, 0) || folds_operand(*n, 1))) products.push_back(n);
   std::vector<Node*> transposes;
   for (Node* n : products) {
     std::vector<Value*> inputs = n->inputs();
@@ -57,8 +54,8 @@ bool TransposeIntoProduct::apply_impl(Graph& graph) const {
     const bool gemm = n->op_type() == "Gemm";
     const char* flags[2] = {"transA", "transB"};
     for (int i = 0; i < 2; ++i) {
+      if (!folds_operand(*n, i)) continue;
       Value* in = inputs[static_cast<size_t>(i)];
-      if (!in || !in->producer || !swaps_last_two(*in->producer) || (gemm && in->shape.rank() != 2)) continue;
       transposes.push_back(in->producer);
       inputs[static_cast<size_t>(i)] = in->producer->input(0);
       attrs[flags[i]] = Attribute::of_int(n->attr_int(flags[i], 0) ? 0 : 1);

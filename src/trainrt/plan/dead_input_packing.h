@@ -9,8 +9,7 @@
 //
 // The packer knows the dead inputs (regions) and the blocks placed in each; it finds where a block
 // fits: an aligned offset of a region dead before the block's first step, whose bytes no placed
-// block live at an overlapping step uses. Which blocks to move is the caller's choice
-// (execution_plan.cc: the busiest step's largest, kept when the run's peak drops).
+// block live at an overlapping step uses. choose_dead_input_moves decides which blocks move.
 //
 //   DeadInputPacker packer({{.bytes = 4096, .free_after = 2}}, 64);
 //   if (auto where = packer.find({.bytes = 1024, .first_step = 5, .last_step = 7}))
@@ -18,8 +17,13 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <optional>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
+
+#include "trainrt/plan/memory_plan.h"
 
 namespace trainrt {
 
@@ -64,5 +68,23 @@ class DeadInputPacker {
   std::vector<std::vector<Placed>> placed_;  // per region
   size_t alignment_;
 };
+
+// Which arena blocks (alias groups of `buffers`, by root) move into the dead inputs `regions`.
+// Greedy: at the busiest step of the blocks still in the arena, the largest block that fits moves
+// when `run_peak` does not rise, until no block there moves (at most 64 trial plans); the moves up
+// to the lowest run_peak seen are kept. Several steps may share the busiest level (each layer's
+// attention backward), so one move alone may lower no peak. A block with a `pinned` member (a
+// consumed output, a run-time sized value) stays.
+//   run_peak(buffers, plan, per region the last step touching it): the run's peak with those.
+struct DeadInputMoves {
+  std::vector<BufferSpec> buffers;                  // each moved block's root marked preexisting
+  MemoryPlan mem;                                   // the arena without the moved blocks
+  std::unordered_map<int, PackedPlace> moved;       // root buffer -> where it went
+  std::vector<int> region_last_steps;               // per region: the last step touching its bytes
+};
+using RunPeak = std::function<size_t(const std::vector<BufferSpec>&, const MemoryPlan&, const std::vector<int>&)>;
+DeadInputMoves choose_dead_input_moves(std::vector<BufferSpec> buffers, MemoryPlan mem, std::vector<DeadInput> regions,
+                                       const std::vector<bool>& pinned, int num_steps, const RunPeak& run_peak,
+                                       std::string_view graph_name);
 
 }  // namespace trainrt

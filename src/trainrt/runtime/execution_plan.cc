@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <numeric>
-#include <sstream>
 #include <tuple>
 #include <unordered_map>
 
@@ -11,6 +10,7 @@
 #include "trainrt/plan/dead_input_packing.h"
 #include "trainrt/plan/lifetimes.h"
 #include "trainrt/plan/memory_plan.h"
+#include "trainrt/runtime/arena_peak_log.h"
 
 namespace trainrt {
 namespace {
@@ -560,19 +560,15 @@ class PlanBuilder {
     plan_->stats.arena_bytes = mem.arena_bytes;
     plan_->stats.live_lower_bound = live_bytes_lower_bound(buffers);
     plan_->stats.num_steps = num_steps;
-    if (log_enabled(LogLevel::kVerbose)) log_peak_values(buffers, buffer_of_slot);
+    if (log_enabled(LogLevel::kVerbose)) log_arena_peak(graph_, *plan_, buffers, buffer_of_slot);
   }
 
   // Arena blocks (a buffer and what is written in place over it) moved into the bytes of donated
-  // inputs whose last reader has run (plan/dead_input_packing.h): a backward's late temporaries
-  // over the saved values of the layers it is done with. Greedy: at the arena's busiest step, the
-  // largest block that fits a dead input moves there when run_peak does not rise, until no block at
-  // the busiest step moves; the moves up to the lowest run_peak seen are kept (the arena shrinks by
-  // more than the inputs are held longer).
+  // inputs whose last reader has run (plan/dead_input_packing.h: which ones): a backward's late
+  // temporaries over the saved values of the layers it is done with.
   void move_blocks_over_dead_inputs(std::vector<BufferSpec>& buffers, MemoryPlan& mem,
                                     const std::unordered_map<int, int>& buffer_of_slot,
                                     const std::vector<bool>& consumed_buffer) {
-    const auto& slots = plan_->slots;
     const auto& kept = plan_->inputs_under_outputs;
     const std::unordered_map<int, int> until = last_step_of_roots(buffers);
     std::vector<DeadInput> regions;
@@ -582,137 +578,30 @@ class PlanBuilder {
       const auto input = std::find(plan_->input_slots.begin(), plan_->input_slots.end(), slot);
       if (std::find(kept.begin(), kept.end(), static_cast<size_t>(input - plan_->input_slots.begin())) != kept.end())
         continue;  // an output shows its bytes: never dead
-      regions.push_back({slots[static_cast<size_t>(slot)].tensor.nbytes(), until.at(b)});
+      regions.push_back({plan_->slots[static_cast<size_t>(slot)].tensor.nbytes(), until.at(b)});
       region_buffer.push_back(b);
     }
     if (regions.empty()) return;
-    // Alias groups of arena buffers: root -> (first step, last step); a group with a consumed or a
-    // bounded run-time sized member stays in the arena.
-    const size_t n = buffers.size();
-    std::vector<int> root_of(n);
-    for (size_t b = 0; b < n; ++b) {
-      size_t r = b;
-      while (buffers[r].alias_of != kNoAlias) r = static_cast<size_t>(buffers[r].alias_of);
-      root_of[b] = static_cast<int>(r);
-    }
-    std::unordered_map<int, PackedBlock> groups;
-    std::vector<bool> pinned(n);
-    for (size_t b = 0; b < n; ++b) {
-      const BufferSpec& root = buffers[static_cast<size_t>(root_of[b])];
-      if (root.preexisting) continue;
-      auto [it, added] = groups.try_emplace(root_of[b], PackedBlock{root.size_bytes, buffers[b].first_step, buffers[b].last_step});
-      it->second.first_step = std::min(it->second.first_step, buffers[b].first_step);
-      it->second.last_step = std::max(it->second.last_step, buffers[b].last_step);
-      if (consumed_buffer[b]) pinned[static_cast<size_t>(root_of[b])] = true;
-    }
+    std::vector<bool> pinned = consumed_buffer;  // and run-time sized values: they stay in the arena
     for (const auto& [slot, b] : buffer_of_slot)
-      if (is_bounded(slot)) pinned[static_cast<size_t>(root_of[static_cast<size_t>(b)])] = true;
-    DeadInputPacker packer(std::move(regions), kTensorAlignment);
-    const auto extended_until = [&](const DeadInputPacker& p) {
+      if (is_bounded(slot)) pinned[static_cast<size_t>(b)] = true;
+    const auto until_of = [&](const std::vector<int>& region_last_steps) {
       std::unordered_map<int, int> u;
-      for (int r = 0; r < p.num_regions(); ++r) u[region_buffer[static_cast<size_t>(r)]] = p.last_step(r);
+      for (size_t r = 0; r < region_buffer.size(); ++r) u[region_buffer[r]] = region_last_steps[r];
       return u;
     };
-    // Several steps may share the busiest level (each layer's attention backward): one move alone
-    // then lowers no peak. Moves that raise none are taken, and the run ends at the best state seen.
-    struct State {
-      std::vector<BufferSpec> buffers;
-      MemoryPlan mem;
-      DeadInputPacker packer;
-      std::unordered_map<int, std::pair<int, size_t>> moved;
-      size_t peak;
-    };
-    State now{buffers, mem, packer, {}, run_peak(buffers, mem, buffer_of_slot)};
-    State best = now;
-    std::vector<bool> tried(n);
-    constexpr int kMaxTrials = 64;
-    const int num_steps = static_cast<int>(plan_->steps.size());
-    for (int trial = 0; trial < kMaxTrials;) {
-      // The busiest step of the blocks still in the arena, and the blocks live there, largest first.
-      std::vector<size_t> live(static_cast<size_t>(num_steps) + 1);
-      for (const auto& [root, g] : groups)
-        if (!now.buffers[static_cast<size_t>(root)].preexisting)
-          for (int s = g.first_step; s <= std::min(g.last_step, num_steps); ++s) live[static_cast<size_t>(s)] += g.bytes;
-      const int busiest = static_cast<int>(std::max_element(live.begin(), live.end()) - live.begin());
-      std::vector<int> candidates;
-      for (const auto& [root, g] : groups)
-        if (!now.buffers[static_cast<size_t>(root)].preexisting && !pinned[static_cast<size_t>(root)] &&
-            !tried[static_cast<size_t>(root)] && g.bytes > 0 && g.first_step <= busiest && busiest <= g.last_step)
-          candidates.push_back(root);
-      std::sort(candidates.begin(), candidates.end(), [&](int a, int b) {
-        return std::tie(groups.at(b).bytes, a) < std::tie(groups.at(a).bytes, b);
-      });
-      bool moved = false;
-      for (int root : candidates) {
-        if (trial >= kMaxTrials) break;
-        tried[static_cast<size_t>(root)] = true;
-        const PackedBlock& block = groups.at(root);
-        const std::optional<PackedPlace> where = now.packer.find(block);
-        if (!where) continue;
-        ++trial;
-        State next{now.buffers, {}, now.packer, now.moved, 0};
-        next.buffers[static_cast<size_t>(root)].preexisting = true;
-        next.mem = plan_memory(next.buffers, kTensorAlignment);
-        next.packer.place(*where, block);
-        next.moved[root] = {region_buffer[static_cast<size_t>(where->region)], where->offset};
-        dead_input_until_ = extended_until(next.packer);
-        next.peak = run_peak(next.buffers, next.mem, buffer_of_slot);
-        if (log_enabled(LogLevel::kVerbose))
-          TRAINRT_LOG(kVerbose) << "graph '" << graph_.name << "': buffer " << root << " (" << block.bytes
-                                << " bytes, steps " << block.first_step << "-" << block.last_step
-                                << ") into a dead input's bytes: run peak " << now.peak << " -> " << next.peak
-                                << (next.peak <= now.peak ? "" : ", not taken");
-        if (next.peak > now.peak) continue;
-        now = std::move(next);
-        if (now.peak < best.peak) best = now;
-        moved = true;
-        break;
-      }
-      if (!moved) break;
-    }
-    buffers = std::move(best.buffers);
-    mem = std::move(best.mem);
-    moved_over_inputs_ = std::move(best.moved);
-    dead_input_until_ = extended_until(best.packer);
-  }
-
-  // At VERBOSE: the arena values live at the step where the most planned bytes are, largest first
-  // (in-place chains as their root value): what holds the arena at its peak.
-  void log_peak_values(const std::vector<BufferSpec>& buffers, const std::unordered_map<int, int>& buffer_of_slot) const {
-    std::vector<int> root_of(buffers.size());
-    for (size_t b = 0; b < buffers.size(); ++b) {
-      size_t root = b;
-      while (buffers[root].alias_of != kNoAlias) root = static_cast<size_t>(buffers[root].alias_of);
-      root_of[b] = static_cast<int>(root);
-    }
-    std::unordered_map<int, std::pair<int, int>> span;  // root -> (first, last) step of its chain
-    for (size_t b = 0; b < buffers.size(); ++b) {
-      if (buffers[static_cast<size_t>(root_of[b])].preexisting) continue;
-      auto [it, added] = span.try_emplace(root_of[b], buffers[b].first_step, buffers[b].last_step);
-      it->second = {std::min(it->second.first, buffers[b].first_step), std::max(it->second.second, buffers[b].last_step)};
-    }
-    const int num_steps = static_cast<int>(plan_->steps.size());
-    int peak_step = 0;
-    size_t peak = 0;
-    for (int s = 0; s < num_steps; ++s) {
-      size_t live = 0;
-      for (const auto& [root, life] : span)
-        if (life.first <= s && s <= life.second) live += buffers[static_cast<size_t>(root)].size_bytes;
-      if (live > peak) std::tie(peak, peak_step) = std::tie(live, s);
-    }
-    std::vector<std::pair<size_t, std::string>> live;
-    for (const auto& [slot, b] : buffer_of_slot) {
-      const auto it = span.find(b);
-      if (it == span.end() || it->second.first > peak_step || it->second.second < peak_step) continue;
-      const Value* v = plan_->slots[static_cast<size_t>(slot)].value;
-      live.emplace_back(buffers[static_cast<size_t>(b)].size_bytes, v ? v->name : std::string("?"));
-    }
-    std::sort(live.rbegin(), live.rend());
-    std::ostringstream log;
-    log << "arena peak of graph '" << graph_.name << "': " << peak << " bytes at step " << peak_step << " ("
-        << plan_->steps[static_cast<size_t>(peak_step)].node->describe() << "), largest live:";
-    for (size_t i = 0; i < live.size() && i < 8; ++i) log << "\n  " << live[i].first << " " << live[i].second;
-    TRAINRT_LOG(kVerbose) << log.str();
+    DeadInputMoves moves = choose_dead_input_moves(
+        buffers, mem, std::move(regions), pinned, static_cast<int>(plan_->steps.size()),
+        [&](const std::vector<BufferSpec>& b, const MemoryPlan& m, const std::vector<int>& region_last_steps) {
+          dead_input_until_ = until_of(region_last_steps);
+          return run_peak(b, m, buffer_of_slot);
+        },
+        graph_.name);
+    buffers = std::move(moves.buffers);
+    mem = std::move(moves.mem);
+    for (const auto& [root, where] : moves.moved)
+      moved_over_inputs_[root] = {region_buffer[static_cast<size_t>(where.region)], where.offset};
+    dead_input_until_ = until_of(moves.region_last_steps);
   }
 
   // Per root buffer of a chain of in-place aliases: the last step touching its bytes (the latest
