@@ -63,9 +63,12 @@ def test_suite_runs_eager_and_rtmodule_and_writes_json_and_markdown(tmp_path, ca
         # What the engine keeps between steps: its arena and the model's outputs (saved values and
         # gradients are let go of), within its peak, which holds the gradients too: all of them but
         # the 1-D ones (biases, norms), which the backward may make after its busiest step (mlp:
-        # the first layer's bias gradient comes after its weight gradient's product).
+        # the first layer's bias gradient comes after its weight gradient's product). Less the small
+        # kernel scratch threads keep across runs (core/thread_scratch.h: 5 slots of up to 64 KiB
+        # each), which an earlier model in this process may have left: this mode then never adds it.
+        kept_scratch = 5 * 64 * 1024 * (os.cpu_count() or 1)
         assert engine["arena_capacity_bytes"] + engine["kept_output_bytes"] + entry_matrix_grad_bytes[name] \
-            <= entry["modes"]["rtmodule"]["engine_peak_bytes"]
+            <= entry["modes"]["rtmodule"]["engine_peak_bytes"] + kept_scratch
 
     printed = capsys.readouterr().out
     markdown = out_md.read_text()
