@@ -11,4 +11,11 @@ bool Arena::reserve(size_t bytes) {
   return true;
 }
 
+int64_t Arena::offset_of(const void* data) const {
+  const auto* bytes = static_cast<const std::byte*>(data);
+  const auto* base = static_cast<const std::byte*>(block_.get());
+  if (!base || bytes < base || bytes >= base + capacity_) return -1;
+  return bytes - base;
+}
+
 }  // namespace trainrt

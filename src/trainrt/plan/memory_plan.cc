@@ -13,6 +13,7 @@ std::string_view to_string(AllocKind kind) {
     case AllocKind::kReuse: return "reuse";
     case AllocKind::kShare: return "share";
     case AllocKind::kPreexisting: return "preexisting";
+    case AllocKind::kNotPlaced: return "not placed";
   }
   return "unknown";
 }
@@ -26,6 +27,8 @@ struct Group {
   int first_step = 0;
   int last_step = 0;
   size_t offset = 0;
+  bool fixed = false;     // placed by the caller (BufferSpec::fixed_offset)
+  bool optional = false;  // BufferSpec::optional; offset kNoOffset when it fit nowhere
 };
 
 struct Grouping {
@@ -52,6 +55,10 @@ std::vector<int> find_roots(std::span<const BufferSpec> buffers) {
                     buffers[target].size_bytes, " bytes) it overwrites in place");
       TRAINRT_CHECK(!buffers[b].preexisting, "buffer ", b,
                     " is preexisting: it owns its memory and cannot alias buffer ", target);
+      TRAINRT_CHECK(buffers[b].fixed_offset == kNoOffset, "buffer ", b,
+                    " has a fixed offset: it cannot alias buffer ", target, ", whose offset it shares");
+      TRAINRT_CHECK(!buffers[b].optional && !buffers[target].optional, "buffer ", b, " aliases buffer ", target,
+                    ", but optional buffers are neither aliases nor aliased");
       path.push_back(b);
       TRAINRT_CHECK(static_cast<int>(path.size()) <= n, "buffer ", i, " is on a cycle of aliases");
       b = target;
@@ -78,6 +85,11 @@ Grouping group_buffers(std::span<const BufferSpec> buffers) {
     if (g == kNoGroup) {
       g = static_cast<int>(result.groups.size());
       result.groups.push_back({roots[i], root.size_bytes, b.first_step, b.last_step});
+      if (root.fixed_offset != kNoOffset) {
+        result.groups.back().offset = root.fixed_offset;
+        result.groups.back().fixed = true;
+      }
+      result.groups.back().optional = root.optional;
     }
     Group& group = result.groups[g];
     group.first_step = std::min(group.first_step, b.first_step);
@@ -112,12 +124,15 @@ size_t lowest_free_offset(const Group& g, const std::vector<Group>& groups,
   return candidate;
 }
 
-// Greedy by size: largest blocks first (ties: earlier first_step, then lower index), each at the
-// lowest free offset. Returns the arena size. Zero-size blocks take no bytes and stay at 0.
+// Greedy by size: fixed blocks where they are, then the largest blocks first (ties: earlier
+// first_step, then lower index), each at the lowest free offset. Returns the arena size. Zero-size
+// blocks take no bytes and stay at 0.
 size_t place_groups(std::vector<Group>& groups, size_t alignment) {
   std::vector<int> order(groups.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    if (groups[a].fixed != groups[b].fixed) return groups[a].fixed;
+    if (groups[a].optional != groups[b].optional) return groups[b].optional;
     if (groups[a].size != groups[b].size) return groups[a].size > groups[b].size;
     return groups[a].first_step < groups[b].first_step;
   });
@@ -125,8 +140,20 @@ size_t place_groups(std::vector<Group>& groups, size_t alignment) {
   size_t arena_bytes = 0;
   for (int g : order) {
     Group& group = groups[g];
-    if (group.size == 0) break;  // sorted by size: the rest are empty too
-    group.offset = lowest_free_offset(group, groups, placed, alignment);
+    if (group.size == 0) continue;
+    if (group.fixed) {
+      TRAINRT_CHECK(group.offset % alignment == 0, "buffer ", group.root, " has fixed offset ", group.offset,
+                    ", not a multiple of ", alignment);
+      for (int p : placed)
+        TRAINRT_CHECK(!lifetimes_overlap(group, groups[p]) || !memory_overlaps(group, groups[p]), "buffers ",
+                      group.root, " and ", groups[p].root, " have fixed offsets whose bytes overlap while both live");
+    } else {
+      group.offset = lowest_free_offset(group, groups, placed, alignment);
+      if (group.optional && group.offset + group.size > arena_bytes) {  // would make the arena larger
+        group.offset = kNoOffset;
+        continue;
+      }
+    }
     arena_bytes = std::max(arena_bytes, group.offset + group.size);
     auto at = std::upper_bound(placed.begin(), placed.end(), group.offset,
                                [&](size_t offset, int p) { return offset < groups[p].offset; });
@@ -139,7 +166,7 @@ size_t place_groups(std::vector<Group>& groups, size_t alignment) {
 // Decided after placement: greedy by size places blocks out of schedule order.
 AllocKind root_kind(const Group& g, const std::vector<Group>& groups) {
   for (const Group& other : groups) {
-    if (other.size > 0 && other.last_step < g.first_step && memory_overlaps(g, other)) {
+    if (other.size > 0 && other.offset != kNoOffset && other.last_step < g.first_step && memory_overlaps(g, other)) {
       return AllocKind::kReuse;
     }
   }
@@ -160,6 +187,10 @@ MemoryPlan plan_memory(std::span<const BufferSpec> buffers, size_t alignment) {
     const int g = grouping.group_of[i];
     if (g == kNoGroup) continue;
     const Group& group = grouping.groups[g];
+    if (group.offset == kNoOffset) {
+      plan.kinds[i] = AllocKind::kNotPlaced;
+      continue;
+    }
     plan.offsets[i] = group.offset;
     plan.kinds[i] = group.root == static_cast<int>(i) ? root_kind(group, grouping.groups)
                                                       : AllocKind::kShare;
@@ -178,6 +209,7 @@ size_t live_bytes_lower_bound(std::span<const BufferSpec> buffers) {
   };
   std::vector<Event> events;
   for (const Group& g : group_buffers(buffers).groups) {
+    if (g.optional) continue;  // never needs arena bytes
     events.push_back({g.first_step, true, g.size});
     events.push_back({int64_t{g.last_step} + 1, false, g.size});
   }

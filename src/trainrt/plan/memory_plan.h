@@ -21,7 +21,9 @@
 // for Deep Neural Net Inference", 2020, arXiv:2001.03288; the strategy of TFLite's ArenaPlanner and
 // SimpleMemoryArena). An alias group (a buffer and every buffer written in place over it, through
 // chains of aliases) is one block: as large as its root and live from the earliest first_step to
-// the latest last_step of its members. Blocks are taken largest first (ties: earlier first_step,
+// the latest last_step of its members. Blocks at a fixed offset are placed first; the others are
+// taken largest first; optional blocks last, largest first, each where it fits below the others'
+// end or nowhere (ties: earlier first_step,
 // then lower index) and each goes to the lowest aligned offset where it overlaps in memory no
 // already placed block whose lifetime overlaps its own. The paper and TFLite take the smallest gap
 // that fits instead; on 4000 random programs like memory_plan_test.cc's, the lowest offset needs
@@ -47,6 +49,7 @@ enum class AllocKind : uint8_t {
   kReuse,        // placed over (part of) the memory of a buffer that died earlier
   kShare,        // an in-place alias: the same memory as the buffer it overwrites
   kPreexisting,  // not in the arena: graph inputs, initializers, tensors owned by the caller
+  kNotPlaced,    // optional, and it fit nowhere below the other blocks (BufferSpec::optional)
 };
 
 std::string_view to_string(AllocKind kind);
@@ -66,6 +69,15 @@ struct BufferSpec {
   // Owned elsewhere: gets no offset and its lifetime is ignored. Aliases of it are preexisting too
   // (an optimizer updating a parameter the caller owns in place).
   bool preexisting = false;
+  // Already at this offset in the arena (a saved value its forward left there for the backward
+  // now planned): placed before the others, which keep out of its bytes while it lives. Aliases
+  // of it share the offset. Fixed buffers live at the same time must not overlap in memory.
+  size_t fixed_offset = kNoOffset;
+  // Placed only in bytes below the end of the other blocks, where it overlaps none live at the same
+  // time (a forward's saved value in arena bytes idle while it waits for the backward): it never
+  // makes the arena larger. One that fits nowhere gets kNoOffset and kNotPlaced, for the caller to
+  // store elsewhere. Neither an alias nor aliased.
+  bool optional = false;
 };
 
 struct MemoryPlan {
@@ -77,11 +89,12 @@ struct MemoryPlan {
 // Places `buffers` in one arena; every offset is a multiple of `alignment` (a power of two).
 // Zero-size buffers take no bytes: offset 0, kind kAllocate (or kShare), as in TFLite's arena.
 // Throws InternalError naming the buffer when a spec is inconsistent: an alias out of range, a
-// cycle of aliases, an alias larger than its target, a preexisting alias, an empty lifetime.
+// cycle of aliases, an alias larger than its target, a preexisting alias, an empty lifetime, a
+// fixed offset on an alias or a misaligned one, fixed buffers overlapping while both live.
 MemoryPlan plan_memory(std::span<const BufferSpec> buffers, size_t alignment = kTensorAlignment);
 
-// The most bytes live at any one step (each alias group counted once, preexisting buffers not at
-// all). No plan can use a smaller arena; alignment padding and fragmentation make up the rest.
+// The most bytes live at any one step (each alias group counted once, preexisting and optional
+// buffers not at all). No plan can use a smaller arena; alignment padding and fragmentation make up the rest.
 size_t live_bytes_lower_bound(std::span<const BufferSpec> buffers);
 
 }  // namespace trainrt

@@ -274,6 +274,64 @@ void check_plan(const std::vector<BufferSpec>& buffers, const MemoryPlan& plan, 
   }
 }
 
+// A saved value the forward left in the arena: it stays where it is, the others keep out of its
+// bytes while it lives and take them after.
+TEST(MemoryPlan, FixedBuffersStayWhereTheyAreAndFreeTheirBytesWhenDead) {
+  std::vector<BufferSpec> buffers = {
+      {.size_bytes = 4096, .first_step = 0, .last_step = 0, .fixed_offset = 8192},  // 0: saved, read at s0
+      {.size_bytes = 8192, .first_step = 0, .last_step = 1},                         // 1: live beside it
+      {.size_bytes = 12288, .first_step = 2, .last_step = 3},                        // 2: after both died
+      {.size_bytes = 4096, .first_step = 1, .last_step = 1, .alias_of = 0},          // 3: in place over 0
+  };
+  MemoryPlan plan = plan_memory(buffers, 64);
+  EXPECT_EQ(plan.offsets[0], 8192u);
+  EXPECT_EQ(plan.offsets[3], 8192u);  // shares the fixed block, which now lives until s1
+  EXPECT_EQ(plan.kinds[3], AllocKind::kShare);
+  EXPECT_EQ(plan.offsets[1], 0u);     // below it: 8192 bytes fit there
+  EXPECT_EQ(plan.offsets[2], 0u);     // over both, dead by s2
+  EXPECT_EQ(plan.kinds[2], AllocKind::kReuse);
+  EXPECT_EQ(plan.arena_bytes, 12288u);
+}
+
+// Saved values in the bytes a forward's early intermediates leave idle: placed where they fit
+// below the others' end, never growing the arena.
+TEST(MemoryPlan, OptionalBuffersFitBelowTheOthersOrNowhere) {
+  std::vector<BufferSpec> buffers = {
+      {.size_bytes = 8192, .first_step = 0, .last_step = 1},                     // 0: the early peak
+      {.size_bytes = 4096, .first_step = 2, .last_step = 3},                     // 1: a later intermediate
+      {.size_bytes = 4096, .first_step = 2, .last_step = 4, .optional = true},   // 2: saved: fits beside 1
+      {.size_bytes = 4096, .first_step = 1, .last_step = 4, .optional = true},   // 3: saved: 0 is live at s1
+      {.size_bytes = 0, .first_step = 0, .last_step = 4, .optional = true},      // 4: empty
+  };
+  MemoryPlan plan = plan_memory(buffers, 64);
+  EXPECT_EQ(plan.arena_bytes, 8192u);
+  EXPECT_EQ(plan.offsets[1], 0u);
+  EXPECT_EQ(plan.offsets[2], 4096u);
+  EXPECT_EQ(plan.kinds[2], AllocKind::kReuse);  // over the early peak's bytes
+  EXPECT_EQ(plan.offsets[3], kNoOffset);
+  EXPECT_EQ(plan.kinds[3], AllocKind::kNotPlaced);
+  EXPECT_EQ(live_bytes_lower_bound(buffers), 8192u);
+  buffers.push_back({.size_bytes = 4096, .first_step = 3, .last_step = 3, .alias_of = 2});
+  EXPECT_THROW(plan_memory(buffers, 64), InternalError);
+}
+
+TEST(MemoryPlan, RejectsBadFixedOffsets) {
+  std::vector<BufferSpec> misaligned = {{.size_bytes = 64, .first_step = 0, .last_step = 0, .fixed_offset = 32}};
+  EXPECT_THROW(plan_memory(misaligned, 64), InternalError);
+  std::vector<BufferSpec> overlapping = {
+      {.size_bytes = 128, .first_step = 0, .last_step = 2, .fixed_offset = 0},
+      {.size_bytes = 128, .first_step = 1, .last_step = 1, .fixed_offset = 64},
+  };
+  EXPECT_THROW(plan_memory(overlapping, 64), InternalError);
+  overlapping[1].first_step = overlapping[1].last_step = 3;  // not live at the same time: fine
+  EXPECT_EQ(plan_memory(overlapping, 64).arena_bytes, 192u);
+  std::vector<BufferSpec> fixed_alias = {
+      {.size_bytes = 64, .first_step = 0, .last_step = 0},
+      {.size_bytes = 64, .first_step = 0, .last_step = 1, .alias_of = 0, .fixed_offset = 0},
+  };
+  EXPECT_THROW(plan_memory(fixed_alias, 64), InternalError);
+}
+
 TEST(MemoryPlan, RandomProgramsArePlannedSafely) {
   constexpr int kPrograms = 400;
   constexpr size_t kAlignment = 64;

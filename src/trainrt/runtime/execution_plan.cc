@@ -206,7 +206,8 @@ class PlanBuilder {
         continue;
       }
       const Shape& shape = ctx.output(o).shape;
-      bool is_output = is_graph_output(v) && (!is_consumed(v) || is_kept(v));
+      bool is_output = is_graph_output(v) && (!is_consumed(v) || is_kept(v)) &&
+                       !(options_.arena_outputs.count(v->name) && shape.is_static());
       SlotKind kind = view            ? SlotKind::kView
                       : is_output          ? SlotKind::kOutput
                       : shape.is_static() ? SlotKind::kArena
@@ -263,7 +264,9 @@ class PlanBuilder {
   bool make_view(const Node& node, const InferenceContext& ctx, int source, int input_slot) {
     if (input_slot < 0) return false;
     if (!ctx.output(0).shape.is_static() || ctx.output(0).dtype != ctx.input_dtype(source)) return false;
-    if (!is_graph_output(node.output(0)) || (is_consumed(node.output(0)) && !is_kept(node.output(0)))) return true;
+    if (!is_graph_output(node.output(0)) || (is_consumed(node.output(0)) && !is_kept(node.output(0))) ||
+        options_.arena_outputs.count(node.output(0)->name))
+      return true;  // handed over as the bytes it views: fresh storage, arena bytes, or a copy
     Slot& viewed = plan_->slots[static_cast<size_t>(viewed_slot(input_slot))];
     if (viewed.kind == SlotKind::kArena) viewed.kind = SlotKind::kOutput;
     return viewed.kind == SlotKind::kOutput;
@@ -458,7 +461,7 @@ class PlanBuilder {
     auto buffer_id = [&](int slot) {
       slot = viewed_slot(slot);
       if (slot < 0 || !(slots[static_cast<size_t>(slot)].kind == SlotKind::kArena || is_bounded(slot) ||
-                        is_donated(slot)))
+                        is_donated(slot) || in_arena(slot)))
         return -1;
       auto [it, added] = buffer_of_slot.emplace(slot, static_cast<int>(buffer_of_slot.size()));
       return it->second;
@@ -470,8 +473,20 @@ class PlanBuilder {
       for (int slot : step.inputs)
         if (int b = buffer_id(slot); b >= 0) uses[static_cast<size_t>(s)].reads.push_back(b);
     }
+    for (int slot : plan_->input_slots)  // in-arena inputs hold their bytes even when no step reads them
+      if (in_arena(slot)) buffer_id(slot);
     const int num_buffers = static_cast<int>(buffer_of_slot.size());
     std::vector<Lifetime> lifetimes = compute_lifetimes(uses, num_buffers, {});
+    // Arena outputs outlive the run, in bytes the arena has anyway (optional: else own storage).
+    std::vector<bool> arena_output(static_cast<size_t>(num_buffers));
+    for (size_t o = 0; o < plan_->output_slots.size(); ++o) {
+      auto it = buffer_of_slot.find(viewed_slot(plan_->output_slots[o]));
+      if (it != buffer_of_slot.end() && !plan_->output_consumed[o] &&
+          slots[static_cast<size_t>(it->first)].kind == SlotKind::kArena) {
+        lifetimes[static_cast<size_t>(it->second)].last_step = num_steps;
+        arena_output[static_cast<size_t>(it->second)] = true;
+      }
+    }
     // A consumed output's buffer lives until it is consumed, and no op writes over it in place.
     place_consume_points();
     std::vector<bool> consumed_buffer(static_cast<size_t>(num_buffers));
@@ -490,6 +505,12 @@ class PlanBuilder {
       spec.first_step = lifetimes[static_cast<size_t>(b)].first_step;
       spec.last_step = lifetimes[static_cast<size_t>(b)].last_step;
       spec.preexisting = is_donated(slot);
+      spec.optional = arena_output[static_cast<size_t>(b)];
+      if (in_arena(slot)) {  // there from the start; its bytes free once its last reader has run
+        spec.fixed_offset = options_.inputs_in_arena.at(slots[static_cast<size_t>(slot)].value->name);
+        spec.first_step = 0;
+        spec.last_step = gives_bytes(slot) ? std::max(spec.last_step, 0) : num_steps;
+      }
     }
     for (const ConsumePoint& c : plan_->consume_points) {  // made and consumed one block at a time
       if (c.block_rows == 0) continue;
@@ -542,6 +563,10 @@ class PlanBuilder {
     for (auto [slot, b] : buffer_of_slot) slot_of_buffer[static_cast<size_t>(b)] = slot;
     for (auto [slot, b] : buffer_of_slot) {
       Slot& home = slots[static_cast<size_t>(slot)];
+      if (mem.kinds[static_cast<size_t>(b)] == AllocKind::kNotPlaced) {  // an arena output with no room
+        home.kind = SlotKind::kOutput;
+        continue;
+      }
       home.arena_offset = mem.offsets[static_cast<size_t>(b)];
       if (mem.kinds[static_cast<size_t>(b)] == AllocKind::kReuse) plan_->stats.num_reused++;
       if (home.kind != SlotKind::kArena || mem.kinds[static_cast<size_t>(b)] != AllocKind::kPreexisting) continue;
@@ -582,9 +607,12 @@ class PlanBuilder {
       region_buffer.push_back(b);
     }
     if (regions.empty()) return;
-    std::vector<bool> pinned = consumed_buffer;  // and run-time sized values: they stay in the arena
+    // Consumed outputs, run-time sized values, in-arena inputs and arena outputs stay in the arena.
+    std::vector<bool> pinned = consumed_buffer;
     for (const auto& [slot, b] : buffer_of_slot)
-      if (is_bounded(slot)) pinned[static_cast<size_t>(b)] = true;
+      if (is_bounded(slot) || buffers[static_cast<size_t>(b)].fixed_offset != kNoOffset ||
+          buffers[static_cast<size_t>(b)].optional)
+        pinned[static_cast<size_t>(b)] = true;
     const auto until_of = [&](const std::vector<int>& region_last_steps) {
       std::unordered_map<int, int> u;
       for (size_t r = 0; r < region_buffer.size(); ++r) u[region_buffer[r]] = region_last_steps[r];
@@ -627,7 +655,7 @@ class PlanBuilder {
     const std::unordered_map<int, int> until = last_step_of_roots(buffers);
     for (size_t i = 0; i < plan_->input_slots.size(); ++i) {
       const int slot = plan_->input_slots[i];
-      if (!is_donated(slot)) continue;
+      if (!gives_bytes(slot)) continue;
       const auto& kept = plan_->inputs_under_outputs;
       if (std::find(kept.begin(), kept.end(), i) != kept.end()) continue;  // an output shows its bytes
       auto b = buffer_of_slot.find(slot);
@@ -691,11 +719,21 @@ class PlanBuilder {
     return s.kind == SlotKind::kDynamic && s.bound_bytes > 0;
   }
 
-  // Whether `slot` is a graph input the caller donated (PlanOptions::donated_inputs).
-  bool is_donated(int slot) const {
+  // Whether `slot` is a graph input the caller donated (PlanOptions::donated_inputs) in storage of
+  // its own: an in-arena one is a fixed arena block instead (arena_offset_of).
+  bool is_donated(int slot) const { return gives_bytes(slot) && !in_arena(slot); }
+
+  // Whether `slot` is a donated graph input, wherever its bytes are.
+  bool gives_bytes(int slot) const {
     const Slot& s = plan_->slots[static_cast<size_t>(slot)];
     return s.kind == SlotKind::kInput && options_.donated_inputs.count(s.value->name) > 0 &&
            !is_graph_output(s.value);
+  }
+
+  // Whether `slot` is a graph input whose bytes lie in the arena (PlanOptions::inputs_in_arena).
+  bool in_arena(int slot) const {
+    const Slot& s = plan_->slots[static_cast<size_t>(slot)];
+    return s.kind == SlotKind::kInput && options_.inputs_in_arena.count(s.value->name) > 0;
   }
 
   // Outputs written over an input whose buffer dies at step `s`, as the op's schema allows, each
@@ -729,6 +767,7 @@ class PlanBuilder {
       if (bi == buffer_of_slot.end() || bo == buffer_of_slot.end()) continue;
       BufferSpec& src = buffers[static_cast<size_t>(bi->second)];
       BufferSpec& dst = buffers[static_cast<size_t>(bo->second)];
+      if (src.optional || dst.optional) continue;  // an arena output's block stands alone
       bool dies_here = src.last_step == s && src.size_bytes == dst.size_bytes && dst.alias_of < 0;
       bool free = std::find(taken.begin(), taken.end(), bi->second) == taken.end() &&
                   !consumed_buffer[static_cast<size_t>(bi->second)];

@@ -24,6 +24,10 @@
 //      point for the consumer to keep (a gradient given to torch as soon as it is final);
 //   7. each donated input's release point: the step after which nothing touches its bytes
 //      (ExecutionPlan::input_releases).
+// A forward's saved values may stay in the arena (PlanOptions::arena_outputs), in bytes its late
+// intermediates leave free, and its backward plans around them while they live
+// (PlanOptions::inputs_in_arena): the step's intermediates and saved values then share one block
+// instead of the saved values taking storage beside an arena that is idle while they wait.
 // Executing the plan (executor.h) then allocates nothing for planned intermediates.
 #pragma once
 
@@ -177,6 +181,15 @@ struct PlanOptions {
   // Run-time dims (by symbol) with the largest value a run has given them (Session): a value sized
   // at run time whose every such dim is here gets an arena block of that size (Slot::bound_bytes).
   std::map<std::string, int64_t> dim_bounds;
+  // Graph outputs handed over in the arena's bytes rather than in storage of their own (a
+  // forward's saved values, for its backward to read there): where their dims are static, they are
+  // planned as intermediates that outlive the run, in bytes the run's other values are done with.
+  // The Session hands each over as a view that keeps the arena's block alive (core/arena.h).
+  std::set<std::string> arena_outputs;
+  // Graph inputs whose bytes lie in the arena at these offsets (what a run before handed over
+  // there: arena_outputs): the plan keeps every other value out of them until their last reader
+  // has run (a donated input) or the run ends, and may write over them in place after that.
+  std::map<std::string, size_t> inputs_in_arena;
   // Graph inputs holding distinct row indices in ascending order (ValidRows, ops/valid_rows.h):
   // where one has as many rows as the tensor it selects from, it names every row in order, so a
   // Gather along axis 0 by it (and a GatherGrad scattering back by it) shows its data unchanged: a

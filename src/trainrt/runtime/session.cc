@@ -48,12 +48,16 @@ const Tensor& viewed_tensor(const ExecutionPlan& plan, int s) {
 }
 
 // What the caller gets of the output in slot `s`: storage produced this run is handed over (a
-// view shares it with the value it views); inputs and constants are copied so the caller never
-// aliases engine-owned or its own input memory unexpectedly, but for a donated input written over
-// by the output (ExecutionPlan::inputs_under_outputs), whose own storage (in `inputs`) it gets.
-Tensor handed_over(const ExecutionPlan& plan, int s, const std::vector<Tensor>& inputs) {
+// view shares it with the value it views); an output left in the arena (PlanOptions::arena_outputs)
+// is a view of its bytes that keeps the arena's block alive; inputs and constants are copied so the
+// caller never aliases engine-owned or its own input memory unexpectedly, but for a donated input
+// written over by the output (ExecutionPlan::inputs_under_outputs), whose own storage (in `inputs`)
+// it gets.
+Tensor handed_over(const ExecutionPlan& plan, int s, const std::vector<Tensor>& inputs, const Arena& arena) {
   const Slot& slot = plan.slots[static_cast<size_t>(s)];
   if (slot.kind == SlotKind::kOutput) return slot.tensor;
+  if (plan.slots[static_cast<size_t>(storage_slot(plan, s))].kind == SlotKind::kArena)
+    return Tensor::view(slot.tensor.dtype(), slot.tensor.dims(), const_cast<void*>(slot.tensor.raw()), arena.block());
   if (slot.kind == SlotKind::kView || slot.kind == SlotKind::kOverOutput) {
     const int storage = storage_slot(plan, s);  // through views and outputs written over others
     for (size_t i : plan.inputs_under_outputs)
@@ -117,6 +121,7 @@ void Session::set_initializer(const std::string& name, const Tensor& data) {
 // The plan for these inputs and the row blocks `consumer` takes of each consumed output.
 ExecutionPlan& Session::plan_for(const std::vector<Tensor>& inputs, const OutputConsumer* consumer) {
   signature_of(inputs, value_input_positions_, key_scratch_);
+  for (const Tensor& t : inputs) key_scratch_.push_back(arena_->offset_of(t.raw()));  // -1: not in the arena
   for (size_t position : consumed_positions_)
     key_scratch_.push_back(consumer && position < graph_->outputs().size()
                                ? static_cast<int64_t>(consumer->row_block_bytes(position))
@@ -137,6 +142,10 @@ ExecutionPlan& Session::plan_for(const std::vector<Tensor>& inputs, const Output
     po.row_selections = options_.row_selections;
     po.consumed_outputs = options_.consumed_outputs;
     po.dim_bounds = dim_bounds_;
+    po.arena_outputs = options_.arena_outputs;
+    for (size_t i = 0; i < inputs.size() && i < graph_->inputs().size(); ++i)
+      if (const int64_t offset = arena_->offset_of(inputs[i].raw()); offset >= 0)
+        po.inputs_in_arena[graph_->inputs()[i]->name] = static_cast<size_t>(offset);
     for (size_t c = 0; c < consumed_positions_.size(); ++c)
       po.consume_row_block_bytes[options_.consumed_outputs[c].output] =
           static_cast<size_t>(key_scratch_[key_scratch_.size() - consumed_positions_.size() + c]);
@@ -310,6 +319,12 @@ std::vector<Tensor> Session::run_impl(const std::vector<Tensor>& inputs, OutputC
   struct ReleaseScratch {
     ~ReleaseScratch() { release_thread_scratch(); }
   } release_scratch;
+  // Tensors an earlier run handed over in the arena's bytes and someone still holds (a forward's
+  // saved values before their backward) are read in place by a run that gets them as inputs, which
+  // plans around them; any other run leaves them be and takes a fresh block.
+  if (arena_->in_use_elsewhere() &&
+      std::none_of(inputs.begin(), inputs.end(), [&](const Tensor& t) { return arena_->offset_of(t.raw()) >= 0; }))
+    arena_->detach();
   ExecutionPlan& plan = plan_for(inputs, consumer);
   bind(plan, inputs);
   dynamic_bytes_ = 0;
@@ -321,7 +336,7 @@ std::vector<Tensor> Session::run_impl(const std::vector<Tensor>& inputs, OutputC
     for (; next < plan.consume_points.size() && plan.consume_points[next].after_step <= step; ++next) {
       const ConsumePoint& c = plan.consume_points[next];
       if (c.block_rows > 0) continue;  // handed over by its step
-      if (plan.output_kept[c.output]) consumer->consume(c.output, handed_over(plan, c.slot, inputs));
+      if (plan.output_kept[c.output]) consumer->consume(c.output, handed_over(plan, c.slot, inputs, *arena_));
       else consumer->consume(c.output, plan.slots[static_cast<size_t>(c.slot)].tensor);
     }
   };
@@ -370,7 +385,7 @@ std::vector<Tensor> Session::run_impl(const std::vector<Tensor>& inputs, OutputC
   outputs.reserve(plan.output_slots.size());
   for (size_t o = 0; o < plan.output_slots.size(); ++o) {
     if (plan.output_consumed[o]) outputs.emplace_back();  // handed to the consumer during the run
-    else outputs.push_back(handed_over(plan, plan.output_slots[o], inputs));
+    else outputs.push_back(handed_over(plan, plan.output_slots[o], inputs, *arena_));
   }
   // Output slots keep a reference to what they handed over, to write it again next run if the
   // caller has released it by then; dynamic intermediates are released now.

@@ -51,9 +51,13 @@ struct SessionOptions {
   ThreadPool* threads = nullptr;         // defaults to ThreadPool::global()
   // The block intermediates live in, when sessions that never run at the same time share one (a
   // training step's forward and backward programs): each reserves what its plan needs and
-  // re-points its views when another one grew the block. Nothing in it outlives a run: graph
-  // outputs (saved values included) get storage of their own. Defaults to an arena of its own.
+  // re-points its views when another one grew the block. Nothing in it outlives a run but the
+  // arena_outputs below; other graph outputs get storage of their own. Defaults to an arena of its own.
   std::shared_ptr<Arena> arena;
+  // Outputs handed over in the arena's bytes (PlanOptions::arena_outputs: a forward's saved values,
+  // which its backward, sharing the arena, then reads in place). While the caller holds one, the
+  // block stays theirs: a run that does not read them takes a fresh block (Arena::detach).
+  std::set<std::string> arena_outputs;
 };
 
 struct MemoryStats {

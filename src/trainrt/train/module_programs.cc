@@ -150,15 +150,18 @@ ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::st
     grad_position_.push_back(static_cast<size_t>(std::find(order.begin(), order.end(), w) - order.begin()));
   wrt_of_output_.resize(order.size());
   for (size_t w = 0; w < wrt_.size(); ++w) wrt_of_output_[grad_position_[w]] = w;
-  // Forward, backward and inference never run at the same time and keep nothing in their arenas
-  // between calls (what backward reads is forward outputs, in storage of their own): one block,
-  // as large as the largest of the three, instead of three held all the time.
+  // Forward, backward and inference never run at the same time: one block, as large as the largest
+  // of the three, instead of three held all the time. The forward leaves its saved values in it,
+  // in bytes its late intermediates leave free, and the backward reads them there and plans its
+  // own values around them until each is dead (SessionOptions::arena_outputs): the step's
+  // intermediates and saved values share the block. Another forward before the backward (or an
+  // inference call) takes a fresh block and leaves the saved values where they are.
   SessionOptions options;
   options.profile = profile;
   options.arena = std::make_shared<Arena>();
   const std::vector<std::string> selections = row_selections();  // every row when no label is ignored: views
   options.row_selections = {selections.begin(), selections.end()};
-  forward_ = std::make_unique<Session>(programs_.forward, options);
+  SessionOptions forward_options = options;
   // Shapes the forward hands over (choose_saved_values), and shape arithmetic on them (a recomputed
   // Reshape's target), are planned for like constants, so the backward's Reshapes keep static dims
   // (views, arena buffers; no run-time sizing).
@@ -175,6 +178,8 @@ ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::st
   for (size_t i = 0; i < num_outputs_; ++i) donated_.erase(forward_outputs[i]->name);
   for (const Value* v : programs_.forward->inputs()) donated_.erase(v->name);
   options.donated_inputs = donated_;
+  forward_options.arena_outputs = donated_;
+  forward_ = std::make_unique<Session>(programs_.forward, forward_options);
   backward_options_ = options;
   const std::set<std::string> read(programs_.backward_inputs.begin(), programs_.backward_inputs.end());
   for (size_t i = 0; i < graph_->inputs().size(); ++i)  // the caller's inputs, not the row selections

@@ -116,17 +116,24 @@ TEST(ModulePrograms, SecondForwardReusesTheFirstsOutputStorage) {
   }
 }
 
-// sq = row sums of (Relu(x @ w + b))^2, (batch): the backward reads saved intermediates (the Relu
-// output) and has intermediates of its own, all in the arena the three programs share (the
-// squares, summed by a ReduceSum that cannot write in place, are the forward's).
-std::shared_ptr<Graph> squared_relu_graph() {
-  auto g = linear_graph();
-  Value* z = g->mutable_outputs()[0];
-  Value* r = g->add_node("Relu", {z}, {"r"})->output(0);
-  Value* squares = g->add_node("Mul", {r, r}, {"squares"})->output(0);
-  Node* sum = g->add_node("ReduceSum", {squares, g->add_initializer("axes", Tensor::from_i64({1}))}, {"sq"});
+// sq = row sums of ((ReduceSum(x @ w, axis 1) @ v) @ u)^2, (batch): the wide product x @ w
+// (batch, 16) is the forward's largest intermediate and is dead before the narrow products (batch,
+// 4), which the backward reads, are made: those saved values fit in the bytes it left.
+std::shared_ptr<Graph> wide_then_narrow_graph() {
+  auto g = std::make_shared<Graph>();
+  g->set_opset("", 18);
+  Value* w = g->add_input("w", DType::kF32, Shape({2, 16}));
+  Value* v = g->add_input("v", DType::kF32, Shape({1, 4}));
+  Value* x = g->add_input("x", DType::kF32, Shape({Dim::symbolic("batch"), 2}));
+  Value* u = g->add_initializer("u", testing::random_tensor({4, 4}, 9));
+  Value* axes = g->add_initializer("axes", Tensor::from_i64({1}));
+  Value* t = g->add_node("MatMul", {x, w}, {"t"})->output(0);
+  Value* s = g->add_node("ReduceSum", {t, axes}, {"s"})->output(0);  // keepdims: (batch, 1)
+  Value* m = g->add_node("MatMul", {s, v}, {"m"})->output(0);
+  Value* q = g->add_node("MatMul", {m, u}, {"q"})->output(0);
+  Node* sum = g->add_node("ReduceSum", {g->add_node("Mul", {q, q}, {"squares"})->output(0), axes}, {"sq"});
   sum->set_attr("keepdims", Attribute::of_int(0));
-  g->mutable_outputs()[0] = sum->output(0);
+  g->add_output(sum->output(0));
   return g;
 }
 
@@ -136,44 +143,68 @@ bool overlaps(const Tensor& t, const Arena& arena) {
   return begin < base + arena.capacity() && base < begin + t.nbytes();
 }
 
-// Forward, backward and inference share one arena, so nothing the backward reads may live there:
-// each forward's saved values and outputs lie outside it, and a backward run after other calls
-// scribbled over the arena (a second forward, an inference) gives bit for bit the gradients of a
-// backward run straight after its own forward.
-TEST(ModulePrograms, BackwardReadsNothingTheSharedArenaHolds) {
-  Tensor w = make_tensor<float>({2, 3}, {1, -2, 3, -4, 5, 6});
-  Tensor b = make_tensor<float>({3}, {0.5f, 0, -0.5f});
-  Tensor x1 = make_tensor<float>({4, 2}, {1, 0, 2, 1, -1, 3, 0.5f, -2});
-  Tensor x2 = make_tensor<float>({8, 2}, {3, 1, -2, 0, 1, 1, 0, -1, 2, 2, -3, 1, 1, -1, 0.5f, 0.25f});
+// Forward, backward and inference share one arena, and the forward leaves its saved values there
+// for the backward to read in place; a call in between (a second forward, an inference) takes a
+// fresh block rather than write over them. The backwards, run after such calls and in either
+// order, give bit for bit the gradients of a backward run straight after its own forward.
+TEST(ModulePrograms, SavedValuesLeftInTheSharedArenaOutliveCallsInBetween) {
+  Tensor w = testing::random_tensor({2, 16}, 1);
+  Tensor v = make_tensor<float>({1, 4}, {1, -2, 0.5f, 3});
+  Tensor x1 = testing::random_tensor({32, 2}, 2);
+  Tensor x2 = testing::random_tensor({64, 2}, 3);
   auto dy = [](const Tensor& x) { return testing::random_tensor({x.dim(0)}, static_cast<uint32_t>(x.dim(0))); };
   auto alone = [&](const Tensor& x) {  // a fresh engine, backward straight after forward
-    ModulePrograms p(squared_relu_graph(), {"sq"}, {"w", "b"});
+    ModulePrograms p(wide_then_narrow_graph(), {"sq"}, {"w", "v"});
     ForwardState state;
-    p.forward({w, b, x}, state, 1);
+    p.forward({w, v, x}, state, 1);
     return p.backward(state, {dy(x)});
   };
-  ModulePrograms p(squared_relu_graph(), {"sq"}, {"w", "b"});
+  auto in_arena = [](const ForwardState& state, const Arena& arena) {
+    int n = 0;
+    for (const auto& [name, t] : state.values) n += overlaps(t, arena);
+    return n;
+  };
+  ModulePrograms p(wide_then_narrow_graph(), {"sq"}, {"w", "v"});
   ForwardState s1, s2;
-  p.forward({w, b, x1}, s1, 1);
-  for (const auto& [name, t] : s1.values) EXPECT_FALSE(overlaps(t, p.arena())) << name;
-  p.forward({w, b, x2}, s2, 1);  // larger: grows and moves the arena
-  p.infer({w, b, x2}, 0);
-  for (const auto& [name, t] : s2.values) EXPECT_FALSE(overlaps(t, p.arena())) << name;
+  p.forward({w, v, x1}, s1, 1);
+  EXPECT_GT(in_arena(s1, p.arena()), 0);  // saved values: the model's output is storage of its own
+  EXPECT_FALSE(overlaps(p.forward({w, v, x2}, s2, 1)[0], p.arena()));
+  EXPECT_EQ(in_arena(s1, p.arena()), 0);  // the second forward moved to a fresh block
+  EXPECT_GT(in_arena(s2, p.arena()), 0);
+  p.infer({w, v, x2}, 0);
+  EXPECT_EQ(in_arena(s2, p.arena()), 0);  // and so did the inference
   auto g2 = p.backward(s2, {dy(x2)});
-  // One block for the batch-8 plans of both programs: as large as the larger, less than the sum.
-  const size_t forward_bytes = p.forward_memory().planned_arena_bytes;
-  const size_t backward_bytes = p.backward_memory().planned_arena_bytes;
-  ASSERT_GT(forward_bytes, 0u);
-  ASSERT_GT(backward_bytes, 0u);
-  EXPECT_GE(p.arena().capacity(), std::max(forward_bytes, backward_bytes));
-  EXPECT_LT(p.arena().capacity(), forward_bytes + backward_bytes);
-  EXPECT_EQ(p.forward_memory().arena_capacity, p.backward_memory().arena_capacity);
   auto g1 = p.backward(s1, {dy(x1)});
   auto r1 = alone(x1), r2 = alone(x2);
   for (size_t i = 0; i < 2; ++i) {
     expect_close(g1[i], r1[i], 0, 0);
     expect_close(g2[i], r2[i], 0, 0);
   }
+}
+
+// A forward then its backward, step after step: one block holds the forward's intermediates and
+// saved values and then the backward's values around the saved ones still live, as large as the
+// larger plan, less than the two together; and it stays put.
+TEST(ModulePrograms, ForwardAndBackwardShareOneBlockStepAfterStep) {
+  Tensor w = testing::random_tensor({2, 16}, 1);
+  Tensor v = make_tensor<float>({1, 4}, {1, -2, 0.5f, 3});
+  Tensor x = testing::random_tensor({64, 2}, 3);
+  ModulePrograms p(wide_then_narrow_graph(), {"sq"}, {"w", "v"});
+  const std::byte* base = nullptr;
+  for (int step = 0; step < 3; ++step) {
+    ForwardState state;
+    p.forward({w, v, x}, state, 1);
+    p.backward(state, {testing::random_tensor({64}, 7)});
+    if (step == 0) base = static_cast<const std::byte*>(p.arena().block().get());
+    EXPECT_EQ(p.arena().block().get(), base) << "step " << step;
+  }
+  const size_t forward_bytes = p.forward_memory().planned_arena_bytes;
+  const size_t backward_bytes = p.backward_memory().planned_arena_bytes;
+  ASSERT_GT(forward_bytes, 0u);
+  ASSERT_GT(backward_bytes, 0u);
+  EXPECT_EQ(p.arena().capacity(), std::max(forward_bytes, backward_bytes));
+  EXPECT_LT(p.arena().capacity(), forward_bytes + backward_bytes);
+  EXPECT_EQ(p.forward_memory().output_bytes, 64u * 4u);  // the model's output alone: saved values are in the block
 }
 
 // The backward of `g` (one output "out", gradients of `wrt`) run on the forward's saved values,
