@@ -5,6 +5,7 @@ trainrt.Session (parameters, buffers, then user inputs, as numpy arrays in graph
 compares with the module's own forward, at the capture batch size and at others (symbolic batch).
 """
 
+import copy
 import re
 
 import numpy as np
@@ -576,3 +577,40 @@ def test_a_linear_attention_cache_fails_export_as_it_is_made():
 def test_a_cache_the_caller_asked_for_fails_export_naming_it():
     with pytest.raises(CaptureError, match="StateCache"):
         capture(CachingModel(), (torch.randn(3, 4),), {"use_cache": True})
+
+
+class _RouterConvertingItsClassifier(nn.Module):
+    """Switch Transformers' router: forward converts its classifier to float32, which it already is."""
+
+    def __init__(self):
+        super().__init__()
+        self.classifier = nn.Linear(8, 4)
+        self.out = nn.Linear(4, 1)
+
+    def forward(self, x):
+        self.classifier = self.classifier.to(torch.float32)
+        return self.out(torch.softmax(self.classifier(x), -1)).sum()
+
+
+def test_a_conversion_in_forward_that_changes_nothing_is_captured(monkeypatch):
+    monkeypatch.setenv("TRAINRT_FALLBACK_POLICY", "FALLBACK_DISABLE")
+    torch.manual_seed(0)
+    eager = _RouterConvertingItsClassifier()
+    ours = trainrt.RTModule(copy.deepcopy(eager))
+    x = torch.randn(5, 8)
+    eager(x).backward()
+    loss = ours(x)
+    loss.backward()
+    assert ours.fallback_reason is None
+    assert torch.nn.Module.to is not trainrt.capture.module_conversions._to_unless_unchanged  # restored
+    torch.testing.assert_close(loss, eager(x))
+    for (name, p), q in zip(eager.named_parameters(), ours.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, msg=name)
+
+
+def test_a_conversion_in_forward_that_changes_the_dtype_is_left_to_torch():
+    module = nn.Linear(2, 2)
+    with trainrt.capture.module_conversions.unchanged_conversions_skipped():
+        assert module.to(torch.float32) is module
+        assert module.to("cpu") is module
+        assert module.to(torch.float64).weight.dtype == torch.float64  # a real conversion still happens

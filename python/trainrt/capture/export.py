@@ -13,7 +13,8 @@ Symbolic dims come in three levels, tried in this order by capture (api.py):
 - "none": static shapes.
 A dynamic export that fails (a constraint violation, a model that only traces with known sizes) is
 retried with static shapes. BatchNorms with momentum=None run a traceable forward while exporting
-(cumulative_batch_norm.py). The exported training IR keeps in-place ops (BatchNorm's running stats,
+(cumulative_batch_norm.py); a submodule converted in forward to the dtype it already has is left as
+it is (module_conversions.py). The exported training IR keeps in-place ops (BatchNorm's running stats,
 `add_` on buffers); those that write a tensor the forward just made, and BatchNorm's writes of its
 buffers, become functional in place (inplace.py); for graphs with others, functionalization (`run_decompositions({})`, which decomposes
 nothing else) turns them into values the graph signature lists as buffer mutations.
@@ -50,6 +51,7 @@ from trainrt.capture.checkpoint_regions import capture_checkpoints
 from trainrt.capture.cumulative_batch_norm import traceable_cumulative_batch_norms, untraceable_batch_norms
 from trainrt.capture.errors import CaptureError
 from trainrt.capture.inplace import functionalize_buffer_writes, functionalize_fresh_writes
+from trainrt.capture.module_conversions import unchanged_conversions_skipped
 from trainrt.capture.python_asserts import asserts_as_runtime_checks
 
 SYMBOLIC_LEVELS = ("all", "batch", "none")
@@ -239,8 +241,10 @@ def _export(module, args, kwargs, dynamic_shapes, functions: FunctionCapture) ->
                                 "assigned during export", category=UserWarning)
         # A user autograd.Function stays one node (autograd_function.py); a checkpointed block's
         # nodes are marked for recompute (checkpoint_regions.py); a Python assert on a traced value
-        # is a runtime assert (python_asserts.py).
-        with keep_functions_opaque(functions), capture_checkpoints(), asserts_as_runtime_checks():
+        # is a runtime assert (python_asserts.py); a submodule converted in forward to what it already
+        # is stays as it is (module_conversions.py).
+        with keep_functions_opaque(functions), capture_checkpoints(), asserts_as_runtime_checks(), \
+                unchanged_conversions_skipped():
             def export() -> ExportedProgram:
                 return torch.export.export(module, tuple(args), dict(kwargs), dynamic_shapes=dynamic_shapes,
                                            strict=False)
