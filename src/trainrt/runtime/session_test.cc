@@ -362,5 +362,62 @@ TEST(Session, SessionsSharingAnArenaReserveTheLargerPlanAndFollowItWhenItMoves) 
   EXPECT_EQ(&small.arena(), &large.arena());
 }
 
+// A result handed over in the arena's bytes (SessionOptions::arena_outputs): placed where the run's
+// wide intermediate left the arena idle, it keeps the block; a session sharing the arena that reads
+// it plans around it until its last reader, and a run that does not read it takes a fresh block.
+TEST(Session, ArenaOutputsStayInIdleBytesAndAreNeverWrittenOverWhileHeld) {
+  // narrow = ReduceSum(x @ w16, axis 1) * c: (batch, 4), made once the (batch, 16) product is dead.
+  auto producer = std::make_shared<Graph>();
+  producer->set_opset("", 18);
+  Value* x = producer->add_input("x", DType::kF32, Shape({Dim::symbolic("batch"), 4}));
+  Value* wide = producer->add_node("MatMul", {x, producer->add_initializer("w16", random_tensor({4, 16}, 3))},
+                                   {"wide"})->output(0);
+  Value* s = producer->add_node("ReduceSum", {wide, producer->add_initializer("axes", Tensor::from_i64({1}))},
+                                {"s"})->output(0);
+  producer->add_output(producer->add_node("Mul", {s, producer->add_initializer("c", random_tensor({1, 4}, 4))},
+                                          {"narrow"})->output(0));
+  // consumer: sum over columns of (n * n + n), n donated: the squares may be written over it.
+  auto consumer = std::make_shared<Graph>();
+  consumer->set_opset("", 18);
+  Value* n = consumer->add_input("n", DType::kF32, Shape({Dim::symbolic("batch"), 4}));
+  Value* sq = consumer->add_node("Mul", {n, n}, {"sq"})->output(0);
+  Value* sum = consumer->add_node("Add", {sq, n}, {"sum"})->output(0);
+  Node* rows = consumer->add_node("ReduceSum", {sum, consumer->add_initializer("axes", Tensor::from_i64({1}))}, {"rows"});
+  rows->set_attr("keepdims", Attribute::of_int(0));
+  consumer->add_output(rows->output(0));
+
+  Tensor x1 = random_tensor({64, 4}, 5), x2 = random_tensor({64, 4}, 6);
+  Session plain_producer(producer), plain_consumer(consumer);
+  const Tensor expected1 = plain_producer.run({x1})[0].clone(), expected2 = plain_producer.run({x2})[0].clone();
+  const Tensor expected_rows = plain_consumer.run({expected1.clone()})[0].clone();
+
+  SessionOptions options;
+  options.arena = std::make_shared<Arena>();
+  SessionOptions producer_options = options;
+  producer_options.arena_outputs = {"narrow"};
+  options.donated_inputs = {"n"};
+  Session make(producer, producer_options), use(consumer, options);
+  std::vector<Tensor> first = make.run({x1});
+  EXPECT_GE(options.arena->offset_of(first[0].raw()), 0);  // in the arena, no storage of its own
+  EXPECT_EQ(make.memory_stats().output_bytes, 0u);
+  EXPECT_LE(options.arena->capacity(), make.last_stats().arena_bytes);  // and it grew nothing
+  EXPECT_TRUE(options.arena->in_use_elsewhere());
+  expect_close(first[0], expected1, 0, 0);
+
+  const void* first_block = options.arena->block().get();
+  std::vector<Tensor> second = make.run({x2});  // first[0] is held: a fresh block, first untouched
+  EXPECT_NE(options.arena->block().get(), first_block);
+  expect_close(first[0], expected1, 0, 0);
+  expect_close(second[0], expected2, 0, 0);
+
+  std::vector<Tensor> in = {second[0]};
+  second.clear();
+  expect_close(use.run_releasing(in)[0], plain_consumer.run({expected2.clone()})[0], 0, 0);
+  EXPECT_FALSE(in[0].defined());  // let go of after its last reader
+  std::vector<Tensor> again = {first[0]};
+  first.clear();
+  expect_close(use.run_releasing(again)[0], expected_rows, 0, 0);  // an old block's: read where it is
+}
+
 }  // namespace
 }  // namespace trainrt
