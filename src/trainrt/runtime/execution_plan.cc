@@ -565,6 +565,7 @@ class PlanBuilder {
       Slot& home = slots[static_cast<size_t>(slot)];
       if (mem.kinds[static_cast<size_t>(b)] == AllocKind::kNotPlaced) {  // an arena output with no room
         home.kind = SlotKind::kOutput;
+        buffers[static_cast<size_t>(b)].preexisting = true;  // out of the arena, for the log below
         continue;
       }
       home.arena_offset = mem.offsets[static_cast<size_t>(b)];
