@@ -296,6 +296,7 @@ void bind_module_programs(nb::module_& m) {
         nb::dict d;
         d["forward"] = memory(p.forward_memory());
         d["forward"]["saved_bytes"] = p.saved_bytes();  // what its last forward saved for the backward
+        d["forward"]["saved_in_arena_bytes"] = p.saved_in_arena_bytes();  // of which in the arena's idle bytes
         d["backward"] = memory(p.backward_memory());
         return d;
       });

@@ -98,9 +98,10 @@ class RT(Mode):
         one block: the larger), the dynamic peak bytes of both programs, and the output storage the
         programs keep to write again next step (the model's outputs; saved values and gradients are
         let go of, as eager does, once the backward and the optimizer are done with them), and the
-        bytes the last forward saved for its backward."""
+        bytes the last forward saved for its backward: in storage of their own, and in the arena's
+        idle bytes (part of the arena already)."""
         total = {"planned_arena_bytes": 0, "arena_capacity_bytes": 0, "peak_dynamic_bytes": 0,
-                 "kept_output_bytes": 0, "saved_value_bytes": 0}
+                 "kept_output_bytes": 0, "saved_value_bytes": 0, "saved_in_arena_bytes": 0}
         for engine in self.model.engines:
             stats = engine.programs.memory_stats()
             programs = stats.values()
@@ -108,7 +109,9 @@ class RT(Mode):
             total["arena_capacity_bytes"] += max(p["arena_capacity"] for p in programs)
             total["peak_dynamic_bytes"] += sum(p["peak_dynamic_bytes"] for p in programs)
             total["kept_output_bytes"] += stats["forward"]["output_bytes"] + stats["backward"]["output_bytes"]
-            total["saved_value_bytes"] += stats["forward"]["saved_bytes"]  # the last forward's, freed in its backward
+            # The last forward's, freed in its backward; those in the arena's idle bytes count as arena.
+            total["saved_value_bytes"] += stats["forward"]["saved_bytes"] - stats["forward"]["saved_in_arena_bytes"]
+            total["saved_in_arena_bytes"] += stats["forward"]["saved_in_arena_bytes"]
         return total
 
 

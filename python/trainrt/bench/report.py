@@ -87,8 +87,9 @@ def _fixed_cost(results: dict) -> list[str]:
 def _engine_breakdown(results: dict) -> list[str]:
     """Per engine mode, what its peak tensor bytes are made of: the engine keeps its arena and the model's
     outputs between steps; a step's forward saves values for its backward, which lets go of each after its
-    last reader; "the step's own" is the rest the step allocates and frees: gradients (handed to torch),
-    kernel scratch, and torch's part."""
+    last reader (those it leaves in the arena's idle bytes are part of the arena, and said so); "the step's
+    own" is the rest the step allocates and frees: gradients (handed to torch), kernel scratch, and torch's
+    part."""
     lines = []
     for entry in results["models"]:
         for mode, r in entry["modes"].items():
@@ -98,8 +99,10 @@ def _engine_breakdown(results: dict) -> list[str]:
             parts = {"arena": engine["arena_capacity_bytes"], "kept outputs": engine["kept_output_bytes"],
                      "saved values": engine["saved_value_bytes"]}
             parts["the step's own"] = r["peak_tensor_bytes"] - sum(parts.values())
+            in_arena = engine.get("saved_in_arena_bytes", 0)
             lines.append(f"{entry['model']} {mode} peak tensor MiB {r['peak_tensor_bytes'] / _MIB:.1f} = "
-                         + " + ".join(f"{name} {b / _MIB:.1f}" for name, b in parts.items()))
+                         + " + ".join(f"{name} {b / _MIB:.1f}" for name, b in parts.items())
+                         + (f" ({in_arena / _MIB:.1f} MiB of saved values in the arena)" if in_arena else ""))
     return lines
 
 

@@ -221,8 +221,11 @@ std::vector<Tensor> ModulePrograms::forward(const std::vector<Tensor>& caller_in
   // The state owns the saved values alone (the outputs after the model's), so that the backward
   // frees each after its last reader.
   forward_->forget_outputs(num_outputs_);
-  saved_bytes_ = 0;
-  for (size_t s = num_outputs_; s < out.size(); ++s) saved_bytes_ += out[s].nbytes();
+  saved_bytes_ = saved_in_arena_bytes_ = 0;
+  for (size_t s = num_outputs_; s < out.size(); ++s) {
+    saved_bytes_ += out[s].nbytes();
+    if (forward_->arena().offset_of(out[s].raw()) >= 0) saved_in_arena_bytes_ += out[s].nbytes();
+  }
   state.values.clear();
   state.used = false;
   const auto& in_values = programs_.forward->inputs();

@@ -114,6 +114,8 @@ class ModulePrograms {
   MemoryStats forward_memory() const { return forward_->memory_stats(); }
   // Bytes of the saved values the last forward left in its state (freed during its backward).
   size_t saved_bytes() const { return saved_bytes_; }
+  // Of those, the bytes the forward left in the arena's idle bytes (SessionOptions::arena_outputs).
+  size_t saved_in_arena_bytes() const { return saved_in_arena_bytes_; }
   // Of the backward session that ran last (the one with consumed gradients, or the plain one).
   MemoryStats backward_memory() const { return last_backward_->memory_stats(); }
   Profiler& forward_profiler() { return forward_->profiler(); }
@@ -171,6 +173,7 @@ class ModulePrograms {
   std::vector<RowCount> last_row_counts_;
   int64_t padding_row_flops_ = 0;
   size_t saved_bytes_ = 0;
+  size_t saved_in_arena_bytes_ = 0;
   std::set<std::string> donated_;  // backward inputs that are saved values: written over in place
   std::vector<size_t> inputs_read_;       // forward inputs that are backward inputs
   std::vector<bool> output_is_read_;      // per model output: a backward input itself
