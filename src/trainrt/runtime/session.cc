@@ -403,6 +403,13 @@ void Session::forget_outputs(size_t first) {
   }
 }
 
+void Session::set_arena_outputs(std::set<std::string> names) {
+  options_.arena_outputs = std::move(names);
+  if (last_plan_) release_outputs(*last_plan_);
+  plans_.clear();
+  last_plan_ = nullptr;
+}
+
 // Another plan runs next: the outputs this one kept for reuse are let go, so the memory kept is
 // one run's outputs at most, however many shapes come and go.
 void Session::release_outputs(ExecutionPlan& plan) {

@@ -93,6 +93,8 @@ class Session {
   // one by one.
   void forget_outputs(size_t first);
   void set_seed(uint64_t seed) { options_.seed = seed; run_counter_ = 0; }
+  // Replaces SessionOptions::arena_outputs; the plans are built again at the next run.
+  void set_arena_outputs(std::set<std::string> names);
 
   const Graph& graph() const { return *graph_; }
   std::vector<std::string> input_names() const;

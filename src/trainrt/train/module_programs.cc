@@ -1,10 +1,13 @@
 #include "trainrt/train/module_programs.h"
 
+#include "trainrt/core/logging.h"
+
 #include <algorithm>
 #include <unordered_map>
 
 #include "trainrt/autodiff/gradient_builder.h"
 #include "trainrt/core/error.h"
+#include "trainrt/core/logging.h"
 #include "trainrt/ops/op_schema.h"
 #include "trainrt/passes/common_subexpression_elimination.h"
 #include "trainrt/passes/gradient_sum_chain.h"
@@ -158,7 +161,7 @@ ModulePrograms::ModulePrograms(std::shared_ptr<Graph> graph, std::vector<std::st
   // inference call) takes a fresh block and leaves the saved values where they are.
   SessionOptions options;
   options.profile = profile;
-  options.arena = std::make_shared<Arena>();
+  arena_ = options.arena = std::make_shared<Arena>();
   const std::vector<std::string> selections = row_selections();  // every row when no label is ignored: views
   options.row_selections = {selections.begin(), selections.end()};
   SessionOptions forward_options = options;
@@ -344,6 +347,12 @@ std::vector<Tensor> ModulePrograms::backward(ForwardState& state, const std::vec
     if (it == state.values.end()) throw InternalError(fmt("backward input '", name, "' was not kept by forward"));
     inputs.push_back(it->second);
   }
+  const bool judge = !arena_outputs_judged_ && saved_in_arena_bytes_ > 0 &&
+                     std::any_of(inputs.begin(), inputs.end(), [&](const Tensor& t) { return arena_->offset_of(t.raw()) >= 0; });
+  const size_t capacity_before = arena_->capacity();
+  size_t gradient_bytes = 0;
+  for (const std::string& w : wrt_)
+    if (auto it = state.values.find(w); it != state.values.end()) gradient_bytes += it->second.nbytes();
   if (retain) {
     for (size_t i = 0; i < inputs.size(); ++i)
       if (donated_.count(programs_.backward_inputs[i])) inputs[i] = inputs[i].clone();
@@ -361,9 +370,32 @@ std::vector<Tensor> ModulePrograms::backward(ForwardState& state, const std::vec
   // The gradients belong to the caller: once it drops them (zero_grad(set_to_none=True)), their
   // memory is free during the next forward, as in eager, rather than kept here for reuse.
   session.forget_outputs(0);
+  if (judge) keep_saved_values_in_arena(capacity_before, gradient_bytes);
   std::vector<Tensor> out;
   for (size_t pos : grad_position_) out.push_back(std::move(grads[pos]));
   return out;
+}
+
+// Saved values in the arena's idle bytes shrink what the step holds where its peak is the forward's
+// end (saved values many, gradients few: a CNN), but when the backward plans around them it may need
+// a larger arena, which stays held to the backward's end, where the gradients are all made (a large
+// transformer: gradients many). With S saved bytes, A of them in the arena, G bytes of gradients, and
+// the arena held at C0 before the backward and C1 after it, the step's peak is about
+// C1 + max(S - A, G) this way against C0 + max(S, G) without: kept only if lower. Judged once, at the
+// first backward that read saved values in the arena; turned off, the forward plans again without
+// and the arena is let go, to be reserved at what the plans need.
+void ModulePrograms::keep_saved_values_in_arena(size_t capacity_before, size_t gradient_bytes) {
+  arena_outputs_judged_ = true;
+  const size_t with = arena_->capacity() + std::max(saved_bytes_ - saved_in_arena_bytes_, gradient_bytes);
+  const size_t without = capacity_before + std::max(saved_bytes_, gradient_bytes);
+  TRAINRT_LOG(kVerbose) << "graph '" << graph_->name << "': saved values in the arena (" << saved_in_arena_bytes_
+                        << " of " << saved_bytes_ << " bytes; arena " << capacity_before << " -> " << arena_->capacity()
+                        << " bytes over the backward, gradients " << gradient_bytes << " bytes): step peak about "
+                        << with << " against " << without << " without; " << (with < without ? "kept" : "turned off");
+  if (with < without) return;
+  arena_outputs_off_ = true;
+  forward_->set_arena_outputs({});
+  if (!arena_->in_use_elsewhere()) arena_->detach();
 }
 
 // A donated saved value must be the only holder of its bytes among what the backward reads and

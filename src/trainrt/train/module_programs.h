@@ -112,6 +112,8 @@ class ModulePrograms {
   // The block the three programs share for their intermediates.
   const Arena& arena() const { return forward_->arena(); }
   MemoryStats forward_memory() const { return forward_->memory_stats(); }
+  // Whether the forward leaves its saved values in the arena's idle bytes (keep_saved_values_in_arena).
+  bool saved_values_in_arena() const { return !arena_outputs_off_; }
   // Bytes of the saved values the last forward left in its state (freed during its backward).
   size_t saved_bytes() const { return saved_bytes_; }
   // Of those, the bytes the forward left in the arena's idle bytes (SessionOptions::arena_outputs).
@@ -129,6 +131,7 @@ class ModulePrograms {
   // The forward inputs the row-selection prologue computes (train/row_selection_prologue.h): label
   // sparsity's "<labels>/valid_rows", padding elimination's "<mask>/kept_tokens/rows".
   std::vector<std::string> row_selections() const;
+  void keep_saved_values_in_arena(size_t capacity_before, size_t gradient_bytes);
   // Per row selection, of the last forward: (its name, rows kept, rows it selected from).
   struct RowCount {
     std::string name;
@@ -174,6 +177,11 @@ class ModulePrograms {
   int64_t padding_row_flops_ = 0;
   size_t saved_bytes_ = 0;
   size_t saved_in_arena_bytes_ = 0;
+  // Whether the forward leaves saved values in the arena (SessionOptions::arena_outputs); judged
+  // once, at the first backward that read some there (keep_saved_values_in_arena).
+  bool arena_outputs_judged_ = false;
+  bool arena_outputs_off_ = false;
+  std::shared_ptr<Arena> arena_;
   std::set<std::string> donated_;  // backward inputs that are saved values: written over in place
   std::vector<size_t> inputs_read_;       // forward inputs that are backward inputs
   std::vector<bool> output_is_read_;      // per model output: a backward input itself

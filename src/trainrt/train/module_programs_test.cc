@@ -205,6 +205,7 @@ TEST(ModulePrograms, ForwardAndBackwardShareOneBlockStepAfterStep) {
   EXPECT_EQ(p.arena().capacity(), std::max(forward_bytes, backward_bytes));
   EXPECT_LT(p.arena().capacity(), forward_bytes + backward_bytes);
   EXPECT_EQ(p.forward_memory().output_bytes, 64u * 4u);  // the model's output alone: saved values are in the block
+  EXPECT_TRUE(p.saved_values_in_arena());  // judged at the first backward: the arena did not grow for them
 }
 
 // The backward of `g` (one output "out", gradients of `wrt`) run on the forward's saved values,
