@@ -18,6 +18,7 @@ export recorded it, holding).
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,12 +26,13 @@ from typing import Any
 import onnx
 import sympy
 import torch
+import torch.fx.config
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 from torch.utils import _pytree as pytree
 
 from trainrt.capture.autograd_function import FunctionCapture
-from trainrt.capture.errors import CaptureError
+from trainrt.capture.errors import CaptureError, UnsupportedATenOp
 from trainrt.capture.export import export_program
 from trainrt.capture.shape_guards import failed_guard, shape_guards
 from trainrt.capture.symbolic import sym_expr
@@ -132,7 +134,31 @@ def capture(module: torch.nn.Module, args: tuple, kwargs: dict | None = None,
 
     Raises CaptureError when torch.export fails or the graph has something the engine cannot run
     (UnsupportedATenOp names the op, the FX node and the source line).
+
+    torch.export records a stack trace for every node it traces, a tenth of gpt2-mini's capture; only
+    UnsupportedATenOp's message reads them (the source line). So the capture runs without them, and
+    a capture that fails so runs again with them, for that message.
     """
+    try:
+        with _stack_traces(False):
+            return _capture(module, args, kwargs, symbolic_dims, autocast, functions)
+    except UnsupportedATenOp:
+        pass
+    return _capture(module, args, kwargs, symbolic_dims, autocast, functions)
+
+
+@contextlib.contextmanager
+def _stack_traces(record: bool):
+    """Whether torch's FX tracing records each node's stack trace (torch.fx.config), for the duration."""
+    was = torch.fx.config.do_not_emit_stack_traces
+    torch.fx.config.do_not_emit_stack_traces = not record
+    try:
+        yield
+    finally:
+        torch.fx.config.do_not_emit_stack_traces = was
+
+
+def _capture(module, args, kwargs, symbolic_dims, autocast, functions) -> CapturedGraph:
     kwargs = dict(kwargs or {})
     args = tuple(args)
     levels = ["all", "batch"] if symbolic_dims else ["none"]
