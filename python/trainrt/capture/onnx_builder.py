@@ -71,6 +71,7 @@ class GraphBuilder:
         self._outputs: list[onnx.ValueInfoProto] = []
         self._value_info: list[onnx.ValueInfoProto] = []
         self._used: set[str] = set()
+        self._next_suffix: dict[str, int] = {}  # per fresh() hint: every hint_k below it is taken
         self._produced: set[str] = set()  # outputs of nodes (graph outputs must be one of these)
         self._consts: dict[tuple, str] = {}
         self._domains: set[str] = set()  # non-ONNX domains used by nodes
@@ -78,10 +79,11 @@ class GraphBuilder:
 
     def fresh(self, hint: str) -> str:
         """A value or node name not used before, `hint` itself when still free."""
-        name, k = hint, 1
+        name, k = hint, self._next_suffix.get(hint, 1)
         while name in self._used:
             name = f"{hint}_{k}"
             k += 1
+        self._next_suffix[hint] = k  # the suffixes below are taken: a hint used n times costs O(n), not O(n^2)
         self._used.add(name)
         return name
 
@@ -152,6 +154,7 @@ class GraphBuilder:
         are imported by the model; its constants and nodes are its own."""
         inner = GraphBuilder()
         inner._used = self._used
+        inner._next_suffix = self._next_suffix
         inner._domains = self._domains
         inner.scope = self.scope
         return inner
