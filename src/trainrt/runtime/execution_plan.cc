@@ -721,7 +721,7 @@ class PlanBuilder {
   }
 
   // Whether `slot` is a graph input the caller donated (PlanOptions::donated_inputs) in storage of
-  // its own: an in-arena one is a fixed arena block instead (arena_offset_of).
+  // its own: an in-arena one is a fixed arena block instead (in_arena).
   bool is_donated(int slot) const { return gives_bytes(slot) && !in_arena(slot); }
 
   // Whether `slot` is a donated graph input, wherever its bytes are.

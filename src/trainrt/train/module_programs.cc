@@ -1,7 +1,5 @@
 #include "trainrt/train/module_programs.h"
 
-#include "trainrt/core/logging.h"
-
 #include <algorithm>
 #include <unordered_map>
 
