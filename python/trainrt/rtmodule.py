@@ -77,7 +77,6 @@ class _Engine:
                  memory_opt_config: str = "", checkpoint_recompute: bool = True, padding_elimination: bool = False,
                  codegen: tuple[str, str] | None = None):
         self.captured = captured
-        self.static_first = False  # the first capture of its call structure, static by choice (RTModule._run_on)
         self.memory_opt_level = memory_opt_level
         self.num_threads = num_threads  # the engine's threads; None: torch's (threads.py)
         self.zero3_params = zero3_params or []  # gathered around the backward too (zero3.py)
@@ -516,28 +515,15 @@ class RTModule(torch.nn.Module):
         call takes other data branches than engine's capture; `why`: the condition the last of
         `other_branches` broke)."""
         built = engine is None
-        # The first capture of a call structure has static shapes: torch.export is about 5x faster so
-        # (gpt2-mini 0.2 against 1.0 s), and most training runs one shape. Calls of other shapes are
-        # captured again with symbolic dims, which serve every later shape (torch.compile's automatic
-        # dynamic shapes decides the same way); that capture replaces the static ones.
-        first = built and not self._engines.get(key)
-        if built and not first and not other_branches and all(e.static_first for e in self._engines[key]):
-            _log.info("trainrt: %s is captured again, with symbolic dims, for input shapes %s (its first capture has "
-                      "static shapes: %s); this capture serves later shapes%s", type(self._module).__name__, shapes,
-                      self._engines[key][0].captured.mismatch(shapes),
-                      " but for sizes 0 and 1, which torch.export specializes" if any(
-                          d in (0, 1) for shape in shapes for d in shape) else "")
-        elif built and self._engines.get(key):  # say why the captures of this structure do not serve
+        if built and self._engines.get(key):  # say why the captures of this structure do not serve
             level = logging.INFO if self._said_recapture else logging.WARNING  # the first time loud, then INFO
             self._said_recapture = True
             if other_branches:
                 _log.log(level, "trainrt: %s is captured again: a branch on tensor values went the other way "
                          "(%s does not hold)", type(self._module).__name__, why)
             else:
-                # Why the captures made to serve many shapes do not: the static first one says little.
-                said = next((e for e in self._engines[key] if not e.static_first), self._engines[key][0])
                 _log.log(level, "trainrt: %s is captured again for input shapes %s: %s", type(self._module).__name__,
-                         shapes, said.captured.mismatch(shapes))
+                         shapes, self._engines[key][0].captured.mismatch(shapes))
         if built:
             reason = _unsupported(self._module.parameters())
             if reason:
@@ -547,15 +533,11 @@ class RTModule(torch.nn.Module):
                 return self._fall_back(*failure, args, kwargs)
             try:
                 engine = self._build(args, kwargs, [t.requires_grad for t in tensors], shapes, autocast,
-                                     tuple(e.captured for e in other_branches), symbolic_dims=not first)
+                                     tuple(e.captured for e in other_branches))
             except _BuildFailed as failed:
                 self._failed_builds[key] = failed.args
                 return self._fall_back(*failed.args, args, kwargs)
             self._failed_builds.pop(key, None)
-            engine.static_first = first and not engine.captured.dynamic
-            if engine.captured.dynamic:  # the static captures it covers go: one engine, one arena held
-                self._engines[key] = [e for e in self._engines[key]
-                                      if e is engine or e.captured.dynamic or not engine.captured.accepts(e.captured.input_dims)]
         module_tensors, reason = engine.module_tensors(self._module)
         if reason:
             return self._fall_back_unsupported(reason, args, kwargs)
@@ -612,11 +594,9 @@ class RTModule(torch.nn.Module):
         return (self._module.training, torch.is_grad_enabled(), self._autocast_dtype(), str(spec),
                 tuple(leaf(x) for x in flat))
 
-    def _build(self, args, kwargs, input_requires_grad, shapes, autocast: torch.dtype | None, other_branches=(),
-               symbolic_dims: bool = True):
+    def _build(self, args, kwargs, input_requires_grad, shapes, autocast: torch.dtype | None, other_branches=()):
         """A new engine for this call, appended to its schema's. `other_branches`: captures whose
-        data branches this call did not take (capture/branch_checks.py), not to be reused.
-        `symbolic_dims`: captured with symbolic input dims where the model allows (else static)."""
+        data branches this call did not take (capture/branch_checks.py), not to be reused."""
         from trainrt.capture import CaptureError, UnsupportedATenOp, capture
         from trainrt.capture.autograd_function import FunctionCapture
 
@@ -642,8 +622,7 @@ class RTModule(torch.nn.Module):
                 source = "read from the export cache" if captured else None
                 if captured is None:
                     with zero3.without_deepspeed_hooks(self._module):  # gathered by forward(): full shapes
-                        captured = capture(self._module, args, kwargs, symbolic_dims=symbolic_dims, autocast=autocast,
-                                           functions=functions)
+                        captured = capture(self._module, args, kwargs, autocast=autocast, functions=functions)
                     if cache:
                         cache.store(key, captured)
                 shared_captures.remember(shared_key, captured)
