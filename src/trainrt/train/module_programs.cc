@@ -377,20 +377,18 @@ std::vector<Tensor> ModulePrograms::backward(ForwardState& state, const std::vec
 // Saved values in the arena's idle bytes shrink what the step holds where its peak is the forward's
 // end (saved values many, gradients few: a CNN), but when the backward plans around them it may need
 // a larger arena, which stays held to the backward's end, where the gradients are all made (a large
-// transformer: gradients many). With S saved bytes, A of them in the arena, G bytes of gradients, and
-// the arena held at C0 before the backward and C1 after it, the step's peak is about
-// C1 + max(S - A, G) this way against C0 + max(S, G) without: kept only if lower. Judged once, at the
+// transformer: gradients many): kept only where they pay (SavedValuesInArena). Judged once, at the
 // first backward that read saved values in the arena; turned off, the forward plans again without
 // and the arena is let go, to be reserved at what the plans need.
 void ModulePrograms::keep_saved_values_in_arena(size_t capacity_before, size_t gradient_bytes) {
   arena_outputs_judged_ = true;
-  const size_t with = arena_->capacity() + std::max(saved_bytes_ - saved_in_arena_bytes_, gradient_bytes);
-  const size_t without = capacity_before + std::max(saved_bytes_, gradient_bytes);
+  const SavedValuesInArena step{saved_bytes_, saved_in_arena_bytes_, gradient_bytes, capacity_before, arena_->capacity()};
   TRAINRT_LOG(kVerbose) << "graph '" << graph_->name << "': saved values in the arena (" << saved_in_arena_bytes_
                         << " of " << saved_bytes_ << " bytes; arena " << capacity_before << " -> " << arena_->capacity()
                         << " bytes over the backward, gradients " << gradient_bytes << " bytes): step peak about "
-                        << with << " against " << without << " without; " << (with < without ? "kept" : "turned off");
-  if (with < without) return;
+                        << step.peak_with() << " against " << step.peak_without() << " without; "
+                        << (step.pays() ? "kept" : "turned off");
+  if (step.pays()) return;
   arena_outputs_off_ = true;
   forward_->set_arena_outputs({});
   if (!arena_->in_use_elsewhere()) arena_->detach();

@@ -22,6 +22,7 @@
 //   auto grads = p.backward(state, {Tensor::scalar(1.f)});   // d loss / d fc.weight, fc.bias
 #pragma once
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <optional>
@@ -63,6 +64,21 @@ struct GradientConsumers {
   std::vector<size_t> stepped;
   std::vector<size_t> handed_over;
   bool empty() const { return stepped.empty() && handed_over.empty(); }
+};
+
+// What a step holds with saved values in the arena's idle bytes against without, for the judgement
+// of ModulePrograms::keep_saved_values_in_arena: S saved bytes, A of them in the arena, G bytes of
+// gradients, the arena at C0 before the backward and C1 after it. The step's peak is about
+// C1 + max(S - A, G) with them there, against C0 + max(S, G) without.
+struct SavedValuesInArena {
+  size_t saved_bytes = 0;           // S
+  size_t in_arena_bytes = 0;        // A
+  size_t gradient_bytes = 0;        // G
+  size_t arena_before = 0;          // C0
+  size_t arena_after = 0;           // C1
+  size_t peak_with() const { return arena_after + std::max(saved_bytes - in_arena_bytes, gradient_bytes); }
+  size_t peak_without() const { return arena_before + std::max(saved_bytes, gradient_bytes); }
+  bool pays() const { return peak_with() < peak_without(); }
 };
 
 class ModulePrograms {
