@@ -348,9 +348,10 @@ std::vector<Tensor> ModulePrograms::backward(ForwardState& state, const std::vec
   const bool judge = !arena_outputs_judged_ && saved_in_arena_bytes_ > 0 &&
                      std::any_of(inputs.begin(), inputs.end(), [&](const Tensor& t) { return arena_->offset_of(t.raw()) >= 0; });
   const size_t capacity_before = arena_->capacity();
-  size_t gradient_bytes = 0;
-  for (const std::string& w : wrt_)
-    if (auto it = state.values.find(w); it != state.values.end()) gradient_bytes += it->second.nbytes();
+  size_t gradient_bytes = 0;  // only for the judgement, once: not a cost of every step
+  if (judge)
+    for (const std::string& w : wrt_)
+      if (auto it = state.values.find(w); it != state.values.end()) gradient_bytes += it->second.nbytes();
   if (retain) {
     for (size_t i = 0; i < inputs.size(); ++i)
       if (donated_.count(programs_.backward_inputs[i])) inputs[i] = inputs[i].clone();
