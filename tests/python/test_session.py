@@ -65,5 +65,11 @@ def test_profile_writes_chrome_trace(mlp_model, tmp_path):
     path = tmp_path / "trace.json"
     session.write_profile(str(path))
     events = json.loads(path.read_text())["traceEvents"]
-    assert {e["args"]["op"] for e in events} >= {"MatMul", "Add", "Relu"}
+    nodes = [e for e in events if e["ph"] == "X"]
+    assert {e["args"]["op"] for e in nodes} >= {"MatMul", "Add", "Relu"}
+    # A storage counter after each node: the arena (and the run's outputs) are engine storage.
+    counters = [e for e in events if e["ph"] == "C"]
+    assert len(counters) == len(nodes)
+    assert all(e["name"] == "engine storage MiB" and e["args"]["live"] > 0 for e in counters)
+    assert [c["ts"] for c in counters] == [n["ts"] + n["dur"] for n in nodes]
     assert "MatMul" in session.profile_summary()

@@ -585,6 +585,7 @@ class PlanBuilder {
     place_input_releases(buffers, buffer_of_slot, num_steps);
     plan_->stats.arena_bytes = mem.arena_bytes;
     plan_->stats.live_lower_bound = live_bytes_lower_bound(buffers);
+    plan_->stats.run_peak_bytes = run_peak(buffers, mem, buffer_of_slot);
     plan_->stats.num_steps = num_steps;
     if (log_enabled(LogLevel::kVerbose)) log_arena_peak(graph_, *plan_, buffers, buffer_of_slot);
   }
@@ -595,15 +596,11 @@ class PlanBuilder {
   void move_blocks_over_dead_inputs(std::vector<BufferSpec>& buffers, MemoryPlan& mem,
                                     const std::unordered_map<int, int>& buffer_of_slot,
                                     const std::vector<bool>& consumed_buffer) {
-    const auto& kept = plan_->inputs_under_outputs;
     const std::unordered_map<int, int> until = last_step_of_roots(buffers);
     std::vector<DeadInput> regions;
     std::vector<int> region_buffer;
     for (const auto& [slot, b] : buffer_of_slot) {
-      if (!is_donated(slot)) continue;
-      const auto input = std::find(plan_->input_slots.begin(), plan_->input_slots.end(), slot);
-      if (std::find(kept.begin(), kept.end(), static_cast<size_t>(input - plan_->input_slots.begin())) != kept.end())
-        continue;  // an output shows its bytes: never dead
+      if (!is_donated(slot) || under_output(slot)) continue;  // an output showing its bytes: never dead
       regions.push_back({plan_->slots[static_cast<size_t>(slot)].tensor.nbytes(), until.at(b)});
       region_buffer.push_back(b);
     }
@@ -657,8 +654,7 @@ class PlanBuilder {
     for (size_t i = 0; i < plan_->input_slots.size(); ++i) {
       const int slot = plan_->input_slots[i];
       if (!gives_bytes(slot)) continue;
-      const auto& kept = plan_->inputs_under_outputs;
-      if (std::find(kept.begin(), kept.end(), i) != kept.end()) continue;  // an output shows its bytes
+      if (under_output(slot)) continue;  // an output shows its bytes
       auto b = buffer_of_slot.find(slot);
       const int last = b == buffer_of_slot.end() ? -1 : until.at(b->second);
       if (last < num_steps) plan_->input_releases.emplace_back(last, i);
@@ -724,6 +720,16 @@ class PlanBuilder {
   // its own: an in-arena one is a fixed arena block instead (in_arena).
   bool is_donated(int slot) const { return gives_bytes(slot) && !in_arena(slot); }
 
+  // Whether `slot` is a donated graph input an output is written over (ExecutionPlan::
+  // inputs_under_outputs): the caller gets its bytes, so they are held to the run's end.
+  bool under_output(int slot) const {
+    const auto& inputs = plan_->input_slots;
+    const auto input = std::find(inputs.begin(), inputs.end(), slot);
+    const auto& kept = plan_->inputs_under_outputs;
+    return input != inputs.end() &&
+           std::find(kept.begin(), kept.end(), static_cast<size_t>(input - inputs.begin())) != kept.end();
+  }
+
   // Whether `slot` is a donated graph input, wherever its bytes are.
   bool gives_bytes(int slot) const {
     const Slot& s = plan_->slots[static_cast<size_t>(slot)];
@@ -782,7 +788,8 @@ class PlanBuilder {
 
   // The most bytes a run holds at once beyond the caller's inputs and the constants, given the
   // buffers' in-place aliases and their placement: the arena, each donated input until the last
-  // step touching the chain written over it, and each graph output from the step that makes it.
+  // step touching the chain written over it (to the end when an output shows its bytes), and each
+  // graph output from the step that makes it.
   size_t run_peak(const std::vector<BufferSpec>& buffers, const MemoryPlan& mem,
                   const std::unordered_map<int, int>& buffer_of_slot) const {
     const int num_steps = static_cast<int>(plan_->steps.size());
@@ -792,7 +799,8 @@ class PlanBuilder {
       if (!is_donated(slot)) continue;
       const auto bytes = static_cast<int64_t>(plan_->slots[static_cast<size_t>(slot)].tensor.nbytes());
       held_from[0] += bytes;
-      held_from[static_cast<size_t>(std::min(until.at(b), num_steps)) + 1] -= bytes;
+      const int last = under_output(slot) ? num_steps : std::min(until.at(b), num_steps);
+      held_from[static_cast<size_t>(last) + 1] -= bytes;
     }
     for (int s = 0; s < num_steps; ++s)
       for (int slot : plan_->steps[static_cast<size_t>(s)].outputs)

@@ -93,6 +93,9 @@ struct PlanStep {
 struct PlanStats {
   size_t arena_bytes = 0;           // what the memory plan needs (planned peak)
   size_t live_lower_bound = 0;      // max over steps of live planned bytes: no plan can do better
+  size_t run_peak_bytes = 0;        // the most a run holds at once beyond its inputs and constants:
+                                    // the arena, donated inputs until let go (to the run's end when an
+                                    // output shows their bytes), graph outputs from their step on
   int num_steps = 0;
   int num_folded = 0;               // nodes evaluated at plan time
   int num_inplace = 0;              // outputs sharing their input's buffer

@@ -254,6 +254,24 @@ TEST(ExecutionPlan, AnOpWritesOverADonatedInputOnlyAfterItsLastReader) {
   }
 }
 
+// A donated input that an output is written over is the caller's output: its bytes are held to
+// the run's end, beside what later steps make (the planner's choices weigh the run's peak).
+TEST(ExecutionPlan, TheRunPeakHoldsADonatedInputAnOutputShowsToTheEnd) {
+  auto g = new_graph();
+  Value* a = g->add_input("a", DType::kF32, Shape({4, 6}));
+  Value* b = g->add_input("b", DType::kF32, Shape({4, 6}));
+  Value* two = g->add_initializer("two", Tensor::scalar(2.f));
+  g->add_output(g->add_node("Mul", {a, two}, {"y"})->output(0));  // step 0: over a, which dies there
+  g->add_output(g->add_node("Relu", {b}, {"z"})->output(0));      // step 1: storage of its own
+  PlanOptions options;
+  options.donated_inputs = {"a"};
+  auto plan = build_execution_plan(*g, {random_tensor({4, 6}, 1), random_tensor({4, 6}, 2)}, cpu_kernel_table(),
+                                   options);
+  ASSERT_EQ(plan->inputs_under_outputs, std::vector<size_t>{0});
+  EXPECT_EQ(plan->stats.arena_bytes, 0u);
+  EXPECT_EQ(plan->stats.run_peak_bytes, 2 * 24 * sizeof(float));  // y in a's bytes, and z
+}
+
 // Views of a graph input and of a parameter show the caller's memory: nothing may write there,
 // and a rebound parameter is seen by its view on the next run.
 TEST(ExecutionPlan, ViewsOfCallerMemoryAreReadOnlyAndFollowRebinding) {

@@ -46,6 +46,8 @@ std::string Profiler::chrome_trace_json() const {
         << json_escape(e.op_type) << "\",\"ph\":\"X\",\"pid\":0,\"tid\":0,\"ts\":" << e.start_us
         << ",\"dur\":" << e.duration_us << ",\"args\":{\"op\":\"" << json_escape(e.op_type)
         << "\",\"output\":\"" << json_escape(e.shapes) << "\"}}";
+    out << ",\n{\"name\":\"engine storage MiB\",\"ph\":\"C\",\"pid\":0,\"ts\":" << e.start_us + e.duration_us
+        << ",\"args\":{\"live\":" << static_cast<double>(e.live_bytes) / (1 << 20) << "}}";
   }
   out << "\n],\"displayTimeUnit\":\"ms\"}\n";
   return out.str();

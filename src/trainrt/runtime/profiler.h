@@ -1,4 +1,6 @@
 // Per-node timing of session runs: a Chrome trace (chrome://tracing, Perfetto) and an op-type summary.
+// The trace also carries an "engine storage MiB" counter: the engine's tensor storage live after each
+// node (storage_bytes: arenas, saved values, gradients), so a step's memory peak shows its node.
 //
 //   Profiler& p = session.profiler();
 //   p.enable(true);
@@ -22,6 +24,7 @@ class Profiler {
     int64_t start_us;     // since the profiler was enabled
     int64_t duration_us;
     std::string shapes;   // output dtype and dims, for the trace's args
+    size_t live_bytes = 0;  // engine storage live when the node ended (storage_bytes().live)
   };
 
   void enable(bool on);

@@ -278,7 +278,7 @@ void Session::run_step(PlanStep& step, int index, ExecutionPlan& plan, int64_t r
     if (!shapes.empty()) shapes += ' ';
     shapes += describe(*t);
   }
-  profiler_.record({step.node->name(), step.node->op_type(), start, end - start, shapes});
+  profiler_.record({step.node->name(), step.node->op_type(), start, end - start, shapes, storage_bytes().live});
 }
 
 // Step `index` makes its output 0 (the slot of `point`) block_rows rows at a time in the block of
