@@ -157,5 +157,26 @@ TEST(ConsumedOutputs, ErrorsNameTheOutputAndTheHoldInput) {
   EXPECT_EQ(error_of({{"g", "x"}}, {}, true), "");
 }
 
+// A returned output showing a hold input's bytes (here the input itself) would be copied after the
+// run, once the consumer has written them: the plan refuses it.
+TEST(ConsumedOutputs, NoReturnedOutputShowsTheBytesOfAHoldInput) {
+  auto g = new_graph();
+  Value* x = g->add_input("x", DType::kF32, Shape({4}));
+  g->add_output(g->add_node("Neg", {x}, {"g"})->output(0));
+  g->add_output(x);
+  SessionOptions options;
+  options.consumed_outputs = {{"g", "x"}};
+  Session session(g, options);
+  ZeroHold consumer;
+  try {
+    session.run({random_tensor({4}, 7)}, &consumer);
+    ADD_FAILURE() << "the plan took a returned output showing the hold input's bytes";
+  } catch (const InvalidModel& e) {
+    EXPECT_NE(std::string(e.what()).find("output 'x' shows the bytes of 'x', which the consumer of 'g' writes"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace trainrt
