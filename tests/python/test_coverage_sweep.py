@@ -6,8 +6,12 @@ eager and through RTModule with fallback disabled, and compared (trainrt/coverag
 worker process with a time limit (isolation.py). About 4 minutes on the 2-core machine.
 """
 
+import dataclasses
+
 import pytest
 import torch
+
+import trainrt
 
 transformers = pytest.importorskip("transformers")
 
@@ -18,6 +22,7 @@ from trainrt.coverage.batches import BATCH, NUM_LABELS, SEQ, make_batches  # noq
 from trainrt.coverage.isolation import run_isolated  # noqa: E402
 from trainrt.coverage.outcome import Outcome, classify  # noqa: E402
 from trainrt.coverage.report import markdown_backlog, summary  # noqa: E402
+from transformers.utils import ModelOutput  # noqa: E402
 
 pytestmark = [pytest.mark.filterwarnings("ignore::FutureWarning"),
               pytest.mark.filterwarnings("ignore::UserWarning"),
@@ -232,3 +237,55 @@ def test_an_engine_far_from_float64_stays_a_mismatch(monkeypatch):
 
 def test_a_well_conditioned_model_has_no_rounding_excuse(monkeypatch):
     assert _float64_verdict(monkeypatch, gain=1.0, engine_offset=0.0) == []
+
+
+@dataclasses.dataclass
+class _LossOutput(ModelOutput):
+    loss: torch.Tensor | None = None
+
+
+class _Tanh(torch.nn.Module):
+    """A well-conditioned model: loss = sum(tanh(x W^T + b)^2)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return _LossOutput(loss=torch.tanh(self.lin(x)).pow(2).sum())
+
+
+class _WrongGradient(torch.nn.Module):
+    """Stands in for an engine whose losses are right and whose gradient of lin.weight is off by 1e-2
+    in every element: a term of value 0 whose gradient is not."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        w = self.model.lin.weight
+        return _LossOutput(loss=self.model(x).loss + 1e-2 * (w.sum() - w.sum().detach()))
+
+
+def _same_weights_verdict(monkeypatch, engine=None) -> str | None:
+    from trainrt.coverage import run as R
+
+    def build(arch):
+        torch.manual_seed(0)
+        return _Tanh(), lambda step: {"x": torch.randn(5, 4, generator=torch.Generator().manual_seed(step))}
+
+    monkeypatch.setattr(R, "build", build)
+    monkeypatch.setenv("TRAINRT_FALLBACK_POLICY", "FALLBACK_DISABLE")
+    if engine is not None:
+        monkeypatch.setattr(trainrt, "RTModule", engine)
+    return R._same_weights_disagreements(None, build(None)[1], 3)
+
+
+def test_the_engine_agrees_with_eager_on_its_own_weights(monkeypatch):
+    assert _same_weights_verdict(monkeypatch) is None
+
+
+def test_a_wrong_gradient_on_the_engines_own_weights_stays_a_mismatch(monkeypatch):
+    verdict = _same_weights_verdict(monkeypatch, engine=_WrongGradient)
+    assert verdict is not None and verdict.startswith("step 1: gradient of lin.weight"), verdict

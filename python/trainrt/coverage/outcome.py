@@ -3,8 +3,9 @@
 Statuses, in the order the report lists them:
 - ok: 3 training steps agree with eager (losses each step, parameter updates after);
 - mismatch: they ran and disagree (`detail` has the figures);
-- unstable: they disagree, and so does eager in float32 with eager in float64 (run.py): the model
-  amplifies rounding beyond the tolerances, and this check cannot tell a wrong gradient from it;
+- unstable: they disagree, and either eager in float32 disagrees with eager in float64 as well, or
+  eager run on the engine's own weights at each step agrees with it (run.py): the model amplifies
+  rounding beyond the tolerances; not a pass;
 - untranslated: the capture met ATen ops without a translation (`ops`: op -> FX nodes);
 - export: torch.export failed (`detail`: its first line);
 - capture: the exported graph has a form capture refuses (an input kind, an output type);
