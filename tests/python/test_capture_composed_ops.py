@@ -3,8 +3,9 @@ and the gradients of the inputs and parameters of loss = sum(output * w), with f
 
 repeat (Tile), repeat_interleave (Unsqueeze + Expand + Reshape), group norm (per-group mean and
 variance spelled out), weight norm (ReduceL2), argmax / argmin and max.dim's indices (the first
-index equal to the extreme: Equal, Range, Where, ReduceMin), multiply (Mul). Each module runs at
-two batch sizes on one capture, since RTModule captures with symbolic dims.
+index equal to the extreme: Equal, Range, Where, ReduceMin), multiply (Mul), torch.vmap in forward
+(its batched ATen ops: export.py retraces the transform away). Each module runs at two batch sizes on
+one capture, since RTModule captures with symbolic dims.
 """
 
 import copy
@@ -613,3 +614,22 @@ def test_scatter_reduce(reduce, include_self):
 ], ids=["round", "decimals", "negative-decimals"])
 def test_round(fn):
     assert_like_torch(Lambda(fn), lambda b: [randn(b, 4, 6) * 3])
+
+
+class _Vmapped(nn.Module):
+    """torch.vmap in forward, as transformers' masking utils build a mask from a per-position
+    function (T5Gemma2), and over a per-row function of a parameter."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):  # x (B, 4)
+        positions = torch.arange(x.shape[0])
+        causal = torch.vmap(torch.vmap(lambda q, k: k <= q, in_dims=(None, 0)), in_dims=(0, None))(positions, positions)
+        rows = torch.vmap(lambda row: torch.tanh(self.lin(row)) * row.sum())(x)  # (B, 4)
+        return causal.float() @ rows
+
+
+def test_vmap_in_forward():
+    assert_like_torch(_Vmapped(), lambda b: [randn(b, 4, seed=b)])

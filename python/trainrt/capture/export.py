@@ -17,7 +17,9 @@ retried with static shapes. BatchNorms with momentum=None run a traceable forwar
 it is (module_conversions.py). The exported training IR keeps in-place ops (BatchNorm's running stats,
 `add_` on buffers); those that write a tensor the forward just made, and BatchNorm's writes of its
 buffers, become functional in place (inplace.py); for graphs with others, functionalization (`run_decompositions({})`, which decomposes
-nothing else) turns them into values the graph signature lists as buffer mutations.
+nothing else) turns them into values the graph signature lists as buffer mutations. The same retrace
+runs where the training IR keeps a torch.func transform (torch.vmap in forward: calls into functorch's
+interpreter) and leaves the batched ATen ops it stands for.
 
 Hugging Face causal LMs return a `DynamicCache` of past keys and values (use_cache defaults on, in
 training too). torch.export can only return pytree-flattenable outputs; transformers ships the
@@ -85,7 +87,7 @@ def export_program(module: torch.nn.Module, args: tuple, kwargs: dict, symbolic:
             sub.recompile()
     if functionalize_fresh_writes(ep.graph) | functionalize_buffer_writes(ep):
         ep.graph_module.recompile()
-    if not _mutates(ep):
+    if not _mutates(ep) and not _has_functorch_transforms(ep):
         return ep
     with warnings.catch_warnings():  # torch 2.13 warns about its own LeafSpec use while retracing
         warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
@@ -214,6 +216,16 @@ def _refuse_untraceable_batch_norms(module: torch.nn.Module) -> None:
 def _subgraph_modules(ep: ExportedProgram) -> list[torch.fx.GraphModule]:
     """The GraphModules of the program's higher-order ops' bodies, nested ones included."""
     return [m for name, m in ep.graph_module.named_modules() if name and isinstance(m, torch.fx.GraphModule)]
+
+
+def _has_functorch_transforms(ep: ExportedProgram) -> bool:
+    """True when the training IR keeps a torch.func transform as calls into its interpreter
+    (torch._functorch.predispatch: vmap's _vmap_increment_nesting / _add_batch_dim, jvp's dual
+    levels), as T5Gemma2's vmapped mask functions leave it. Retracing to ATen
+    (`run_decompositions({})`, taken with functionalization) runs the transform's batching rules
+    and leaves the batched ATen ops it stands for."""
+    return any(n.op == "call_function" and getattr(n.target, "__module__", "") == "torch._functorch.predispatch"
+               for g in [ep.graph, *(m.graph for m in _subgraph_modules(ep))] for n in g.nodes)
 
 
 def _mutates(ep: ExportedProgram) -> bool:
