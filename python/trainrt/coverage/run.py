@@ -20,11 +20,14 @@ A run that disagrees is checked twice for a model that amplifies rounding (the o
   result beyond the tolerances;
 - the engine's run is repeated with eager beside it on the engine's own weights: before each
   engine step, eager gets a copy of the model's current weights and buffers and the same batch.
-  Where the losses, every gradient (within SAME_WEIGHTS_GRAD_RTOL of its largest element: float32
-  rounding of a different summation order, not a wrong rule) and the buffers the step updates
-  agree at every step, the engine computed each step right and the runs part because the model
-  magnifies a last-bit difference (CPM-Ant: gradients within 6e-5 on the same weights, 1e-2 one
-  step later on weights 1e-5 apart).
+  Each gradient may be off float64's by ROUNDING_FACTOR times as much as eager's own rounding moves
+  it (eager float32 against float64, and eager with every weight moved by one float32 rounding
+  step), plus SAME_WEIGHTS_GRAD_RTOL of its largest element (a different summation order); the
+  loss alike; buffers within UPDATE_RTOL. Where every step agrees, the engine computed each step
+  right and the runs part because the model magnifies a last-bit difference. CPM-Ant at its second
+  step: one rounding step of the weights moves eager's attention-weight gradients by 1.7e-4 of
+  their largest element, the engine is 1.6e-4 off; with weights 1e-5 apart after one update, the
+  two runs' gradients are 1e-2 apart.
 
 Fallback is disabled (TRAINRT_FALLBACK_POLICY=FALLBACK_DISABLE): a model the engine cannot run
 raises, and outcome.classify says why; a run that fell back to torch would prove nothing.
