@@ -506,7 +506,8 @@ OPTIONS: tuple[Option, ...] = (
            "the tokens padding elimination runs and the GFLOPs of products the dropped ones skip."),
     Option("PROFILE", None, RuntimeOptions, "profile", _parse_flag, _FLAG,
            "Per-node timings of the engine programs: `model.profile_summary()` (op types by total time) and "
-           "`model.write_profile(prefix)` (Chrome traces)."),
+           "`model.write_profile(prefix)` (Chrome traces, with an `engine storage MiB` counter after each node: "
+           "where a step's memory peaks)."),
     Option("ONNX_OPSET_VERSION", "ONNX_OPSET_VERSION", RuntimeOptions, None, _check_opset, "integer",
            f"Checked only: the capture writes ONNX opset {ONNX_OPSET}, and any other value is refused with "
            "a ValueError.", default=f"`{ONNX_OPSET}`"),
