@@ -193,6 +193,10 @@ struct PlanOptions {
   // there: arena_outputs): the plan keeps every other value out of them until their last reader
   // has run (a donated input) or the run ends, and may write over them in place after that.
   std::map<std::string, size_t> inputs_in_arena;
+  // Bytes the run's arena block holds anyway (a backward sharing its forward's block: the forward's
+  // arena). The run's peak counts the larger of this and the planned arena, so a choice that only
+  // shrinks the arena below it gains nothing, and one that grows the arena within it costs nothing.
+  size_t arena_floor_bytes = 0;
   // Graph inputs holding distinct row indices in ascending order (ValidRows, ops/valid_rows.h):
   // where one has as many rows as the tensor it selects from, it names every row in order, so a
   // Gather along axis 0 by it (and a GatherGrad scattering back by it) shows its data unchanged: a

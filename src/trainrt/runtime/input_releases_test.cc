@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include "trainrt/core/testing.h"
+#include "trainrt/kernels/cpu/cpu_kernels.h"
+#include "trainrt/runtime/execution_plan.h"
 #include "trainrt/runtime/session.h"
 
 namespace trainrt {
@@ -123,6 +125,36 @@ TEST(InputReleases, ALaterIntermediateIsPlacedInADeadDonatedInputsBytes) {
   EXPECT_FALSE(inputs[0].defined());
   EXPECT_EQ(session.last_stats().num_over_inputs, 1);
   EXPECT_EQ(session.last_stats().arena_bytes, 64u * 64u * sizeof(float));
+}
+
+// The same program planned for an arena block already two products large (a backward sharing its
+// forward's block: PlanOptions::arena_floor_bytes): moving b into x's bytes would shrink only a
+// plan the block holds anyway, and hold x until s3, so b stays in the arena and x goes after s0.
+TEST(InputReleases, NoIntermediateMovesIntoADeadInputWhereTheArenaBlockHasRoomAnyway) {
+  auto g = std::make_shared<Graph>();
+  g->set_opset("", 18);
+  Value* x = g->add_input("x", DType::kF32, Shape({64, 64}));
+  Value* w = g->add_input("w", DType::kF32, Shape({64, 64}));
+  Value* a = g->add_node("MatMul", {x, w}, {"a"})->output(0);
+  Value* b = g->add_node("MatMul", {a, w}, {"b"})->output(0);
+  g->add_output(g->add_node("MatMul", {b, w}, {"c"})->output(0));
+  g->add_output(g->add_node("ReduceSum", {b}, {"y"})->output(0));
+  const size_t product = 64 * 64 * sizeof(float);
+  for (size_t floor : {size_t{0}, 2 * product}) {
+    PlanOptions options;
+    options.donated_inputs = {"x"};
+    options.consumed_outputs = {{"c", ""}};
+    options.arena_floor_bytes = floor;
+    auto plan = build_execution_plan(*g, {random_tensor({64, 64}, 5), random_tensor({64, 64}, 6)}, cpu_kernel_table(),
+                                     options);
+    EXPECT_EQ(plan->stats.num_over_inputs, floor ? 0 : 1) << floor;
+    EXPECT_EQ(plan->stats.arena_bytes, floor ? 2 * product : product) << floor;
+    ASSERT_EQ(plan->input_releases.size(), 1u) << floor;
+    EXPECT_EQ(plan->input_releases[0].first, floor ? 0 : 3) << "the step after which x is let go";
+    // Without the floor: one product in the arena, x until s3, and y's 4 bytes; with it: the block's
+    // two products and x at s0.
+    EXPECT_EQ(plan->stats.run_peak_bytes, floor ? 3 * product : 2 * product + sizeof(float)) << floor;
+  }
 }
 
 // A chain a -> b -> c -> d of (64, 64) products after x (donated, (64, 128): room for two) is read

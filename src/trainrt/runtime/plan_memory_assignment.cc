@@ -402,9 +402,9 @@ class PlanMemoryAssigner {
   }
 
   // The most bytes a run holds at once beyond the caller's inputs and the constants, given the
-  // buffers' in-place aliases and their placement: the arena, each donated input until the last
-  // step touching the chain written over it (to the end when an output shows its bytes), and each
-  // graph output from the step that makes it.
+  // buffers' in-place aliases and their placement: the arena (at least arena_floor_bytes), each
+  // donated input until the last step touching the chain written over it (to the end when an
+  // output shows its bytes), and each graph output from the step that makes it.
   size_t run_peak(const std::vector<BufferSpec>& buffers, const MemoryPlan& mem,
                   const std::unordered_map<int, int>& buffer_of_slot) const {
     const int num_steps = static_cast<int>(plan_.steps.size());
@@ -423,7 +423,7 @@ class PlanMemoryAssigner {
           held_from[static_cast<size_t>(s)] += static_cast<int64_t>(plan_.slots[static_cast<size_t>(slot)].tensor.nbytes());
     int64_t held = 0, peak = 0;
     for (int64_t change : held_from) peak = std::max(peak, held += change);
-    return mem.arena_bytes + static_cast<size_t>(peak);
+    return std::max(mem.arena_bytes, options_.arena_floor_bytes) + static_cast<size_t>(peak);
   }
 
   const Graph& graph_;

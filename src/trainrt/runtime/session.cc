@@ -143,6 +143,7 @@ ExecutionPlan& Session::plan_for(const std::vector<Tensor>& inputs, const Output
     po.consumed_outputs = options_.consumed_outputs;
     po.dim_bounds = dim_bounds_;
     po.arena_outputs = options_.arena_outputs;
+    po.arena_floor_bytes = arena_->capacity();  // the block a program sharing it (the forward) reserved
     for (size_t i = 0; i < inputs.size() && i < graph_->inputs().size(); ++i)
       if (const int64_t offset = arena_->offset_of(inputs[i].raw()); offset >= 0)
         po.inputs_in_arena[graph_->inputs()[i]->name] = static_cast<size_t>(offset);
