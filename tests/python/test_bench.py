@@ -121,7 +121,9 @@ def test_profile_writes_traces_and_names_the_top_ops(tmp_path):
     assert "forward program" in summary and "backward program" in summary and "Gemm" in summary
     for program in ("forward", "backward"):
         events = json.loads((tmp_path / f"mlp_{program}.json").read_text())["traceEvents"]
-        assert events and all(e["dur"] >= 0 for e in events)
+        nodes = [e for e in events if e["ph"] == "X"]
+        assert nodes and all(e["dur"] >= 0 for e in nodes)
+        assert sum(e["ph"] == "C" for e in events) == len(nodes)  # the engine-storage counter after each node
 
 
 def test_micro_benchmarks_report_every_shape_and_optimizer(monkeypatch):
