@@ -97,19 +97,25 @@ TEST(InputReleases, AnOutputWrittenOverADonatedInputTakesItsStorage) {
   }
 }
 
-// s0: a = MatMul(x, w)   s1: b = MatMul(a, w)   s2: c = MatMul(b, w), consumed   s3: y = ReduceSum(b).
-// x (donated) is dead after s0, so b (s1-s3) is written into its bytes: the arena holds one
-// product (a, then c over it) instead of two, and x is let go after s3, not after s0.
-TEST(InputReleases, ALaterIntermediateIsPlacedInADeadDonatedInputsBytes) {
+// s0: a = MatMul(x, w)   s1: b = MatMul(a, w)   s2: c = MatMul(b, w)   s3: y = ReduceSum(b); outputs c, y.
+// x and w are (64, 64).
+std::shared_ptr<Graph> three_products() {
   auto g = std::make_shared<Graph>();
   g->set_opset("", 18);
   Value* x = g->add_input("x", DType::kF32, Shape({64, 64}));
   Value* w = g->add_input("w", DType::kF32, Shape({64, 64}));
   Value* a = g->add_node("MatMul", {x, w}, {"a"})->output(0);
   Value* b = g->add_node("MatMul", {a, w}, {"b"})->output(0);
-  Value* c = g->add_node("MatMul", {b, w}, {"c"})->output(0);
-  g->add_output(c);
+  g->add_output(g->add_node("MatMul", {b, w}, {"c"})->output(0));
   g->add_output(g->add_node("ReduceSum", {b}, {"y"})->output(0));
+  return g;
+}
+
+// three_products with c consumed: x (donated) is dead after s0, so b (s1-s3) is written into its
+// bytes: the arena holds one product (a, then c over it) instead of two, and x is let go after s3,
+// not after s0.
+TEST(InputReleases, ALaterIntermediateIsPlacedInADeadDonatedInputsBytes) {
+  auto g = three_products();
   SessionOptions options;
   options.donated_inputs = {"x"};
   options.consumed_outputs = {{"c", ""}};
@@ -131,14 +137,7 @@ TEST(InputReleases, ALaterIntermediateIsPlacedInADeadDonatedInputsBytes) {
 // forward's block: PlanOptions::arena_floor_bytes): moving b into x's bytes would shrink only a
 // plan the block holds anyway, and hold x until s3, so b stays in the arena and x goes after s0.
 TEST(InputReleases, NoIntermediateMovesIntoADeadInputWhereTheArenaBlockHasRoomAnyway) {
-  auto g = std::make_shared<Graph>();
-  g->set_opset("", 18);
-  Value* x = g->add_input("x", DType::kF32, Shape({64, 64}));
-  Value* w = g->add_input("w", DType::kF32, Shape({64, 64}));
-  Value* a = g->add_node("MatMul", {x, w}, {"a"})->output(0);
-  Value* b = g->add_node("MatMul", {a, w}, {"b"})->output(0);
-  g->add_output(g->add_node("MatMul", {b, w}, {"c"})->output(0));
-  g->add_output(g->add_node("ReduceSum", {b}, {"y"})->output(0));
+  auto g = three_products();
   const size_t product = 64 * 64 * sizeof(float);
   for (size_t floor : {size_t{0}, 2 * product}) {
     PlanOptions options;
