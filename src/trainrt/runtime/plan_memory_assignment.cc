@@ -41,6 +41,7 @@ class PlanMemoryAssigner {
     auto& slots = plan_.slots;
     const int num_steps = static_cast<int>(plan_.steps.size());
     std::vector<int> last_read(slots.size(), -1);  // per slot: the last step reading its bytes
+    under_output_.assign(slots.size(), false);
     for (int s = 0; s < num_steps; ++s)
       for (int slot : plan_.steps[static_cast<size_t>(s)].inputs)
         if (slot >= 0) last_read[static_cast<size_t>(viewed_slot(plan_, slot))] = s;
@@ -62,6 +63,7 @@ class PlanMemoryAssigner {
         if (donated) {
           const auto input = std::find(plan_.input_slots.begin(), plan_.input_slots.end(), a);
           plan_.inputs_under_outputs.push_back(static_cast<size_t>(input - plan_.input_slots.begin()));
+          under_output_[static_cast<size_t>(a)] = true;
         } else {
           slots[static_cast<size_t>(a)].kind = SlotKind::kOutput;
         }
@@ -337,13 +339,7 @@ class PlanMemoryAssigner {
 
   // Whether `slot` is a donated graph input an output is written over (ExecutionPlan::
   // inputs_under_outputs): the caller gets its bytes, so they are held to the run's end.
-  bool under_output(int slot) const {
-    const auto& inputs = plan_.input_slots;
-    const auto input = std::find(inputs.begin(), inputs.end(), slot);
-    const auto& kept = plan_.inputs_under_outputs;
-    return input != inputs.end() &&
-           std::find(kept.begin(), kept.end(), static_cast<size_t>(input - inputs.begin())) != kept.end();
-  }
+  bool under_output(int slot) const { return under_output_[static_cast<size_t>(slot)]; }
 
   // Whether `slot` is a donated graph input, wherever its bytes are.
   bool gives_bytes(int slot) const {
@@ -433,6 +429,9 @@ class PlanMemoryAssigner {
   // per such input's buffer, the last step of the blocks in its bytes.
   std::unordered_map<int, std::pair<int, size_t>> moved_over_inputs_;
   std::unordered_map<int, int> dead_input_until_;
+  // Per slot: a donated input an output is written over (set by write_outputs_over_dying_inputs;
+  // run_peak asks it for every buffer of every trial plan).
+  std::vector<bool> under_output_;
 };
 
 }  // namespace
