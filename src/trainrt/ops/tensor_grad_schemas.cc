@@ -59,7 +59,7 @@ bool may_equal(const Shape& a, const Shape& b) {
 // dX has `shape`; dY is X's shape with the axis dim replaced by the indices' dims.
 void infer_gather_grad(InferenceContext& ctx) {
   ctx.expect_dtype(1, {DType::kI64, DType::kI32});
-  ctx.expect_dtype(2, {DType::kF32, DType::kF64});
+  ctx.expect_dtype(2, {DType::kF32, DType::kF64, DType::kBF16, DType::kF16});
   Shape dx = shape_from_input(ctx, 0);
   const Shape& indices = ctx.input_shape(1);
   const Shape& dy = ctx.input_shape(2);

@@ -88,9 +88,8 @@ bool sparsify(Graph& g, Node& loss) {
     return false;
   for (int o = 1; o < loss.num_outputs(); ++o)
     if (loss.output(o) && !loss.output(o)->uses.empty()) return false;
-  // The gather's gradient (GatherGrad) takes f32 and f64: a bf16 head (autocast) keeps its rows
-  // whole, and the rows are gathered after its Cast to f32.
-  const auto gatherable = [](const Value* v) { return v->dtype == DType::kF32 || v->dtype == DType::kF64; };
+  // The gather's gradient (GatherGrad) takes the float types: a bf16 head (autocast) runs on the R rows too.
+  const auto gatherable = [](const Value* v) { return is_floating(v->dtype); };
   if (!gatherable(scores)) return false;
   // Up from the scores while each value is read by the step below it alone.
   std::vector<Step> steps;

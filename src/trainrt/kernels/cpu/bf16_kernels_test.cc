@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "trainrt/core/dtype_convert.h"
+#include "trainrt/core/testing.h"
 #include "trainrt/kernels/cpu/cpu_kernels.h"
 #include "trainrt/kernels/cpu/node_runner.h"
 #include "trainrt/kernels/kernel.h"
@@ -100,6 +101,17 @@ TEST(Bf16Kernels, BinaryOpsEqualRoundedF32InEveryBroadcast) {
       expect_rounded_f32(onnx(op), {b, a});
     }
   }
+}
+
+// Label sparsity's scatter of a bf16 head's rows, and an embedding's: repeated rows summed in f32,
+// with and without an addend, rounded once.
+TEST(Bf16Kernels, GatherGradEqualsRoundedF32) {
+  const Tensor indices = testing::make_tensor<int64_t>({6}, {4, 0, 4, 2, -1, 4});
+  const Tensor dy = random_bf16({6, 67}, 11), addend = random_bf16({5, 67}, 12);
+  const Tensor shape = Tensor::from_i64({5, 67});
+  expect_rounded_f32(trainrt_op("GatherGrad"), {shape, indices, dy});
+  expect_rounded_f32(trainrt_op("GatherGrad"), {shape, indices, dy, addend});
+  expect_rounded_f32(trainrt_op("GatherGrad", {{"padding_idx", Attribute::of_int(4)}}), {shape, indices, dy});
 }
 
 TEST(Bf16Kernels, WhereAndCastEqualRoundedF32) {

@@ -1,6 +1,6 @@
-// gemm_f32 and gemm_bf16 on oneDNN 2.x (Debian 12's libdnnl-dev): one matmul primitive per problem,
-// cached, run one thread per piece on our ThreadPool. Both element types share every line but the
-// oneDNN data type of the operands (a bf16 primitive accumulates in f32: oneDNN's
+// gemm_f32, gemm_bf16 and gemm_bf16_f32 on oneDNN 2.x (Debian 12's libdnnl-dev): one matmul primitive per
+// problem, cached, run one thread per piece on our ThreadPool. All share every line but the
+// oneDNN data types of the operands and the result (a bf16 primitive accumulates in f32: oneDNN's
 // avx512_core_bf16 brgemm kernels on this CPU).
 //
 // A primitive bakes in dims, strides, alpha (output scale) and beta (sum post-op), so the cache key
@@ -54,7 +54,8 @@ struct GemmKey {
   int64_t batch, m, n, k, lda, ldb, ldc, stride_a, stride_b, stride_c;
   bool trans_a, trans_b;
   uint32_t alpha_bits, beta_bits;
-  memory::data_type type;  // of A, B and C
+  memory::data_type type;    // of A and B
+  memory::data_type c_type;  // of C: type, or f32 for gemm_bf16_f32
   bool operator==(const GemmKey&) const = default;
 };
 
@@ -69,7 +70,7 @@ struct GemmKeyHash {
       mix(static_cast<uint64_t>(v));
     mix((uint64_t{key.alpha_bits} << 32) | key.beta_bits);
     mix(uint64_t{key.trans_a} * 2 + key.trans_b);
-    mix(static_cast<uint64_t>(key.type));
+    mix(static_cast<uint64_t>(key.type) * 64 + static_cast<uint64_t>(key.c_type));
     return h;
   }
 };
@@ -80,7 +81,8 @@ struct GemmPrimitive {
 };
 
 std::string describe_problem(const GemmKey& key) {
-  return fmt("gemm ", key.type == memory::data_type::bf16 ? "bf16 " : "f32 ", key.trans_a ? "T" : "N", key.trans_b ? "T" : "N", " batch=", key.batch,
+  const bool bf16 = key.type == memory::data_type::bf16;
+  return fmt("gemm ", bf16 ? (key.c_type == memory::data_type::f32 ? "bf16>f32 " : "bf16 ") : "f32 ", key.trans_a ? "T" : "N", key.trans_b ? "T" : "N", " batch=", key.batch,
              " m=", key.m, " n=", key.n, " k=", key.k, " lda=", key.lda, " ldb=", key.ldb,
              " ldc=", key.ldc, " strides=(", key.stride_a, ", ", key.stride_b, ", ", key.stride_c,
              ")");
@@ -116,7 +118,7 @@ std::shared_ptr<const GemmPrimitive> create_primitive(const GemmKey& key,
   auto p = std::make_shared<GemmPrimitive>();
   p->a_md = operand_desc(key.type, key.batch, key.m, key.k, key.trans_a, key.lda, key.stride_a);
   p->b_md = operand_desc(key.type, key.batch, key.k, key.n, key.trans_b, key.ldb, key.stride_b);
-  p->c_md = operand_desc(key.type, key.batch, key.m, key.n, false, key.ldc, key.stride_c);
+  p->c_md = operand_desc(key.c_type, key.batch, key.m, key.n, false, key.ldc, key.stride_c);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   float alpha = std::bit_cast<float>(key.alpha_bits), beta = std::bit_cast<float>(key.beta_bits);
@@ -276,26 +278,26 @@ struct SplitKey {
   int64_t m, n, k, lda, ldb, ldc;
   uint32_t alpha_bits, beta_bits;
   int threads;
-  bool trans_a, trans_b, bf16;
+  bool trans_a, trans_b, bf16, f32_out;
   bool operator==(const SplitKey&) const = default;
 };
 struct SplitKeyHash {
   size_t operator()(const SplitKey& key) const {
     size_t h = 0;
     for (int64_t v : {key.m, key.n, key.k, key.lda, key.ldb, key.ldc, int64_t{key.alpha_bits}, int64_t{key.beta_bits},
-                      int64_t{key.threads}, int64_t{key.trans_a} * 4 + key.trans_b * 2 + key.bf16})
+                      int64_t{key.threads}, int64_t{key.trans_a} * 8 + key.trans_b * 4 + key.bf16 * 2 + key.f32_out})
       h ^= std::hash<int64_t>()(v) + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
     return h;
   }
 };
 
-template <typename T, typename Measure>
+template <typename T, typename C, typename Measure>
 Split tuned_split(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc,
                   float alpha, float beta, int threads, Measure&& measure);
 
 // The split for this product: default_split unless op tuning is in use (tuning_in_use), then the
 // thread's remembered choice, else tuned_split's.
-template <typename T, typename Measure>
+template <typename T, typename C, typename Measure>
 Split choose_split(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc,
                    float alpha, float beta, Measure&& measure) {
   if (!tuning_in_use()) return default_split(m, n);
@@ -307,17 +309,18 @@ Split choose_split(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
   }
   const int threads = thread_budget();
   const SplitKey key{m, n, k, lda, ldb, ldc, std::bit_cast<uint32_t>(alpha), std::bit_cast<uint32_t>(beta), threads,
-                     trans_a, trans_b, !std::is_same_v<T, float>};
+                     trans_a, trans_b, !std::is_same_v<T, float>, !std::is_same_v<T, C>};
   if (auto it = known.find(key); it != known.end()) return it->second;
-  const Split split = tuned_split<T>(trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, threads, measure);
+  const Split split = tuned_split<T, C>(trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, threads, measure);
   known.emplace(key, split);
   return split;
 }
 
-template <typename T, typename Measure>
+template <typename T, typename C, typename Measure>
 Split tuned_split(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc,
                   float alpha, float beta, int threads, Measure&& measure) {
-  const std::string key = fmt("gemm ", std::is_same_v<T, float> ? "f32 " : "bf16 ", trans_a ? "T" : "N",
+  const char* types = std::is_same_v<T, float> ? "f32 " : std::is_same_v<C, float> ? "bf16>f32 " : "bf16 ";
+  const std::string key = fmt("gemm ", types, trans_a ? "T" : "N",
                               trans_b ? "T" : "N", " m=", m, " n=", n, " k=", k, " lda=", lda, " ldb=", ldb, " ldc=",
                               ldc, " alpha=", alpha, " beta=", beta, " threads=", threads);
   if (std::optional<std::string> choice = tuned_choice(key))
@@ -326,7 +329,7 @@ Split tuned_split(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, i
   if (!options.enabled || inside_thread_pool_loop()) return default_split(m, n);
   using Clock = std::chrono::steady_clock;
   const auto deadline = Clock::now() + std::chrono::duration<double, std::milli>(options.max_ms);
-  std::vector<T> scratch(static_cast<size_t>((m - 1) * ldc + n));
+  std::vector<C> scratch(static_cast<size_t>((m - 1) * ldc + n));
   Split best = default_split(m, n);
   double best_us = std::numeric_limits<double>::infinity();
   for (const Split& split : candidate_splits(m, n, threads)) {
@@ -347,10 +350,11 @@ Split tuned_split(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, i
   return best;
 }
 
-template <typename T>
+// C = alpha op(A) op(B) + beta C on operands of T and a result of C (T, or f32 for bf16 operands).
+template <typename T, typename C = T>
 void product_batched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                   const T* a, int64_t lda, int64_t stride_a, const T* b, int64_t ldb, int64_t stride_b,
-                  float beta, T* c, int64_t ldc, int64_t stride_c) {
+                  float beta, C* c, int64_t ldc, int64_t stride_c) {
   check_args(m, n, k, trans_a, trans_b, lda, ldb, ldc);
   TRAINRT_CHECK(batch >= 0 && stride_a >= 0 && stride_b >= 0 && (batch <= 1 || stride_c > 0),
                 "gemm batch=", batch, " strides ", stride_a, ", ", stride_b, ", ", stride_c);
@@ -359,15 +363,15 @@ void product_batched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64
   if (batch > 1 && stride_a == 0 && stride_b == 0) {
     // oneDNN wants the batch from A or B; with neither batched every product is the same one.
     for (int64_t p = 0; p < batch; ++p)
-      product_batched<T>(1, trans_a, trans_b, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c + p * stride_c, ldc, 0);
+      product_batched<T, C>(1, trans_a, trans_b, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c + p * stride_c, ldc, 0);
     return;
   }
   // One piece: `count` products of (rows, cols) starting at a, b, c.
-  auto piece = [&](int64_t count, int64_t rows, int64_t cols, const T* pa, const T* pb, T* pc) {
+  auto piece = [&](int64_t count, int64_t rows, int64_t cols, const T* pa, const T* pb, C* pc) {
     bool batched = count > 1;
     GemmKey key{count, rows, cols, k, lda, ldb, ldc, batched ? stride_a : 0,
                 batched ? stride_b : 0, batched ? stride_c : 0, trans_a, trans_b,
-                std::bit_cast<uint32_t>(alpha), std::bit_cast<uint32_t>(beta), onednn_type<T>()};
+                std::bit_cast<uint32_t>(alpha), std::bit_cast<uint32_t>(beta), onednn_type<T>(), onednn_type<C>()};
     run(key, pa, pb, pc);
   };
   ThreadPool& pool = ThreadPool::global();
@@ -378,7 +382,7 @@ void product_batched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64
     return;
   }
   // C (m, n) split into column or row blocks of C, or run whole on the calling thread.
-  auto run_split = [&](Split split, T* out) {
+  auto run_split = [&](Split split, C* out) {
     const int64_t blocks = split.kind == Split::kColumns ? (n + split.block - 1) / split.block
                            : split.kind == Split::kRows  ? (m + split.block - 1) / split.block
                                                          : 1;
@@ -396,8 +400,8 @@ void product_batched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64
       piece(1, m, n, a, b, out);
     }
   };
-  run_split(choose_split<T>(trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta,
-                            [&](Split split, T* scratch) { run_split(split, scratch); }),
+  run_split(choose_split<T, C>(trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta,
+                               [&](Split split, C* scratch) { run_split(split, scratch); }),
             c);
 }
 
@@ -421,6 +425,11 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
                const BFloat16* a, int64_t lda, const BFloat16* b, int64_t ldb, float beta, BFloat16* c,
                int64_t ldc) {
   product_batched<BFloat16>(1, trans_a, trans_b, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc, 0);
+}
+
+void gemm_bf16_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const BFloat16* a,
+                   int64_t lda, const BFloat16* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  product_batched<BFloat16, float>(1, trans_a, trans_b, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc, 0);
 }
 
 void gemm_bf16_batched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,

@@ -19,6 +19,8 @@
 //
 // gemm_bf16 is the same product on bf16 A, B and C (mixed precision training: torch.autocast's
 // matmuls), summed in f32 and rounded to bf16 once per element of C; beta * C reads C's bf16 values.
+// gemm_bf16_f32 takes bf16 A and B and writes (and with beta, reads) an f32 C, unrounded: a bf16
+// head's scores before its softmax, a weight gradient summed over row blocks.
 #pragma once
 
 #include <cstdint>
@@ -42,6 +44,9 @@ void gemm_f32_batched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int6
 void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                const BFloat16* a, int64_t lda, const BFloat16* b, int64_t ldb, float beta, BFloat16* c,
                int64_t ldc);
+
+void gemm_bf16_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const BFloat16* a,
+                   int64_t lda, const BFloat16* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
 void gemm_bf16_batched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                        float alpha, const BFloat16* a, int64_t lda, int64_t stride_a, const BFloat16* b,

@@ -2,7 +2,7 @@
 // ops/tensor_grad_schemas.cc):
 //   SliceGrad    zero dX, then one strided write of dY over the sliced positions (any float type;
 //                the slice arithmetic is Slice's own, tensor_op_args.h)
-//   GatherGrad   a deterministic scatter-add: indices are bucketed by destination row (a counting
+//   GatherGrad   (f32, f64; bf16 and f16 summed in f32) a deterministic scatter-add: indices are bucketed by destination row (a counting
 //                sort that keeps their order), then destination rows are summed in parallel, each
 //                from its own bucket in index order, so results never depend on the thread count;
 //                with padding_idx (Embedding's gradient) that row's bucket is emptied: it stays 0;
@@ -157,6 +157,40 @@ void gather_grad(const IndexBuckets& b, const T* dy, const T* addend, T* dx, int
   });
 }
 
+// gather_grad for the 16-bit floats (a bf16 head's rows under autocast): each bucket summed in f32,
+// with the addend, and rounded once.
+template <typename T>
+void gather_grad_16(const IndexBuckets& b, const T* dy, const T* addend, T* dx, int64_t outer, int64_t rows,
+                    int64_t n, int64_t inner, ThreadPool& pool) {
+  constexpr bool kHalf = std::is_same_v<T, Half>;
+  const auto widen = [](T v) { return kHalf ? f16_to_f32(v.bits) : bf16_to_f32(v.bits); };
+  pool.parallel_for(outer * rows, rows_per_chunk(static_cast<size_t>(inner) * sizeof(T)), [&](int64_t begin, int64_t end) {
+    std::vector<float> sum(static_cast<size_t>(inner));
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t o = row / rows, v = row % rows;
+      T* out = dx + row * inner;
+      const T* add = addend ? addend + row * inner : nullptr;
+      const int64_t k0 = b.begin[static_cast<size_t>(v)], k1 = b.begin[static_cast<size_t>(v) + 1];
+      const size_t bytes = static_cast<size_t>(inner) * sizeof(T);
+      if (k0 == k1 || (!add && k1 - k0 == 1)) {  // nothing to add: zeros, the addend or the one row
+        const T* from = k0 == k1 ? add : dy + (o * n + b.positions[static_cast<size_t>(k0)]) * inner;
+        if (!from) std::memset(static_cast<void*>(out), 0, bytes);
+        else if (from != out) std::memcpy(static_cast<void*>(out), from, bytes);
+        continue;
+      }
+      // As the f32 kernel sums: the bucket in order, then the addend plus that sum.
+      const auto src = [&](int64_t k) { return dy + (o * n + b.positions[static_cast<size_t>(k)]) * inner; };
+      for (int64_t j = 0; j < inner; ++j) sum[static_cast<size_t>(j)] = widen(src(k0)[j]);
+      for (int64_t k = k0 + 1; k < k1; ++k)
+        for (int64_t j = 0; j < inner; ++j) sum[static_cast<size_t>(j)] += widen(src(k)[j]);
+      for (int64_t j = 0; j < inner; ++j) {
+        const float f = add ? widen(add[j]) + sum[static_cast<size_t>(j)] : sum[static_cast<size_t>(j)];
+        out[j] = T{kHalf ? f32_to_f16(f) : f32_to_bf16(f)};
+      }
+    }
+  });
+}
+
 template <typename T>
 void run_gather_grad(const Tensor& indices, const Tensor& dy, const Tensor* addend, Tensor& dx, int64_t axis,
                      std::optional<int64_t> padding_idx, ThreadPool& pool, const std::string& where) {
@@ -180,7 +214,10 @@ void run_gather_grad(const Tensor& indices, const Tensor& dy, const Tensor* adde
   if (addend && (addend->dims() != dx.dims() || addend->dtype() != dx.dtype()))
     throw ShapeError(fmt(where, ": input 3 (addend) is ", describe(*addend), ", expected dX's ", describe(dx)));
   if (dx.numel() == 0) return;
-  gather_grad(b, dy.data<T>(), addend ? addend->data<T>() : nullptr, dx.data<T>(), outer, rows, n, inner, pool);
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
+    gather_grad(b, dy.data<T>(), addend ? addend->data<T>() : nullptr, dx.data<T>(), outer, rows, n, inner, pool);
+  else
+    gather_grad_16(b, dy.data<T>(), addend ? addend->data<T>() : nullptr, dx.data<T>(), outer, rows, n, inner, pool);
 }
 
 KernelFn make_gather_grad(const Node& node) {
@@ -191,9 +228,13 @@ KernelFn make_gather_grad(const Node& node) {
     const Tensor &indices = ctx.in(1), &dy = ctx.in(2);
     const Tensor* addend = ctx.has_in(3) ? &ctx.in(3) : nullptr;
     Tensor& dx = ctx.out(0);
-    if (dy.dtype() == DType::kF32)
-      run_gather_grad<float>(indices, dy, addend, dx, axis, padding_idx, ctx.threads(), where);
-    else run_gather_grad<double>(indices, dy, addend, dx, axis, padding_idx, ctx.threads(), where);
+    switch (dy.dtype()) {
+      case DType::kF32: return run_gather_grad<float>(indices, dy, addend, dx, axis, padding_idx, ctx.threads(), where);
+      case DType::kF64: return run_gather_grad<double>(indices, dy, addend, dx, axis, padding_idx, ctx.threads(), where);
+      case DType::kBF16: return run_gather_grad<BFloat16>(indices, dy, addend, dx, axis, padding_idx, ctx.threads(), where);
+      case DType::kF16: return run_gather_grad<Half>(indices, dy, addend, dx, axis, padding_idx, ctx.threads(), where);
+      default: throw InvalidModel(fmt(where, ": input 2 (dY) is ", describe(dy), ", expected a float type"));
+    }
   };
 }
 
