@@ -11,7 +11,7 @@
 //
 // the same computation torch does for that op, one rounding per output. Three callers:
 //   - the gradient builder, for a gradient node whose schema refuses its bf16 / f16 inputs
-//     (GatherGrad, the embedding's gradient: grad_context.cc);
+//     (grad_context.cc);
 //   - passes/low_precision_compute.h, for forward nodes whose schema refuses them (BatchNormalization);
 //   - the session, for nodes with no kernel of that dtype (runtime/bf16_widening.h).
 #pragma once

@@ -12,6 +12,11 @@
 //   nothing reads, which the plan places in the arena for the node's step (at the forward's end,
 //   where the saved values peak and the arena is mostly idle). Without it the kernel takes storage
 //   of its own for its run.
+//   On bf16 X, W (and B), autocast's head: the scores are the bf16 product's (summed in f32, rounded
+//   once), the loss runs in f32 on them, the scores' gradient is rounded to bf16 before the
+//   products that make dX, dW and dB, and those three are bf16 (dW and dB summed over the row
+//   blocks in f32 and rounded once). Output 4 is then the 1-D f32 workspace that
+//   linear_cross_entropy_bf16_workspace sizes.
 #include "trainrt/ops/linear_cross_entropy_block.h"
 #include "trainrt/ops/op_schema.h"
 #include "trainrt/ops/register_schemas.h"
@@ -21,7 +26,10 @@ namespace {
 
 void infer_linear_cross_entropy(InferenceContext& ctx) {
   const Node& n = ctx.node();
-  for (int i : {0, 1}) ctx.expect_dtype(i, {DType::kF32});
+  ctx.expect_dtype(0, {DType::kF32, DType::kBF16});
+  const DType dtype = ctx.input_dtype(0);
+  if (ctx.input_dtype(1) != dtype)
+    ctx.fail(fmt("input 1 (W) is ", dtype_name(ctx.input_dtype(1)), ", expected X's ", dtype_name(dtype)));
   ctx.expect_dtype(2, {DType::kI64, DType::kI32});
   const Shape& x = ctx.input_shape(0);
   const Shape& w = ctx.input_shape(1);
@@ -35,7 +43,7 @@ void infer_linear_cross_entropy(InferenceContext& ctx) {
                  trans_w ? " as X W^T" : " as X W"));
   if (!classes.is_static()) ctx.fail(fmt("input 1 (W) has shape ", to_string(w), ": the class count must be static"));
   if (ctx.has_input(3)) {
-    ctx.expect_dtype(3, {DType::kF32});
+    ctx.expect_dtype(3, {dtype});
     const Shape& b = ctx.input_shape(3);
     if (!b.rank_known || b.rank() != 1 || !b.dims[0].is_static() || b.dims[0].value != classes.value)
       ctx.fail(fmt("input 3 (B) has shape ", to_string(b), ", expected (", classes.value, ")"));
@@ -43,11 +51,19 @@ void infer_linear_cross_entropy(InferenceContext& ctx) {
   const std::string reduction = n.attr_string("reduction", "mean");
   if (reduction != "mean" && reduction != "sum") ctx.fail(fmt("reduction '", reduction, "': only mean and sum"));
   ctx.set_output(0, DType::kF32, Shape(std::vector<Dim>{}));
-  if (ctx.has_output(1)) ctx.set_output(1, DType::kF32, x);
-  if (ctx.has_output(2)) ctx.set_output(2, DType::kF32, w);
-  if (ctx.has_output(3)) ctx.set_output(3, DType::kF32, Shape({classes}));
-  if (ctx.has_output(4))
+  if (ctx.has_output(1)) ctx.set_output(1, dtype, x);
+  if (ctx.has_output(2)) ctx.set_output(2, dtype, w);
+  if (ctx.has_output(3)) ctx.set_output(3, dtype, Shape({classes}));
+  if (!ctx.has_output(4)) return;
+  if (dtype == DType::kF32) {
     ctx.set_output(4, DType::kF32, Shape({Dim(linear_cross_entropy_block_rows(classes.value)), classes}));
+    return;
+  }
+  if (!w.is_static()) ctx.fail(fmt("input 1 (W) has shape ", to_string(w), ": a bf16 head's workspace needs it static"));
+  const int64_t w_elements = w.dims[0].value * w.dims[1].value;
+  ctx.set_output(4, DType::kF32,
+                 Shape({Dim(linear_cross_entropy_bf16_workspace(classes.value, w_elements, ctx.has_output(2),
+                                                                ctx.has_output(3)).total)}));
 }
 
 }  // namespace

@@ -9,11 +9,13 @@
 namespace trainrt {
 namespace {
 
-bool is_f32_matrix(const Value* v) {
-  return v && v->dtype == DType::kF32 && v->shape.rank_known && v->shape.rank() == 2;
+bool is_matrix(const Value* v, DType dtype) {
+  return v && v->dtype == dtype && v->shape.rank_known && v->shape.rank() == 2;
 }
+bool is_f32_matrix(const Value* v) { return is_matrix(v, DType::kF32); }
 
-// op(A) op(B) (+ bias) on f32 matrices, as MatMul, FusedMatMul or Gemm compute it with alpha 1.
+// op(A) op(B) (+ bias) on f32 or bf16 matrices (all one type), as MatMul, FusedMatMul or Gemm
+// compute it with alpha 1.
 struct Product {
   Value* a = nullptr;
   Value* b = nullptr;
@@ -22,7 +24,9 @@ struct Product {
 };
 
 std::optional<Product> product_of(const Node& n) {
-  if (n.num_outputs() != 1 || !is_f32_matrix(n.output(0))) return std::nullopt;
+  if (n.num_outputs() != 1 || !n.output(0)) return std::nullopt;
+  const DType dtype = n.output(0)->dtype;
+  if ((dtype != DType::kF32 && dtype != DType::kBF16) || !is_matrix(n.output(0), dtype)) return std::nullopt;
   Product p{n.input(0), n.input(1)};
   if (n.op_type() == "MatMul" && n.domain() == kOnnxDomain) {
     if (n.num_inputs() != 2) return std::nullopt;
@@ -39,13 +43,21 @@ std::optional<Product> product_of(const Node& n) {
   }
   p.trans_a = n.attr_int("transA", 0) != 0;
   p.trans_b = n.attr_int("transB", 0) != 0;
-  if (!is_f32_matrix(p.a) || !is_f32_matrix(p.b)) return std::nullopt;
+  if (!is_matrix(p.a, dtype) || !is_matrix(p.b, dtype)) return std::nullopt;
   return p;
 }
 
 // Whether `v`'s only reader is input `index` of `reader`, and v is no graph output.
 bool read_only_by(const Graph& g, const Value* v, const Node* reader, int index) {
   return v->uses.size() == 1 && v->uses[0].node == reader && v->uses[0].input_index == index && !is_graph_output(g, v);
+}
+
+// The Cast node that is `v`'s only reader, casting it to `to`, or null.
+Node* only_cast_to(const Graph& g, const Value* v, DType to) {
+  if (v->uses.size() != 1 || is_graph_output(g, v)) return nullptr;
+  Node* c = v->uses[0].node;
+  const bool casts = c->op_type() == "Cast" && c->domain() == kOnnxDomain && c->output(0) && c->output(0)->dtype == to;
+  return casts ? c : nullptr;
 }
 
 bool is_constant_one(const Value* v) {
@@ -83,18 +95,29 @@ bool fuse(Graph& g, Node* grad) {
   const std::string reduction = loss->attr_string("reduction", "mean");
   if (reduction != "mean" && reduction != "sum") return false;
   Value* scores = loss->input(0);
-  Node* head = scores->producer;
+  if (!read_only_by(g, scores, loss, 0)) return false;
+  // Under autocast the head is bf16 and cast to f32 for the loss; the loss gradient is cast back.
+  Node* scores_cast = scores->producer && scores->producer->op_type() == "Cast" ? scores->producer : nullptr;
+  Node* head = scores_cast ? scores_cast->input(0)->producer : scores->producer;
   const std::optional<Product> p = head ? product_of(*head) : std::nullopt;
   if (!p || p->trans_a) return false;
+  const DType dtype = head->output(0)->dtype;  // of X, W, B and the gradients
+  if (scores_cast ? (dtype != DType::kBF16 || !only_cast_to(g, head->output(0), DType::kF32)) : dtype != DType::kF32)
+    return false;
   Value* x = p->a;
   Value* w = p->b;
   const bool trans_w = p->trans_b;
-  Value* ds = grad->output(0);
-  if (!ds || !read_only_by(g, scores, loss, 0) || !read_only_by(g, log_prob, grad, 1) || is_graph_output(g, ds) ||
-      !is_f32_matrix(ds))
+  Value* ds_f32 = grad->output(0);
+  if (!ds_f32 || !read_only_by(g, log_prob, grad, 1) || is_graph_output(g, ds_f32) || !is_f32_matrix(ds_f32))
     return false;
-  if (p->bias && !(p->bias->dtype == DType::kF32 && p->bias->shape.rank_known && p->bias->shape.rank() == 1))
+  Node* ds_cast = dtype == DType::kF32 ? nullptr : only_cast_to(g, ds_f32, dtype);
+  if (dtype != DType::kF32 && !ds_cast) return false;
+  Value* ds = ds_cast ? ds_cast->output(0) : ds_f32;
+  if (is_graph_output(g, ds)) return false;
+  if (p->bias && !(p->bias->dtype == dtype && p->bias->shape.rank_known && p->bias->shape.rank() == 1))
     return false;
+  // The bf16 kernel sums dW over its row blocks in an f32 copy of W in its workspace: W's dims static.
+  if (dtype != DType::kF32 && !w->shape.is_static()) return false;
   // Each reader of dS: dX = dS W (W^T), dW = dS^T X (X^T dS), dB; each at most once.
   Node *dx = nullptr, *dw = nullptr, *db = nullptr;
   for (const Use& u : ds->uses) {
@@ -117,6 +140,8 @@ bool fuse(Graph& g, Node* grad) {
   while (outputs.size() < 4) outputs.push_back(nullptr);
   outputs.push_back(g.add_value(g.unique_name(loss_value->name + "/scores_block")));
   std::vector<Node*> replaced = {head, loss, grad};
+  for (Node* cast : {scores_cast, ds_cast})
+    if (cast) replaced.push_back(cast);
   for (Node* r : {dx, dw, db})
     if (r) replaced.push_back(r);
   // The bias's Shape goes too when nothing else reads it.

@@ -12,6 +12,12 @@
 //            block: the (R, C) scores the kernel works in, read by nothing: the plan places it in
 //            the arena for that one step, which at the forward's end is mostly idle
 //
+// Under autocast (bf16 X and W) the same chain carries two Casts, which go too:
+//            S = Cast<f32>(product(X, W [, B]))  ...  dS = Cast<bf16>(SoftmaxCrossEntropyLossGrad(...))
+//   after:   the same node on bf16 X and W: its dX, dW, dB are bf16 (the products' types) and its
+//            output 4 is a 1-D f32 workspace (scores, their bf16 gradient, W's f32 sum over blocks)
+// The bf16 form needs W's dims static (the workspace holds an f32 copy of it).
+//
 // It fires only where S, log_prob and dS have no reader but these nodes and are no graph output,
 // and each reader of dS is one of the three products (dX and dW may each be absent). Run it on a
 // forward program after partition_joint_graph.

@@ -43,6 +43,31 @@ std::shared_ptr<Graph> extract_subgraph(const Graph& source, const std::vector<c
   return g;
 }
 
+namespace {
+
+// The forward nodes some forward output depends on, in order. A forward node whose values nothing
+// reads is left out: the forward copy of a node the saved-values choice recomputes in the backward
+// (a gradient's Cast rule 7 made in the forward, recomputed beside its reader). A PythonOp stays
+// whatever reads it: the user's Function may act beyond its outputs.
+std::vector<const Node*> needed_forward_nodes(const std::vector<const Node*>& nodes,
+                                              const std::vector<const Value*>& outputs) {
+  std::unordered_set<const Value*> needed(outputs.begin(), outputs.end());
+  std::vector<const Node*> kept;
+  for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
+    const Node* n = *it;
+    const bool read = n->op_type() == "PythonOp" ||
+                      std::any_of(n->outputs().begin(), n->outputs().end(), [&](const Value* v) { return v && needed.count(v); });
+    if (!read) continue;
+    kept.push_back(n);
+    for (const Value* v : n->inputs())
+      if (v) needed.insert(v);
+  }
+  std::reverse(kept.begin(), kept.end());
+  return kept;
+}
+
+}  // namespace
+
 TrainingPrograms partition_joint_graph(const Graph& joint, const GradientResult& gradients) {
   std::unordered_set<const Node*> is_forward(gradients.forward_nodes.begin(), gradients.forward_nodes.end());
   std::vector<const Node*> backward_nodes;
@@ -86,8 +111,8 @@ TrainingPrograms partition_joint_graph(const Graph& joint, const GradientResult&
   std::vector<const Value*> grads;
   for (const auto& [wrt, grad] : gradients.grad_of) grads.push_back(joint.find_value(grad));
 
-  p.forward = extract_subgraph(joint, gradients.forward_nodes, forward_inputs, forward_all_outputs,
-                               joint.name + "_forward");
+  p.forward = extract_subgraph(joint, needed_forward_nodes(gradients.forward_nodes, forward_all_outputs),
+                               forward_inputs, forward_all_outputs, joint.name + "_forward");
   p.backward = extract_subgraph(joint, backward_nodes, backward_inputs, grads, joint.name + "_backward");
   return p;
 }

@@ -186,8 +186,9 @@ TEST(LowPrecisionCompute, ANodeWhoseSchemaRefusesBf16RunsInF32BetweenCastsAndThe
   testing::expect_values(y, expected, 0, 0, "batch norm widened, then relu");
 }
 
-TEST(LowPrecisionCompute, TheGradientOfABf16EmbeddingIsGatherGradInF32RoundedOnce) {
-  // loss = ReduceSum(Gather(w, ids)): dW = scatter-add of ones over the ids' rows, in f32, then bf16.
+TEST(LowPrecisionCompute, TheGradientOfABf16EmbeddingIsABf16GatherGradSummedInF32) {
+  // loss = ReduceSum(Gather(w, ids)): dW = scatter-add of ones over the ids' rows, by GatherGrad's bf16
+  // kernel, which sums each row in f32 and rounds once (kernels/cpu/bf16_kernels_test.cc): no widening.
   auto g = std::make_shared<Graph>();
   g->set_opset("", 18);
   Value* w = g->add_input("w", DType::kBF16, Shape::of({5, 2}));
@@ -200,10 +201,12 @@ TEST(LowPrecisionCompute, TheGradientOfABf16EmbeddingIsGatherGradInF32RoundedOnc
   const GradientResult r = build_gradients(*g, {.loss = "loss", .wrt = {"w"}});
   const Value* dw = g->find_value(r.grad_of.at("w"));
   EXPECT_EQ(dw->dtype, DType::kBF16);
-  bool gather_grad_in_f32 = false;
-  for (const Node* n : g->nodes())
-    gather_grad_in_f32 |= n->op_type() == "GatherGrad" && n->input(2)->dtype == DType::kF32;
-  EXPECT_TRUE(gather_grad_in_f32);
+  bool gather_grad_in_bf16 = false;
+  for (const Node* n : g->nodes()) {
+    gather_grad_in_bf16 |= n->op_type() == "GatherGrad" && n->input(2)->dtype == DType::kBF16;
+    EXPECT_NE(n->op_type(), "Cast") << "no widening around the gradient";
+  }
+  EXPECT_TRUE(gather_grad_in_bf16);
 
   const std::vector<Tensor> out = Session(g).run({testing::random_of(DType::kBF16, {5, 2}, 7), Tensor::from_i64({0, 3, 3, 1})});
   const size_t at = static_cast<size_t>(std::find_if(g->outputs().begin(), g->outputs().end(),

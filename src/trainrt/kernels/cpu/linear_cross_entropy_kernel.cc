@@ -1,4 +1,4 @@
-// CPU kernel of LinearSoftmaxCrossEntropy (ops/linear_cross_entropy_schema.cc), f32: a head's
+// CPU kernel of LinearSoftmaxCrossEntropy (ops/linear_cross_entropy_schema.cc), f32 and bf16: a head's
 // scores, their softmax cross-entropy and its gradients for dLoss = 1, R rows at a time, so the
 // (N, C) scores are never whole (the idea of Liger's fused linear cross-entropy). The block of
 // scores (R rows: ops/linear_cross_entropy_block.h) is the node's output 4 when it has one (an arena
@@ -11,12 +11,18 @@
 // The loss sums the rows' losses in row order in double. dW's sum runs over the blocks in order, so
 // it rounds differently from one product over all N rows; within the usual f32 tolerance.
 // A label outside [0, C) that is not ignore_index is an error naming the node, position and label.
+// On bf16 X and W (autocast's head) the products run on bf16 operands with f32 sums
+// (gemm_bf16_f32): each block's scores are rounded to bf16, as the bf16 product's would be, the loss
+// runs in f32, the gradient S is rounded to bf16 for the products (as the Cast's gradient does),
+// and dW and dB are summed over the blocks in f32 in the workspace and rounded once at the end.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "trainrt/core/dtype_convert.h"
 #include "trainrt/kernels/cpu/gemm.h"
 #include "trainrt/kernels/cpu/reduce_math.h"
 #include "trainrt/kernels/cpu/reduce_util.h"
@@ -34,9 +40,66 @@ struct Spec {
   int64_t ignore_index = 0;
 };
 
+// C = op(A) op(B) on f32 or bf16 operands, C of the operands' type.
+template <typename T>
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const T* a, int64_t lda,
+          const T* b, int64_t ldb, float beta, T* c, int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>) gemm_f32(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  else gemm_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
 
+// C (f32) = op(A) op(B) + beta C on f32 or bf16 operands: a gradient summed over the row blocks.
+template <typename T>
+void gemm_sum(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
+              int64_t ldb, float beta, float* c, int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>) gemm_f32(trans_a, trans_b, m, n, k, 1.f, a, lda, b, ldb, beta, c, ldc);
+  else gemm_bf16_f32(trans_a, trans_b, m, n, k, 1.f, a, lda, b, ldb, beta, c, ldc);
+}
+
+
+// The rows' losses and scores' gradients of one block, in place: row i of `scores` (its f32 scores)
+// becomes f_i (softmax - onehot(t)), losses[i] its loss. With `grad_bf16`, the scores are first
+// rounded to bf16 (the bf16 product's values), and the gradient is rounded to bf16 into grad_bf16's
+// row and widened back into the row (so dB's column sums add what the products read).
 template <typename L>
+void rows_loss_and_gradient(const Spec& s, ThreadPool& pool, float* scores, BFloat16* grad_bf16, int64_t rows,
+                            int64_t classes, const float* bias, const L* labels, float scale_mean,
+                            std::vector<double>& losses) {
+  pool.parallel_for(rows, rows_per_task(classes), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      float* row = scores + i * classes;
+      if (bias)
+        for (int64_t c = 0; c < classes; ++c) row[c] += bias[c];
+      if (grad_bf16)
+        for (int64_t c = 0; c < classes; ++c) row[c] = bf16_to_f32(f32_to_bf16(row[c]));
+      const int64_t t = static_cast<int64_t>(labels[i]);
+      if (s.has_ignore_index && t == s.ignore_index) {
+        losses[static_cast<size_t>(i)] = 0;
+        const float f = s.mean ? 0.f * scale_mean : 0.f;  // NaN when every row is ignored
+        if (f == 0.f) std::memset(row, 0, static_cast<size_t>(classes) * sizeof(float));
+        else for (int64_t c = 0; c < classes; ++c) row[c] = f;
+      } else {
+        const float label_score = row[t];
+        const float m = row_max(row, classes);
+        const float sum = exp_shift_sum(row, row, m, classes);  // row := exp(row - m)
+        losses[static_cast<size_t>(i)] =
+            static_cast<double>(m) + std::log(static_cast<double>(sum)) - static_cast<double>(label_score);
+        const float f = s.mean ? scale_mean : 1.f;
+        scale(row, row, f / sum, classes);
+        row[t] -= f;
+      }
+      if (!grad_bf16) continue;
+      BFloat16* g = grad_bf16 + i * classes;
+      convert_from_f32(row, g, classes);
+      convert_to_f32(g, row, classes);
+    }
+  });
+}
+
+// T: float, or BFloat16 for autocast's head (the schema's bf16 form); L: the labels' type.
+template <typename T, typename L>
 void run(const Spec& s, KernelContext& ctx, const L* labels) {
+  constexpr bool kBf16 = std::is_same_v<T, BFloat16>;
   const Tensor& x = ctx.in(0);
   const Tensor& w = ctx.in(1);
   const int64_t n = x.dim(0), k = x.dim(1);
@@ -45,7 +108,6 @@ void run(const Spec& s, KernelContext& ctx, const L* labels) {
     throw ShapeError(fmt(s.node, ": input 1 (W) is ", describe(w), ", which does not multiply X ", describe(x)));
   if (ctx.in(2).numel() != n)
     throw ShapeError(fmt(s.node, ": input 2 (labels) is ", describe(ctx.in(2)), ", expected ", n, " labels"));
-  const float* bias = ctx.has_in(3) ? ctx.in(3).data<float>() : nullptr;
   const int64_t block = std::max<int64_t>(1, std::min(n, linear_cross_entropy_block_rows(classes)));
 
   double counted = 0;  // rows not ignored
@@ -58,62 +120,62 @@ void run(const Spec& s, KernelContext& ctx, const L* labels) {
   }
   // As SoftmaxCrossEntropyLossGrad: w * (1 / sum w), NaN for every row when all are ignored (0 / 0).
   const float scale_mean = static_cast<float>(1.0 / counted);
-  float* dx = ctx.has_out(1) ? ctx.out(1).data<float>() : nullptr;
-  float* dw = ctx.has_out(2) ? ctx.out(2).data<float>() : nullptr;
-  float* db = ctx.has_out(3) ? ctx.out(3).data<float>() : nullptr;
-  if (dw && n == 0) std::memset(dw, 0, static_cast<size_t>(ctx.out(2).nbytes()));
-  if (db) std::memset(db, 0, static_cast<size_t>(classes) * sizeof(float));
-  thread_local std::vector<double> kept_losses;  // keeps its largest size: no steady-state allocation
+  T* dx = ctx.has_out(1) ? ctx.out(1).data<T>() : nullptr;
+  T* dw = ctx.has_out(2) ? ctx.out(2).data<T>() : nullptr;
+  T* db = ctx.has_out(3) ? ctx.out(3).data<T>() : nullptr;
+  thread_local std::vector<double> kept_losses;  // keep their largest size: no steady-state allocation
+  thread_local std::vector<float> kept_bias;
   std::vector<double>& losses = kept_losses;
   losses.resize(static_cast<size_t>(block));
-  // The node's scores-block output (an arena buffer) when it has one, else storage for this run.
-  Tensor own_block;
-  if (ctx.has_out(4) && ctx.out(4).numel() < block * classes)
-    throw ShapeError(fmt(s.node, ": output 4 (scores block) is ", describe(ctx.out(4)), ", smaller than ", block,
-                         " rows of ", classes, " scores"));
-  if (!ctx.has_out(4)) own_block = Tensor::empty(DType::kF32, {block, classes});
-  float* scores = ctx.has_out(4) ? ctx.out(4).data<float>() : own_block.data<float>();
-  const float* xs = x.data<float>();
-  const float* ws = w.data<float>();
+  const float* bias = nullptr;
+  if (ctx.has_in(3) && kBf16) {
+    kept_bias.resize(static_cast<size_t>(classes));
+    convert_to_f32(ctx.in(3).data<BFloat16>(), kept_bias.data(), classes);
+    bias = kept_bias.data();
+  } else if (ctx.has_in(3)) {
+    bias = ctx.in(3).data<float>();
+  }
+  // The scores block (f32) or the bf16 workspace: the node's output 4 (an arena buffer) when it has
+  // one, else storage for this run.
+  const LinearCrossEntropyWorkspace space =
+      kBf16 ? linear_cross_entropy_bf16_workspace(classes, w.numel(), dw != nullptr, db != nullptr)
+            : LinearCrossEntropyWorkspace{.total = block * classes};
+  Tensor own_space;
+  if (ctx.has_out(4) && ctx.out(4).numel() < space.total)
+    throw ShapeError(fmt(s.node, ": output 4 (workspace) is ", describe(ctx.out(4)), ", smaller than ", space.total,
+                         " floats for ", block, " rows of ", classes, " scores"));
+  if (!ctx.has_out(4)) own_space = Tensor::empty(DType::kF32, {space.total});
+  float* work = ctx.has_out(4) ? ctx.out(4).data<float>() : own_space.data<float>();
+  float* scores = work + space.scores;
+  BFloat16* grad_bf16 = kBf16 ? reinterpret_cast<BFloat16*>(work + space.grad_bf16) : nullptr;
+  float* dw_sum = kBf16 ? work + space.dw_sum : reinterpret_cast<float*>(dw);  // f32: dW itself
+  float* db_sum = kBf16 ? work + space.db_sum : reinterpret_cast<float*>(db);
+  if (dw && n == 0) std::memset(dw_sum, 0, static_cast<size_t>(w.numel()) * sizeof(float));
+  if (db) std::memset(db_sum, 0, static_cast<size_t>(classes) * sizeof(float));
+  const T* xs = x.data<T>();
+  const T* ws = w.data<T>();
+  const int64_t ldw = s.trans_w ? k : classes;
   double total = 0;
   for (int64_t r0 = 0; r0 < n; r0 += block) {
     const int64_t rows = std::min(block, n - r0);
-    const float* xb = xs + r0 * k;
-    gemm_f32(false, s.trans_w, rows, classes, k, 1.f, xb, k, ws, s.trans_w ? k : classes, 0.f, scores, classes);
-    ctx.threads().parallel_for(rows, rows_per_task(classes), [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        float* row = scores + i * classes;
-        if (bias)
-          for (int64_t c = 0; c < classes; ++c) row[c] += bias[c];
-        const int64_t t = static_cast<int64_t>(labels[r0 + i]);
-        if (s.has_ignore_index && t == s.ignore_index) {
-          losses[static_cast<size_t>(i)] = 0;
-          const float f = s.mean ? 0.f * scale_mean : 0.f;  // NaN when every row is ignored
-          if (f == 0.f) std::memset(row, 0, static_cast<size_t>(classes) * sizeof(float));
-          else for (int64_t c = 0; c < classes; ++c) row[c] = f;
-          continue;
-        }
-        const float label_score = row[t];
-        const float m = row_max(row, classes);
-        const float sum = exp_shift_sum(row, row, m, classes);  // row := exp(row - m)
-        losses[static_cast<size_t>(i)] =
-            static_cast<double>(m) + std::log(static_cast<double>(sum)) - static_cast<double>(label_score);
-        const float f = s.mean ? scale_mean : 1.f;
-        scale(row, row, f / sum, classes);
-        row[t] -= f;
-      }
-    });
+    const T* xb = xs + r0 * k;
+    if constexpr (kBf16) gemm_bf16_f32(false, s.trans_w, rows, classes, k, 1.f, xb, k, ws, ldw, 0.f, scores, classes);
+    else gemm_f32(false, s.trans_w, rows, classes, k, 1.f, xb, k, ws, ldw, 0.f, scores, classes);
+    rows_loss_and_gradient(s, ctx.threads(), scores, grad_bf16, rows, classes, bias, labels + r0, scale_mean, losses);
     for (int64_t i = 0; i < rows; ++i) total += losses[static_cast<size_t>(i)];
-    if (dx) {
-      if (s.trans_w) gemm_f32(false, false, rows, k, classes, 1.f, scores, classes, ws, k, 0.f, dx + r0 * k, k);
-      else gemm_f32(false, true, rows, k, classes, 1.f, scores, classes, ws, classes, 0.f, dx + r0 * k, k);
-    }
+    // The gradient products read the f32 gradient, or its bf16 rounding.
+    const T* grad = nullptr;
+    if constexpr (kBf16) grad = grad_bf16;
+    else grad = scores;
+    if (dx) gemm<T>(false, !s.trans_w, rows, k, classes, 1.f, grad, classes, ws, ldw, 0.f, dx + r0 * k, k);
     const float beta = r0 == 0 ? 0.f : 1.f;
-    if (dw) {
-      if (s.trans_w) gemm_f32(true, false, classes, k, rows, 1.f, scores, classes, xb, k, beta, dw, k);
-      else gemm_f32(true, false, k, classes, rows, 1.f, xb, k, scores, classes, beta, dw, classes);
-    }
-    if (db) cols_add(db, scores, rows, classes, classes);
+    if (dw && s.trans_w) gemm_sum<T>(true, false, classes, k, rows, grad, classes, xb, k, beta, dw_sum, k);
+    else if (dw) gemm_sum<T>(true, false, k, classes, rows, xb, k, grad, classes, beta, dw_sum, classes);
+    if (db) cols_add(db_sum, scores, rows, classes, classes);
+  }
+  if constexpr (kBf16) {
+    if (dw) convert_from_f32(dw_sum, dw, w.numel());
+    if (db) convert_from_f32(db_sum, db, classes);
   }
   *ctx.out(0).data<float>() = static_cast<float>(s.mean ? total / counted : total);
 }
@@ -126,15 +188,23 @@ KernelFn make_linear_cross_entropy(const Node& node) {
   s.has_ignore_index = node.has_attr("ignore_index");
   s.ignore_index = node.attr_int("ignore_index", 0);
   return [s](KernelContext& ctx) {
-    if (ctx.in(2).dtype() == DType::kI32) run(s, ctx, ctx.in(2).data<int32_t>());
-    else run(s, ctx, ctx.in(2).data<int64_t>());
+    const bool i32 = ctx.in(2).dtype() == DType::kI32;
+    if (ctx.in(0).dtype() == DType::kBF16) {
+      if (i32) run<BFloat16>(s, ctx, ctx.in(2).data<int32_t>());
+      else run<BFloat16>(s, ctx, ctx.in(2).data<int64_t>());
+    } else if (i32) {
+      run<float>(s, ctx, ctx.in(2).data<int32_t>());
+    } else {
+      run<float>(s, ctx, ctx.in(2).data<int64_t>());
+    }
   };
 }
 
 }  // namespace
 
 void register_linear_cross_entropy_kernels(KernelTable& t) {
-  t.add(std::string(kTrainrtDomain), "LinearSoftmaxCrossEntropy", DType::kF32, make_linear_cross_entropy);
+  for (DType dtype : {DType::kF32, DType::kBF16})
+    t.add(std::string(kTrainrtDomain), "LinearSoftmaxCrossEntropy", dtype, make_linear_cross_entropy);
 }
 
 }  // namespace trainrt

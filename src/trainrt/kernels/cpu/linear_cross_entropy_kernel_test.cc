@@ -28,8 +28,12 @@ struct Reference {
   std::vector<double> dx, dw, db;
 };
 
+double bf16_rounded(double v) { return bf16_to_f32(f32_to_bf16(static_cast<float>(v))); }
+
 // scores = X W^T + B (or X W + B), loss = softmax cross-entropy, and its gradients, in double.
-Reference reference(const Case& c, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& labels) {
+// `bf16`: the bf16 head's roundings, the scores and their gradient each rounded to bf16.
+Reference reference(const Case& c, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& labels,
+                    bool bf16 = false) {
   const auto weight = [&](int64_t cls, int64_t j) {  // W as (C, K)
     return w.to_double(c.trans_w ? cls * c.k + j : j * c.classes + cls);
   };
@@ -47,6 +51,7 @@ Reference reference(const Case& c, const Tensor& x, const Tensor& w, const Tenso
     for (int64_t cls = 0; cls < c.classes; ++cls) {
       double v = c.bias ? b.to_double(cls) : 0;
       for (int64_t j = 0; j < c.k; ++j) v += x.to_double(i * c.k + j) * weight(cls, j);
+      if (bf16) v = bf16_rounded(v);
       s[static_cast<size_t>(cls)] = v;
       m = std::max(m, v);
     }
@@ -54,7 +59,8 @@ Reference reference(const Case& c, const Tensor& x, const Tensor& w, const Tenso
     r.loss += m + std::log(sum) - s[static_cast<size_t>(t)];
     const double f = c.mean ? 1 / counted : 1;
     for (int64_t cls = 0; cls < c.classes; ++cls) {
-      const double d = f * (std::exp(s[static_cast<size_t>(cls)] - m) / sum - (cls == t));
+      double d = f * (std::exp(s[static_cast<size_t>(cls)] - m) / sum - (cls == t));
+      if (bf16) d = bf16_rounded(d);
       r.db[static_cast<size_t>(cls)] += d;
       for (int64_t j = 0; j < c.k; ++j) {
         r.dx[static_cast<size_t>(i * c.k + j)] += d * weight(cls, j);
@@ -122,6 +128,42 @@ TEST(LinearCrossEntropyKernel, EveryLayoutBiasReductionAndIgnoredRows) {
 TEST(LinearCrossEntropyKernel, RowsInSeveralBlocks) {
   const Case c{.n = 300, .k = 6, .classes = 8192, .bias = true, .ignore_index = -100};
   check(c, "three blocks", 1);
+}
+
+Tensor to_bf16(const Tensor& t) {
+  Tensor out = Tensor::empty(DType::kBF16, t.dims());
+  for (int64_t i = 0; i < t.numel(); ++i) out.data<BFloat16>()[i] = BFloat16{f32_to_bf16(t.data<float>()[i])};
+  return out;
+}
+
+// On bf16 X, W and B (autocast's head): bf16 gradients within bf16's rounding of the reference that
+// rounds the scores and their gradient as the unfused bf16 nodes do, over one block and three, with
+// the workspace given as output 4 or taken by the kernel (the same bits).
+TEST(LinearCrossEntropyKernel, Bf16OperandsGiveTheBf16HeadsLossAndGradients) {
+  uint32_t seed = 40;
+  for (const Case& c : {Case{.bias = true, .ignore_index = -100}, Case{.trans_w = false, .mean = false},
+                        Case{.n = 300, .k = 6, .classes = 8192, .bias = true, .ignore_index = -100}}) {
+    SCOPED_TRACE(fmt("n ", c.n, " classes ", c.classes, " trans_w ", c.trans_w));
+    const Tensor x = to_bf16(random_tensor({c.n, c.k}, seed, -2.f, 2.f));
+    const Tensor w = to_bf16(random_tensor(
+        c.trans_w ? std::vector<int64_t>{c.classes, c.k} : std::vector<int64_t>{c.k, c.classes}, seed + 1, -1.f, 1.f));
+    const Tensor b = to_bf16(random_tensor({c.classes}, seed + 2));
+    const Tensor labels = labels_for(c, seed + 3);
+    seed += 4;
+    const std::vector<Tensor> inputs = {x, w, labels, c.bias ? b : Tensor()};
+    const std::vector<Tensor> out = run_fused(c, inputs);
+    for (size_t i = 1; i < 3; ++i) EXPECT_EQ(out[i].dtype(), DType::kBF16) << "output " << i;
+    EXPECT_EQ(out[0].dtype(), DType::kF32);
+    const Reference r = reference(c, x, w, b, labels, /*bf16=*/true);
+    expect_values(out[0], {r.loss}, 1e-4, 1e-6, "loss");
+    expect_values(out[1], r.dx, 1e-2, 1e-4, "dX");
+    expect_values(out[2], r.dw, 1e-2, 1e-4, "dW");
+    if (c.bias) expect_values(out[3], r.db, 1e-2, 1e-4, "dB");
+    const std::vector<Tensor> in_workspace = run_fused(c, inputs, true);
+    ASSERT_EQ(in_workspace.size(), 5u);
+    EXPECT_EQ(in_workspace[4].rank(), 1);
+    for (size_t i = 0; i < (c.bias ? 4u : 3u); ++i) testing::expect_close(in_workspace[i], out[i], 0, 0);
+  }
 }
 
 TEST(LinearCrossEntropyKernel, Int32LabelsAndEveryRowIgnored) {
