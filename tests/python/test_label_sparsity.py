@@ -275,9 +275,9 @@ def test_absent_logits_gradient_skips_its_backward_work():
     assert without.count("Sum") < with_logits.count("Sum")
 
 
-def test_bf16_head_gathers_after_its_cast_to_f32():
-    """Under bf16 the logits are bf16 and cast to f32 for the loss: the rows are gathered after the
-    cast (the gather's gradient takes f32), and the loss is eager autocast's."""
+def test_bf16_head_runs_on_the_valid_rows():
+    """Under bf16 the logits are bf16 and cast to f32 for the loss: the rows are gathered before the
+    head all the same (the gather's gradient takes bf16), and the loss is eager autocast's."""
     torch.manual_seed(0)
     model = transformers.BertForMaskedLM(transformers.BertConfig(**_SMALL, hidden_dropout_prob=0.0,
                                                                    attention_probs_dropout_prob=0.0))
@@ -285,7 +285,57 @@ def test_bf16_head_gathers_after_its_cast_to_f32():
     rt = trainrt.RTModule(copy.deepcopy(model), mixed_precision="bf16")
     loss = rt(**batch).loss
     loss.backward()
-    assert rt.fallback_reason is None and _programs(rt)[0].sparse_losses == 1
+    loss = loss.detach()
+    programs = _programs(rt)[0]
+    assert rt.fallback_reason is None and programs.sparse_losses == 1
     with torch.autocast("cpu", dtype=torch.bfloat16):
         expected = model(**batch).loss
     assert abs(float(loss) - float(expected)) <= 2e-2 * abs(float(expected))
+    graph = onnx.load_from_string(programs.forward_graph_onnx()).graph
+    producers = {o: n for n in graph.node for o in n.output}
+    rows = set(programs.row_selections)
+    sce = [n for n in graph.node if n.op_type == "SoftmaxCrossEntropyLoss"]
+    assert sce and all(_reads_gathered_rows(n, producers, rows) for n in sce)
+
+
+def _bf16_loss_only_steps(model, batches, autocast):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    out = []
+    for ids, labels in batches:
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = model(ids, labels)
+        loss.backward()
+        out.append((float(loss.detach()), {n: p.grad.clone() for n, p in model.named_parameters()}))
+        optimizer.step()
+    return out
+
+
+def test_bf16_loss_only_head_is_one_fused_node_with_autocasts_losses_and_gradients():
+    """A bf16 head whose logits nothing else reads: its product, loss and gradients run as one
+    LinearSoftmaxCrossEntropy on bf16 operands, on the valid rows, over 3 SGD-momentum steps with eager
+    autocast's losses and gradients within bf16's rounding."""
+    torch.manual_seed(0)
+    model = _LossOnlyLM(vocab=300, dim=32)
+    batches = []
+    for s in range(3):
+        g = torch.Generator().manual_seed(s)
+        ids = torch.randint(0, 300, (4, 24), generator=g)
+        batches.append((ids, ids.masked_fill(torch.rand(ids.shape, generator=g) > 0.4, -100)))
+    rt = trainrt.RTModule(copy.deepcopy(model), mixed_precision="bf16")
+    got = _bf16_loss_only_steps(rt, batches, autocast=False)
+    want = _bf16_loss_only_steps(copy.deepcopy(model), batches, autocast=True)
+    assert rt.fallback_reason is None
+    for step, ((le, ge), (lr, gr)) in enumerate(zip(want, got)):
+        assert abs(le - lr) <= 5e-3 * abs(le), (step, le, lr)
+        for name in ge:
+            scale = ge[name].abs().max().item()
+            assert (ge[name] - gr[name]).abs().max().item() <= 3e-2 * scale, (step, name)
+    programs = _programs(rt)[0]
+    graph = onnx.load_from_string(programs.forward_graph_onnx()).graph
+    fused = [n for n in graph.node if n.op_type == "LinearSoftmaxCrossEntropy"]
+    assert len(fused) == 1 and not any(n.op_type == "SoftmaxCrossEntropyLoss" for n in graph.node)
+    types = {v.name: v.type.tensor_type.elem_type for v in list(graph.value_info) + list(graph.output)}
+    assert types.get(fused[0].input[0]) == onnx.TensorProto.BFLOAT16
+    producers = {o: n for n in graph.node for o in n.output}
+    assert _reads_gathered_rows(fused[0], producers, set(programs.row_selections))

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "trainrt/core/testing.h"
 #include "trainrt/plan/partition.h"
 #include "trainrt/runtime/session.h"
@@ -154,6 +156,22 @@ TEST(Partition, ForwardAndBackwardProgramsGiveTheJointGraphsGradients) {
   reference_grads(x, g->find_value("w")->data, dx, dw);
   expect_close(grads[0], dw, 1e-12, 1e-12);
   expect_close(grads[1], dx, 1e-12, 1e-12);
+}
+
+// A forward node whose value nothing reads (a forward copy the saved-values choice replaced by a
+// recompute in the backward) is left out of the forward program; what the outputs need stays.
+TEST(Partition, TheForwardLeavesOutNodesNothingReads) {
+  auto g = fan_out_graph();
+  GradientResult r = build_gradients(*g, {.outputs_with_grad = {"loss"}, .wrt = {"w", "x"}});
+  Node* unread = g->add_node("Neg", {g->find_value("sq")}, {"unread"});
+  r.forward_nodes.push_back(unread);
+  TrainingPrograms p = partition_joint_graph(*g, r);
+  std::vector<std::string> ops;
+  for (const Node* n : p.forward->nodes()) ops.push_back(n->op_type());
+  EXPECT_EQ(std::count(ops.begin(), ops.end(), "Neg"), 0);
+  EXPECT_EQ(std::count(ops.begin(), ops.end(), "MatMul"), 1);
+  EXPECT_EQ(std::count(ops.begin(), ops.end(), "ReduceSum"), 1);
+  EXPECT_EQ(p.forward->find_value("unread"), nullptr);
 }
 
 TEST(GradientCheck, MatMulAndGemmAgreeWithFiniteDifferences) {
