@@ -10,7 +10,8 @@
 //               -DGEMM_BENCH_DNNL against a oneDNN's headers); also bf16 x bf16 -> f32.
 //   dnnl_sgemm  oneDNN's BLAS-like dnnl_sgemm (no primitive), same build.
 //   trainrt     TrainRT's own gemm_f32_batched (kernels/cpu/gemm.h: oneDNN run one thread per
-//               piece on TrainRT's ThreadPool), compiled only with -DGEMM_BENCH_TRAINRT.
+//               piece on TrainRT's ThreadPool), and gemm_bf16_f32 with --dtype bf16, compiled only
+//               with -DGEMM_BENCH_TRAINRT.
 // A shape is "TRANS,M,N,K,BATCH" with TRANS one of NN, NT, TN: C(MxN) = op(A) op(B), row-major,
 // A stored KxM when transposed, B stored NxK when transposed. Shapes come from --shape arguments
 // or, without any, from stdin one per line (run.py keeps one such worker per candidate). Prints one
@@ -233,7 +234,19 @@ struct Timing {
 };
 
 #ifdef GEMM_BENCH_TRAINRT
-GemmRun trainrt_runner(const GemmShape& s, Buffers& buf) {
+// bf16: gemm_bf16_f32 (bf16 operands, f32 C) on batch 1, as the dnnl backend's bf16 measures it.
+GemmRun trainrt_runner(const GemmShape& s, Buffers& buf, bool bf16) {
+  if (bf16) {
+    if (s.batch != 1) throw std::runtime_error("trainrt bf16 is measured on batch 1");
+    auto a16 = std::make_shared<std::vector<trainrt::BFloat16>>(buf.a.size());
+    auto b16 = std::make_shared<std::vector<trainrt::BFloat16>>(buf.b.size());
+    for (size_t i = 0; i < buf.a.size(); ++i) (*a16)[i].bits = trainrt::f32_to_bf16(buf.a[i]);
+    for (size_t i = 0; i < buf.b.size(); ++i) (*b16)[i].bits = trainrt::f32_to_bf16(buf.b[i]);
+    return [s, &buf, a16, b16] {
+      trainrt::gemm_bf16_f32(s.trans_a, s.trans_b, s.m, s.n, s.k, 1.f, a16->data(), s.trans_a ? s.m : s.k,
+                             b16->data(), s.trans_b ? s.k : s.n, 0.f, buf.c.data(), s.n);
+    };
+  }
   return [s, &buf] {
     trainrt::gemm_f32_batched(s.batch, s.trans_a, s.trans_b, s.m, s.n, s.k, 1.f, buf.a.data(),
                               s.trans_a ? s.m : s.k, s.m * s.k, buf.b.data(), s.trans_b ? s.k : s.n,
@@ -282,8 +295,8 @@ int main(int argc, char** argv) {
     std::unique_ptr<DnnlMatmul> dnnl_state;  // engine created only for the primitive backend
     if (backend == "dnnl") dnnl_state = std::make_unique<DnnlMatmul>();
 #endif
-    if (bf16 && backend != "dnnl")
-      throw std::runtime_error("bf16 is measured for --backend dnnl only");
+    if (bf16 && backend != "dnnl" && backend != "trainrt")
+      throw std::runtime_error("bf16 is measured for --backend dnnl and trainrt only");
 
     auto measure = [&](const GemmShape& s) {
       Buffers buf = make_buffers(s);
@@ -294,7 +307,7 @@ int main(int argc, char** argv) {
         if (backend == "dnnl_sgemm") return dnnl_sgemm_runner(s, buf);
 #endif
 #ifdef GEMM_BENCH_TRAINRT
-        if (backend == "trainrt") return trainrt_runner(s, buf);
+        if (backend == "trainrt") return trainrt_runner(s, buf, bf16);
 #endif
         throw std::runtime_error("unknown or not compiled-in backend '" + backend + "'");
       }();

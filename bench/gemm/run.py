@@ -108,6 +108,8 @@ def candidates() -> list[Candidate]:
                              needs=lib))
     out.append(Candidate("onednn-deb bf16", "dnnl_deb", ["--backend", "dnnl", "--dtype", "bf16"], dtype="bf16",
                          needs=deb_dnnl))
+    out.append(Candidate("trainrt gemm_bf16_f32", "trainrt", ["--backend", "trainrt", "--dtype", "bf16"], dtype="bf16",
+                         needs=deb_dnnl))
     out.append(Candidate("torch bf16", "torch", [], dtype="bf16"))
     return out
 

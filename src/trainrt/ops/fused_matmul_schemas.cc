@@ -43,7 +43,15 @@ void infer_fused_matmul(InferenceContext& ctx) {
     if (bias.rank_known && (bias.rank() != 1 || (bias.dims[0].is_static() && n.is_static() && bias.dims[0].value != n.value)))
       ctx.fail(fmt("input 2 (bias) has shape ", to_string(bias), ", expected (", to_string(n), ")"));
   }
-  ctx.set_output(0, t, std::move(out));
+  // output_dtype = 1 (f32) on bf16 operands: the f32 sums written unrounded (passes/product_cast_fusion.h).
+  DType out_dtype = t;
+  if (ctx.node().has_attr("output_dtype")) {
+    const int64_t to = ctx.node().attr_int("output_dtype", 0);
+    if (to != 1 || t != DType::kBF16 || ctx.has_input(2))
+      ctx.fail(fmt("output_dtype ", to, ": only 1 (f32), on bf16 operands without bias"));
+    out_dtype = DType::kF32;
+  }
+  ctx.set_output(0, out_dtype, std::move(out));
 }
 
 }  // namespace

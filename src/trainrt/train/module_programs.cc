@@ -14,6 +14,7 @@
 #include "trainrt/passes/linear_cross_entropy_fusion.h"
 #include "trainrt/passes/low_precision_compute.h"
 #include "trainrt/passes/matmul_bias_fusion.h"
+#include "trainrt/passes/product_cast_fusion.h"
 #include "trainrt/passes/padding_elimination.h"
 #include "trainrt/passes/scatter_accumulation.h"
 #include "trainrt/passes/transpose_into_product.h"
@@ -67,12 +68,14 @@ const PassPipeline& forward_passes() {
 }
 
 // Rewrites of the backward program: each gradient's parts summed as they come, a tied embedding's
-// scatter onto the other parts, each weight gradient's product as soon as its operands exist.
+// scatter onto the other parts, a bf16 product's widening Cast folded into it, each weight
+// gradient's product as soon as its operands exist.
 const PassPipeline& backward_passes() {
   static const PassPipeline pipeline = [] {
     PassPipeline p;
     p.add(std::make_unique<GradientSumChain>());
     p.add(std::make_unique<ScatterAccumulation>());
+    p.add(std::make_unique<ProductCastFusion>());
     p.add(std::make_unique<WeightGradientsEarly>());
     return p;
   }();

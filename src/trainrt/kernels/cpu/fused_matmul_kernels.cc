@@ -6,7 +6,8 @@
 // to gemm_f32_batched. A B shared by a contiguous, untransposed A (dA = dY @ W^T of a Linear
 // layer's batched input) is one product with the batch folded into M. With a bias (N), f32 Y is
 // first filled with the bias rows and the products add onto it (beta = 1, oneDNN's sum post-op:
-// no separate pass reading and writing Y again); the row loop adds it to each finished row.
+// no separate pass reading and writing Y again); the row loop adds it to each finished row. With
+// output_dtype = 1, bf16 A and B give an f32 Y (gemm_bf16_f32; passes/product_cast_fusion.h).
 #include <algorithm>
 #include <array>
 #include <string>
@@ -115,6 +116,20 @@ void run_loop(const Attrs& at, const ProductPlan& p, const T* a, const T* b, con
   });
 }
 
+// bf16 A and B, f32 Y (output_dtype = 1): each product through gemm_bf16_f32.
+void run_bf16_into_f32(const Attrs& at, const ProductPlan& p, const BFloat16* a, const BFloat16* b, float* y) {
+  const int64_t ldc = std::max<int64_t>(1, p.n);
+  if (p.batch.size() == 1 && p.batch[0].stride_b == 0 && !at.trans_a && p.batch[0].stride_a == p.m * p.k) {
+    gemm_bf16_f32(false, at.trans_b, p.batch[0].size * p.m, p.n, p.k, at.alpha, a, p.lda, b, p.ldb, 0.f, y, ldc);
+    return;
+  }
+  for_each_batch_run(p.batch, [&](int64_t oa, int64_t ob, int64_t oc, const BatchDim& inner) {
+    for (int64_t i = 0; i < inner.size; ++i)
+      gemm_bf16_f32(at.trans_a, at.trans_b, p.m, p.n, p.k, at.alpha, a + oa + i * inner.stride_a, p.lda,
+                    b + ob + i * inner.stride_b, p.ldb, 0.f, y + oc + i * inner.stride_c, ldc);
+  });
+}
+
 template <typename T>
 KernelFn make_fused_matmul(const Node& node) {
   Attrs at{node.describe(), node.attr_int("transA", 0) != 0, node.attr_int("transB", 0) != 0,
@@ -124,6 +139,19 @@ KernelFn make_fused_matmul(const Node& node) {
       throw InvalidModel(fmt(at.where, ": input ", i, " must be present with dtype ", dtype_name(dtype_of<T>())));
   if (node.input(2) && node.input(2)->dtype != dtype_of<T>())
     throw InvalidModel(fmt(at.where, ": input 2 (bias) must have dtype ", dtype_name(dtype_of<T>())));
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    if (node.attr_int("output_dtype", 0) == 1)
+      return [at, last = LastPlan<ProductPlan>()](KernelContext& ctx) mutable {
+        const Tensor& a = ctx.in(0);
+        const Tensor& b = ctx.in(1);
+        Tensor& y = ctx.out(0);
+        const ProductPlan& p =
+            last.get(a.dims(), b.dims(), y.dims(), [&] { return plan_product(at, a.dims(), b.dims(), y.dims()); });
+        if (y.numel() == 0) return;
+        if (p.k == 0) std::fill(y.data<float>(), y.data<float>() + y.numel(), 0.f);
+        else run_bf16_into_f32(at, p, a.data<BFloat16>(), b.data<BFloat16>(), y.data<float>());
+      };
+  }
   return [at, last = LastPlan<ProductPlan>()](KernelContext& ctx) mutable {
     const Tensor& a = ctx.in(0);
     const Tensor& b = ctx.in(1);

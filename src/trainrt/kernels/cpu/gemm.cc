@@ -244,7 +244,25 @@ struct Split {
 };
 
 // The split of a (m, n) product without tuning: 64-column blocks, else 64-row blocks, else whole.
-Split default_split(int64_t m, int64_t n) {
+// bf16 products into a dense C take row blocks (kBf16RowBlock rows): oneDNN runs its AMX / bf16
+// brgemm kernels only on dense operands (docs/gemm.md: 2-4x its jit gemm here), and a row block of
+// C is dense where a column block is not (the pieces' A is packed dense when it is not).
+int64_t bf16_row_block() {
+  static const int64_t block = [] {
+    const char* v = std::getenv("TRAINRT_BF16_ROW_BLOCK");
+    return v ? std::max<int64_t>(16, std::atoll(v)) : int64_t{128};
+  }();
+  return block;
+}
+
+template <typename T>
+Split default_split(int64_t m, int64_t n, int64_t ldc) {
+  if (!std::is_same_v<T, float>) {
+    const int64_t block = bf16_row_block();
+    // Each row piece packs all of B, each column piece reads all of A: split the longer side.
+    if (n > m && n >= 2 * block) return {Split::kColumns, block};
+    if (ldc == n) return m >= 2 * block ? Split{Split::kRows, block} : m >= 64 ? Split{Split::kRows, (m + 1) / 2} : Split{};
+  }
   constexpr int64_t kBlock = 64;
   if (n >= 2 * kBlock) return {Split::kColumns, kBlock};
   if (m >= 2 * kBlock) return {Split::kRows, kBlock};
@@ -254,8 +272,9 @@ Split default_split(int64_t m, int64_t n) {
 // The splits worth measuring for a (m, n) product on `threads` threads: the default first (so that
 // a budget too small to measure the rest keeps it), then blocks of 64, 128, 256 along columns and
 // rows (two pieces a thread at least), and whole last.
-std::vector<Split> candidate_splits(int64_t m, int64_t n, int threads) {
-  std::vector<Split> out = {default_split(m, n)};
+template <typename T>
+std::vector<Split> candidate_splits(int64_t m, int64_t n, int64_t ldc, int threads) {
+  std::vector<Split> out = {default_split<T>(m, n, ldc)};
   const auto add = [&](Split split) {
     if (std::none_of(out.begin(), out.end(), [&](const Split& s) { return s.kind == split.kind && s.block == split.block; }))
       out.push_back(split);
@@ -300,7 +319,7 @@ Split tuned_split(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, i
 template <typename T, typename C, typename Measure>
 Split choose_split(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc,
                    float alpha, float beta, Measure&& measure) {
-  if (!tuning_in_use()) return default_split(m, n);
+  if (!tuning_in_use()) return default_split<T>(m, n, ldc);
   thread_local std::unordered_map<SplitKey, Split, SplitKeyHash> known;
   thread_local uint64_t generation = 0;
   if (generation != tuning_generation()) {
@@ -326,13 +345,13 @@ Split tuned_split(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, i
   if (std::optional<std::string> choice = tuned_choice(key))
     if (std::optional<Split> split = Split::parse(*choice)) return *split;
   const TuningOptions options = tuning_options();
-  if (!options.enabled || inside_thread_pool_loop()) return default_split(m, n);
+  if (!options.enabled || inside_thread_pool_loop()) return default_split<T>(m, n, ldc);
   using Clock = std::chrono::steady_clock;
   const auto deadline = Clock::now() + std::chrono::duration<double, std::milli>(options.max_ms);
   std::vector<C> scratch(static_cast<size_t>((m - 1) * ldc + n));
-  Split best = default_split(m, n);
+  Split best = default_split<T>(m, n, ldc);
   double best_us = std::numeric_limits<double>::infinity();
-  for (const Split& split : candidate_splits(m, n, threads)) {
+  for (const Split& split : candidate_splits<T>(m, n, ldc, threads)) {
     measure(split, scratch.data());  // warm: primitives made, B packed
     double fastest = std::numeric_limits<double>::infinity();
     for (int rep = 0; rep < 5 && (rep == 0 || Clock::now() < deadline); ++rep) {  // timed once at least
@@ -366,10 +385,10 @@ void product_batched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64
       product_batched<T, C>(1, trans_a, trans_b, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c + p * stride_c, ldc, 0);
     return;
   }
-  // One piece: `count` products of (rows, cols) starting at a, b, c.
-  auto piece = [&](int64_t count, int64_t rows, int64_t cols, const T* pa, const T* pb, C* pc) {
+  // One piece: `count` products of (rows, cols) starting at a (leading dim piece_lda), b, c.
+  auto piece = [&](int64_t count, int64_t rows, int64_t cols, const T* pa, int64_t piece_lda, const T* pb, C* pc) {
     bool batched = count > 1;
-    GemmKey key{count, rows, cols, k, lda, ldb, ldc, batched ? stride_a : 0,
+    GemmKey key{count, rows, cols, k, piece_lda, ldb, ldc, batched ? stride_a : 0,
                 batched ? stride_b : 0, batched ? stride_c : 0, trans_a, trans_b,
                 std::bit_cast<uint32_t>(alpha), std::bit_cast<uint32_t>(beta), onednn_type<T>(), onednn_type<C>()};
     run(key, pa, pb, pc);
@@ -377,10 +396,38 @@ void product_batched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64
   ThreadPool& pool = ThreadPool::global();
   if (batch > 1) {
     pool.parallel_for(batch, grain(m * n * k), [&](int64_t begin, int64_t end) {
-      piece(end - begin, m, n, a + begin * stride_a, b + begin * stride_b, c + begin * stride_c);
+      piece(end - begin, m, n, a + begin * stride_a, lda, b + begin * stride_b, c + begin * stride_c);
     });
     return;
   }
+  // bf16: B packed dense when it is not (once, shared by the pieces), and each row piece's A.
+  constexpr bool kBf16 = !std::is_same_v<T, float>;
+  std::vector<T> dense_b;
+  if (kBf16 && ldb != (trans_b ? k : n)) {
+    const int64_t rows = trans_b ? n : k, cols = trans_b ? k : n;
+    dense_b.resize(static_cast<size_t>(rows * cols));
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(&dense_b[static_cast<size_t>(r * cols)], b + r * ldb, cols * sizeof(T));
+    b = dense_b.data();
+    ldb = cols;
+  }
+  // Rows [i0, i1) of op(A): where they lie, or a dense copy in the calling thread's buffer.
+  auto rows_of_a = [&](int64_t i0, int64_t i1, int64_t& piece_lda) -> const T* {
+    const int64_t rows = i1 - i0;
+    piece_lda = lda;
+    if (!kBf16 || (trans_a ? lda == rows : lda == k)) return trans_a ? a + i0 : a + i0 * lda;
+    thread_local std::vector<T> packed;
+    packed.resize(static_cast<size_t>(rows * k));
+    if (trans_a) {  // stored (k, m): columns [i0, i1) of each of the k rows
+      for (int64_t l = 0; l < k; ++l)
+        std::memcpy(&packed[static_cast<size_t>(l * rows)], a + l * lda + i0, rows * sizeof(T));
+      piece_lda = rows;
+    } else {
+      for (int64_t i = 0; i < rows; ++i)
+        std::memcpy(&packed[static_cast<size_t>(i * k)], a + (i0 + i) * lda, k * sizeof(T));
+      piece_lda = k;
+    }
+    return packed.data();
+  };
   // C (m, n) split into column or row blocks of C, or run whole on the calling thread.
   auto run_split = [&](Split split, C* out) {
     const int64_t blocks = split.kind == Split::kColumns ? (n + split.block - 1) / split.block
@@ -388,16 +435,39 @@ void product_batched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64
                                                          : 1;
     if (split.kind == Split::kColumns) {
       pool.parallel_for(blocks, grain(m * split.block * k), [&](int64_t begin, int64_t end) {
-        int64_t j0 = begin * split.block, j1 = std::min(n, end * split.block);
-        piece(1, m, j1 - j0, a, trans_b ? b + j0 * ldb : b + j0, out + j0);
+        int64_t j0 = begin * split.block, j1 = std::min(n, end * split.block), cols = j1 - j0;
+        const T* pb = trans_b ? b + j0 * ldb : b + j0;
+        int64_t piece_ldb = ldb;
+        if (kBf16 && !trans_b && cols != ldb) {  // B's column block, dense in the thread's buffer
+          thread_local std::vector<T> dense_b_block;
+          dense_b_block.resize(static_cast<size_t>(k * cols));
+          for (int64_t l = 0; l < k; ++l)
+            std::memcpy(&dense_b_block[static_cast<size_t>(l * cols)], pb + l * ldb, cols * sizeof(T));
+          pb = dense_b_block.data();
+          piece_ldb = cols;
+        }
+        if (!kBf16 || cols == ldc) return piece(1, m, cols, a, lda, pb, out + j0);
+        // bf16: the piece's C dense in the thread's buffer (beta reads C's block in), then copied out.
+        thread_local std::vector<C> dense_c;
+        dense_c.resize(static_cast<size_t>(m * cols));
+        const size_t row_bytes = static_cast<size_t>(cols) * sizeof(C);
+        if (beta != 0.f)
+          for (int64_t i = 0; i < m; ++i) std::memcpy(&dense_c[static_cast<size_t>(i * cols)], out + i * ldc + j0, row_bytes);
+        GemmKey key{1, m, cols, k, lda, piece_ldb, cols, 0, 0, 0, trans_a, trans_b, std::bit_cast<uint32_t>(alpha),
+                    std::bit_cast<uint32_t>(beta), onednn_type<T>(), onednn_type<C>()};
+        run(key, a, pb, dense_c.data());
+        for (int64_t i = 0; i < m; ++i) std::memcpy(out + i * ldc + j0, &dense_c[static_cast<size_t>(i * cols)], row_bytes);
       });
     } else if (split.kind == Split::kRows) {
       pool.parallel_for(blocks, grain(split.block * n * k), [&](int64_t begin, int64_t end) {
-        int64_t i0 = begin * split.block, i1 = std::min(m, end * split.block);
-        piece(1, i1 - i0, n, trans_a ? a + i0 : a + i0 * lda, b, out + i0 * ldc);
+        int64_t i0 = begin * split.block, i1 = std::min(m, end * split.block), piece_lda = lda;
+        const T* pa = rows_of_a(i0, i1, piece_lda);
+        piece(1, i1 - i0, n, pa, piece_lda, b, out + i0 * ldc);
       });
     } else {
-      piece(1, m, n, a, b, out);
+      int64_t piece_lda = lda;
+      const T* pa = rows_of_a(0, m, piece_lda);
+      piece(1, m, n, pa, piece_lda, b, out);
     }
   };
   run_split(choose_split<T, C>(trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta,
