@@ -194,6 +194,19 @@ BoundGemm& bound_primitive(const GemmKey& key) {
   return g;
 }
 
+// Writes a zero byte into each 4 KiB page of [begin, begin + bytes): storage a product overwrites
+// (beta == 0). A bf16 product runs on AMX tiles, and a page fault inside it (fresh output storage:
+// a gradient handed to torch) saves and restores the tile state: 1.2 ms a piece against 0.45 ms on
+// this machine for a 2 MiB piece of fresh f32 output. Faulting the pages in first, outside the
+// tiles, costs what the faults cost. (A write, not a read and write: reading a fresh page maps the
+// zero page, and the write then faults a second time.)
+void zero_a_byte_per_page(void* begin, size_t bytes) {
+  constexpr size_t kPage = 4096;
+  auto* p = static_cast<volatile unsigned char*>(begin);
+  for (size_t at = 0; at < bytes; at += kPage) p[at] = 0;
+  if (bytes > 0) p[bytes - 1] = 0;
+}
+
 // Runs one product on the calling thread.
 void run(const GemmKey& key, const void* a, const void* b, void* c) {
   SingleThreadedOpenMp one_thread;
@@ -385,9 +398,12 @@ void product_batched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64
       product_batched<T, C>(1, trans_a, trans_b, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c + p * stride_c, ldc, 0);
     return;
   }
+  constexpr bool kBf16 = !std::is_same_v<T, float>;
   // One piece: `count` products of (rows, cols) starting at a (leading dim piece_lda), b, c.
   auto piece = [&](int64_t count, int64_t rows, int64_t cols, const T* pa, int64_t piece_lda, const T* pb, C* pc) {
     bool batched = count > 1;
+    if (kBf16 && beta == 0.f && !batched && ldc == cols)  // C's rows of this piece, contiguous
+      zero_a_byte_per_page(pc, static_cast<size_t>(rows * cols) * sizeof(C));
     GemmKey key{count, rows, cols, k, piece_lda, ldb, ldc, batched ? stride_a : 0,
                 batched ? stride_b : 0, batched ? stride_c : 0, trans_a, trans_b,
                 std::bit_cast<uint32_t>(alpha), std::bit_cast<uint32_t>(beta), onednn_type<T>(), onednn_type<C>()};
@@ -401,7 +417,6 @@ void product_batched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64
     return;
   }
   // bf16: B packed dense when it is not (once, shared by the pieces), and each row piece's A.
-  constexpr bool kBf16 = !std::is_same_v<T, float>;
   std::vector<T> dense_b;
   if (kBf16 && ldb != (trans_b ? k : n)) {
     const int64_t rows = trans_b ? n : k, cols = trans_b ? k : n;
