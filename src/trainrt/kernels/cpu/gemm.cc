@@ -257,21 +257,13 @@ struct Split {
 };
 
 // The split of a (m, n) product without tuning: 64-column blocks, else 64-row blocks, else whole.
-// bf16 products into a dense C take row blocks (kBf16RowBlock rows): oneDNN runs its AMX / bf16
-// brgemm kernels only on dense operands (docs/gemm.md: 2-4x its jit gemm here), and a row block of
-// C is dense where a column block is not (the pieces' A is packed dense when it is not).
-int64_t bf16_row_block() {
-  static const int64_t block = [] {
-    const char* v = std::getenv("TRAINRT_BF16_ROW_BLOCK");
-    return v ? std::max<int64_t>(16, std::atoll(v)) : int64_t{128};
-  }();
-  return block;
-}
-
+// bf16 products split the longer side of C into blocks of 128 (64, 256 and 512 measured within the
+// noise of it): oneDNN runs its AMX / bf16 brgemm kernels only on dense operands (docs/gemm.md: up
+// to 3x its jit gemm), so a piece's A, B block or C block is made dense where it is not.
 template <typename T>
 Split default_split(int64_t m, int64_t n, int64_t ldc) {
   if (!std::is_same_v<T, float>) {
-    const int64_t block = bf16_row_block();
+    constexpr int64_t block = 128;
     // Each row piece packs all of B, each column piece reads all of A: split the longer side.
     if (n > m && n >= 2 * block) return {Split::kColumns, block};
     if (ldc == n) return m >= 2 * block ? Split{Split::kRows, block} : m >= 64 ? Split{Split::kRows, (m + 1) / 2} : Split{};
