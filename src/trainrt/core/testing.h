@@ -39,6 +39,13 @@ inline Tensor random_tensor(std::vector<int64_t> dims, uint32_t seed, float lo =
   return t;
 }
 
+// An f32 tensor rounded to bf16 (nearest even): bf16 operands for the mixed-precision kernels.
+inline Tensor to_bf16(const Tensor& f32) {
+  Tensor out = Tensor::empty(DType::kBF16, f32.dims());
+  for (int64_t i = 0; i < f32.numel(); ++i) out.data<BFloat16>()[i] = BFloat16{f32_to_bf16(f32.data<float>()[i])};
+  return out;
+}
+
 // Same dtype, same dims, and |a - b| <= atol + rtol * |b| elementwise (NaNs must match).
 inline void expect_close(const Tensor& actual, const Tensor& expected, double rtol = 1e-5,
                          double atol = 1e-6) {

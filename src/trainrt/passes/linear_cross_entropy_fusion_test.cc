@@ -5,7 +5,6 @@
 
 #include <gtest/gtest.h>
 
-#include "trainrt/core/dtype.h"
 #include "trainrt/core/testing.h"
 #include "trainrt/passes/pass_testing.h"
 #include "trainrt/runtime/session.h"
@@ -26,17 +25,12 @@ struct HeadOptions {
   bool bf16 = false;          // autocast's head: bf16 X, W, B and products, Casts around the loss
 };
 
-Tensor bf16_of(const Tensor& t) {
-  Tensor out = Tensor::empty(DType::kBF16, t.dims());
-  for (int64_t i = 0; i < t.numel(); ++i) out.data<BFloat16>()[i] = BFloat16{f32_to_bf16(t.data<float>()[i])};
-  return out;
-}
 
 // The forward program rule 7 makes for a head of 16 classes over (tokens, 4) features:
 // loss, dX and dW (and dB) for dLoss = 1.
 std::shared_ptr<Graph> head_program(const HeadOptions& o) {
   auto g = testing::graph_with_opsets();
-  const auto typed = [&](const Tensor& t) { return o.bf16 ? bf16_of(t) : t; };
+  const auto typed = [&](const Tensor& t) { return o.bf16 ? testing::to_bf16(t) : t; };
   Value* x = g->add_input("x", o.bf16 ? DType::kBF16 : DType::kF32, Shape({Dim::symbolic("tokens"), 4}));
   Value* labels = g->add_input("labels", DType::kI64, Shape({Dim::symbolic("tokens")}));
   Value* w = g->add_initializer(
@@ -81,7 +75,7 @@ std::shared_ptr<Graph> head_program(const HeadOptions& o) {
 
 std::vector<Tensor> run(const std::shared_ptr<Graph>& g, bool bf16 = false) {
   const Tensor x = random_tensor({9, 4}, 3, -2.f, 2.f);
-  return Session(g).run({bf16 ? bf16_of(x) : x, make_tensor<int64_t>({9}, {0, 15, -100, 9, 3, 3, 11, 7, 1})});
+  return Session(g).run({bf16 ? testing::to_bf16(x) : x, make_tensor<int64_t>({9}, {0, 15, -100, 9, 3, 3, 11, 7, 1})});
 }
 
 TEST(LinearCrossEntropyFusion, TheHeadLossAndGradientsBecomeOneNode) {

@@ -18,13 +18,6 @@ namespace {
 
 using testing::count;
 
-Tensor bf16_random(std::vector<int64_t> dims, uint32_t seed) {
-  const Tensor t = testing::random_tensor(dims, seed);
-  Tensor out = Tensor::empty(DType::kBF16, std::move(dims));
-  for (int64_t i = 0; i < t.numel(); ++i) out.data<BFloat16>()[i] = BFloat16{f32_to_bf16(t.data<float>()[i])};
-  return out;
-}
-
 struct Spec {
   std::string op = "Gemm";   // Gemm (transA = 1: a weight gradient dY^T X), MatMul or FusedMatMul
   bool cast_is_f16 = false;  // a Cast to another type: left alone
@@ -64,8 +57,9 @@ TEST(ProductCastFusion, TheProductWritesF32ItselfCloserToTheTrueProduct) {
     EXPECT_EQ(n->attr_int("output_dtype", 0), 1);
     EXPECT_EQ(n->output(0)->dtype, DType::kF32);
     const bool gemm = std::string(op) == "Gemm";
-    const Tensor a = bf16_random(gemm ? std::vector<int64_t>{6, 4} : std::vector<int64_t>{4, 6}, 1);
-    const Tensor b = bf16_random({6, 5}, 2);
+    const std::vector<int64_t> a_dims = gemm ? std::vector<int64_t>{6, 4} : std::vector<int64_t>{4, 6};
+    const Tensor a = testing::to_bf16(testing::random_tensor(a_dims, 1));
+    const Tensor b = testing::to_bf16(testing::random_tensor({6, 5}, 2));
     const Tensor want = Session(plain).run({a, b})[0], got = Session(fused).run({a, b})[0];
     ASSERT_EQ(got.dtype(), DType::kF32);
     const float alpha = std::string(op) == "FusedMatMul" ? 0.5f : 1.f;

@@ -413,7 +413,8 @@ void product_batched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64
   if (kBf16 && ldb != (trans_b ? k : n)) {
     const int64_t rows = trans_b ? n : k, cols = trans_b ? k : n;
     dense_b.resize(static_cast<size_t>(rows * cols));
-    for (int64_t r = 0; r < rows; ++r) std::memcpy(&dense_b[static_cast<size_t>(r * cols)], b + r * ldb, cols * sizeof(T));
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(&dense_b[static_cast<size_t>(r * cols)], b + r * ldb, cols * sizeof(T));
     b = dense_b.data();
     ldb = cols;
   }
@@ -459,11 +460,13 @@ void product_batched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64
         dense_c.resize(static_cast<size_t>(m * cols));
         const size_t row_bytes = static_cast<size_t>(cols) * sizeof(C);
         if (beta != 0.f)
-          for (int64_t i = 0; i < m; ++i) std::memcpy(&dense_c[static_cast<size_t>(i * cols)], out + i * ldc + j0, row_bytes);
+          for (int64_t i = 0; i < m; ++i)
+            std::memcpy(&dense_c[static_cast<size_t>(i * cols)], out + i * ldc + j0, row_bytes);
         GemmKey key{1, m, cols, k, lda, piece_ldb, cols, 0, 0, 0, trans_a, trans_b, std::bit_cast<uint32_t>(alpha),
                     std::bit_cast<uint32_t>(beta), onednn_type<T>(), onednn_type<C>()};
         run(key, a, pb, dense_c.data());
-        for (int64_t i = 0; i < m; ++i) std::memcpy(out + i * ldc + j0, &dense_c[static_cast<size_t>(i * cols)], row_bytes);
+        for (int64_t i = 0; i < m; ++i)
+          std::memcpy(out + i * ldc + j0, &dense_c[static_cast<size_t>(i * cols)], row_bytes);
       });
     } else if (split.kind == Split::kRows) {
       pool.parallel_for(blocks, grain(split.block * n * k), [&](int64_t begin, int64_t end) {

@@ -16,6 +16,7 @@ namespace {
 
 using testing::expect_values;
 using testing::random_tensor;
+using testing::to_bf16;
 
 struct Case {
   int64_t n = 7, k = 5, classes = 11;
@@ -128,12 +129,6 @@ TEST(LinearCrossEntropyKernel, EveryLayoutBiasReductionAndIgnoredRows) {
 TEST(LinearCrossEntropyKernel, RowsInSeveralBlocks) {
   const Case c{.n = 300, .k = 6, .classes = 8192, .bias = true, .ignore_index = -100};
   check(c, "three blocks", 1);
-}
-
-Tensor to_bf16(const Tensor& t) {
-  Tensor out = Tensor::empty(DType::kBF16, t.dims());
-  for (int64_t i = 0; i < t.numel(); ++i) out.data<BFloat16>()[i] = BFloat16{f32_to_bf16(t.data<float>()[i])};
-  return out;
 }
 
 // On bf16 X, W and B (autocast's head): bf16 gradients within bf16's rounding of the reference that

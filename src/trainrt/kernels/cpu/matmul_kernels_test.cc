@@ -200,20 +200,16 @@ TEST(GemmBf16F32, WritesUnroundedF32InEveryTransposeAndSplit) {
       for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{7, 5, 3}, {33, 17, 129}, {130, 301, 70}})
         for (auto [alpha, beta] : {std::pair{1.f, 0.f}, {0.5f, 1.f}}) {
           const int64_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 1, ldc = n + 2;
-          const auto bf16_values = [](int64_t count, uint32_t seed) {
-            const Tensor t = random_tensor({count}, seed);
-            std::vector<BFloat16> out(static_cast<size_t>(count));
-            for (int64_t i = 0; i < count; ++i) out[static_cast<size_t>(i)] = BFloat16{f32_to_bf16(t.data<float>()[i])};
-            return out;
-          };
-          const std::vector<BFloat16> a = bf16_values((ta ? k : m) * lda, 1), b = bf16_values((tb ? n : k) * ldb, 2);
-          std::vector<float> wa(a.size()), wb(b.size());
-          for (size_t i = 0; i < a.size(); ++i) wa[i] = bf16_to_f32(a[i].bits);
-          for (size_t i = 0; i < b.size(); ++i) wb[i] = bf16_to_f32(b[i].bits);
+          const Tensor a = testing::to_bf16(random_tensor({(ta ? k : m) * lda}, 1));
+          const Tensor b = testing::to_bf16(random_tensor({(tb ? n : k) * ldb}, 2));
+          std::vector<float> wa(static_cast<size_t>(a.numel())), wb(static_cast<size_t>(b.numel()));
+          for (size_t i = 0; i < wa.size(); ++i) wa[i] = bf16_to_f32(a.data<BFloat16>()[i].bits);
+          for (size_t i = 0; i < wb.size(); ++i) wb[i] = bf16_to_f32(b.data<BFloat16>()[i].bits);
           Tensor c = random_tensor({m * ldc}, 3);
           std::vector<double> expected(c.data<float>(), c.data<float>() + c.numel());
           reference_gemm_raw(ta, tb, m, n, k, alpha, wa.data(), lda, wb.data(), ldb, beta, expected, ldc);
-          gemm_bf16_f32(ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, c.data<float>(), ldc);
+          gemm_bf16_f32(ta, tb, m, n, k, alpha, a.data<BFloat16>(), lda, b.data<BFloat16>(), ldb, beta,
+                        c.data<float>(), ldc);
           for (int64_t i = 0; i < m * ldc; ++i) {  // padding columns (j >= n) untouched
             const double want = expected[static_cast<size_t>(i)];
             ASSERT_NEAR(c.data<float>()[i], want, 1e-5 * (1 + std::abs(want)))
