@@ -218,6 +218,37 @@ TEST(GemmBf16F32, WritesUnroundedF32InEveryTransposeAndSplit) {
         }
 }
 
+// gemm_bf16 (bf16 C) through the same pieces: row blocks with a transposed A packed dense, column
+// blocks through a dense C buffer (beta reading C's block in), a padded B packed once; each element
+// the double product rounded to bf16, within one bf16 rounding (sums in f32 may round to the
+// neighbour), padding columns of C untouched.
+TEST(GemmBf16, RowAndColumnPiecesWithPackedOperands) {
+  for (auto [ta, tb, m, n, k] : {std::tuple<int, int, int64_t, int64_t, int64_t>{1, 0, 300, 130, 70},
+                                 {0, 1, 130, 301, 70}, {0, 0, 260, 260, 33}, {1, 1, 5, 700, 19}})
+    for (float beta : {0.f, 1.f}) {
+      const int64_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 1, ldc = n + 2;
+      const Tensor a = testing::to_bf16(random_tensor({(ta ? k : m) * lda}, 1));
+      const Tensor b = testing::to_bf16(random_tensor({(tb ? n : k) * ldb}, 2));
+      Tensor c = testing::to_bf16(random_tensor({m * ldc}, 3));
+      std::vector<double> expected(static_cast<size_t>(c.numel()));
+      for (int64_t i = 0; i < c.numel(); ++i) expected[static_cast<size_t>(i)] = c.to_double(i);
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          double sum = 0;
+          for (int64_t l = 0; l < k; ++l)
+            sum += a.to_double(ta ? l * lda + i : i * lda + l) * b.to_double(tb ? j * ldb + l : l * ldb + j);
+          double& cij = expected[static_cast<size_t>(i * ldc + j)];
+          cij = sum + (beta == 0.f ? 0.0 : beta * cij);
+        }
+      gemm_bf16(ta, tb, m, n, k, 1.f, a.data<BFloat16>(), lda, b.data<BFloat16>(), ldb, beta, c.data<BFloat16>(), ldc);
+      for (int64_t i = 0; i < c.numel(); ++i) {
+        const double want = expected[static_cast<size_t>(i)];
+        ASSERT_NEAR(c.to_double(i), want, 8e-3 * std::abs(want) + 1e-6)
+            << "ta=" << ta << " tb=" << tb << " m=" << m << " n=" << n << " beta=" << beta << " at " << i;
+      }
+    }
+}
+
 TEST(GemmF32, EmptyKScalesC) {
   std::vector<float> c = {1, 2, 3, 4, 5, 6};
   gemm_f32(false, false, 2, 3, 0, 1.f, nullptr, 1, nullptr, 3, 0.5f, c.data(), 3);
