@@ -254,16 +254,77 @@ void collect_readers(const Graph& g, Value* v, Node* view, std::vector<std::tupl
   }
 }
 
+bool is_row_scatter(const Node& n) {
+  return is_ours(n, "GatherGrad") && !n.input(3) && n.attr_int("axis", 0) == 0 && is_valid_rows(n.input(1)) &&
+         ranked(n.input(2), 2) && n.input(2)->shape.rank() == 2;
+}
+
+// Cast(scatter(dv)) = scatter(Cast(dv)), exactly: the scattered zeros cast to zeros. Under autocast
+// the head's gradient reaches the layer below's bf16 products through a Cast of the f32 scatter (read
+// directly or through a row view); this casts the R rows instead and scatters them again, so that
+// the products can be pushed onto the rows below. Returns whether it rewrote a Cast.
+bool cast_rows_before_scatter(Graph& g, Node& scatter) {
+  struct Found {
+    Node* cast;
+    Node* view;  // the row view the Cast reads, or null
+  };
+  std::vector<Found> casts;
+  const auto is_float_cast = [](const Node& n) {
+    return is_onnx(n, "Cast") && n.output(0) && is_floating(n.output(0)->dtype) && is_floating(n.input(0)->dtype);
+  };
+  for (const Use& u : scatter.output(0)->uses) {
+    Node* n = u.node;
+    if (is_float_cast(*n)) {
+      casts.push_back({n, nullptr});
+    } else if ((is_onnx(*n, "Reshape") || is_onnx(*n, "Flatten")) && u.input_index == 0 && is_row_view(*n) &&
+               !is_graph_output(g, n->output(0))) {
+      for (const Use& v : n->output(0)->uses)
+        if (is_float_cast(*v.node)) casts.push_back({v.node, n});
+    }
+  }
+  for (const auto& [cast, view] : casts) {
+    const std::vector<Node*> order = g.nodes();
+    const auto after = std::find(order.begin(), order.end(), cast) + 1;
+    const Node* anchor = after != order.end() ? *after : nullptr;
+    const size_t first = static_cast<size_t>(g.num_nodes());
+    const std::string base = cast->output(0)->name + "/rows";
+    Value* rows_cast = add_like(g, *cast, {scatter.input(2)}, "/rows")->output(0);
+    Value* out = add_op(g, "GatherGrad", {scatter.input(0), scatter.input(1), rows_cast}, base + "/scatter",
+                        kTrainrtDomain, {{"axis", Attribute::of_int(0)}});
+    out->shape = scatter.output(0)->shape;  // inference sees a runtime shape tensor; the dims are known
+    if (view) {
+      std::vector<Value*> inputs = view->inputs();
+      inputs[0] = out;
+      out = add_like(g, *view, inputs, "/rows")->output(0);
+      out->shape = view->output(0)->shape;
+    }
+    Value* y = cast->output(0);
+    const std::vector<Use> uses = y->uses;
+    const bool output = is_graph_output(g, y);
+    g.remove_node(cast);
+    if (output) become(g, out, y);
+    else for (const Use& u : uses) u.node->replace_input(u.input_index, out);
+    place_before(g, first, anchor);
+  }
+  std::vector<Node*> touched;
+  for (const auto& [cast, view] : casts)
+    if (view) touched.push_back(view);
+  touched.push_back(&scatter);
+  remove_unread(g, touched);
+  return !casts.empty();
+}
+
 }  // namespace
 
 bool RowScatterPushdown::apply_impl(Graph& graph) const {
+  bool changed = false;
+  std::vector<Node*> cast_readers;
+  for (Node* n : graph.topological_order())
+    if (is_row_scatter(*n)) cast_readers.push_back(n);
+  for (Node* s : cast_readers) changed = cast_rows_before_scatter(graph, *s) || changed;
   std::vector<Node*> scatters;
   for (Node* n : graph.topological_order())
-    if (is_ours(*n, "GatherGrad") && !n->input(3) && n->attr_int("axis", 0) == 0 && is_valid_rows(n->input(1)) &&
-        ranked(n->input(2), 2) &&
-        n->input(2)->shape.rank() == 2)
-      scatters.push_back(n);
-  bool changed = false;
+    if (is_row_scatter(*n)) scatters.push_back(n);
   for (Node* s : scatters) {
     Value* full = s->output(0);
     if (is_graph_output(graph, full)) continue;

@@ -127,18 +127,27 @@ TEST(LabelSparsity, LeavesPerRowLossesAlone) {
 
 // A backward's scatter of the valid rows' gradient dv (R, 6) into (6, 6), read through a Reshape
 // to (2, 3, 6) by dX = s W^T (FusedMatMul), dW = Flatten(s)^T H (Gemm) and db (ReduceSumToShape).
-std::shared_ptr<Graph> scatter_readers() {
+// `bf16`: as under autocast, the readers are bf16 and read a Cast of the (f32) Reshape, whose dims
+// come from a runtime shape tensor (a forward Shape, as in a real backward: an input here).
+std::shared_ptr<Graph> scatter_readers(bool bf16 = false) {
   auto g = testing::graph_with_opsets();
+  const DType t = bf16 ? DType::kBF16 : DType::kF32;
   Value* rows = g->add_input("labels/valid_rows", DType::kI64, Shape({Dim::symbolic("r")}));
   Value* dv = g->add_input("dv", DType::kF32, Shape({Dim::symbolic("r"), 6}));
-  Value* w = g->add_input("w", DType::kF32, Shape({4, 6}));
-  Value* h = g->add_input("h", DType::kF32, Shape({6, 4}));
+  Value* w = g->add_input("w", t, Shape({4, 6}));
+  Value* h = g->add_input("h", t, Shape({6, 4}));
   Value* full = g->add_initializer("full", Tensor::from_i64({6, 6}));
-  Value* lead = g->add_initializer("lead", Tensor::from_i64({2, 3, 6}));
+  Value* lead =
+      bf16 ? g->add_input("lead", DType::kI64, Shape({3})) : g->add_initializer("lead", Tensor::from_i64({2, 3, 6}));
   Value* bias_dims = g->add_initializer("bias_dims", Tensor::from_i64({6}));
   Node* scatter = g->add_node("GatherGrad", {full, rows, dv}, {"s"}, kTrainrtDomain);
   scatter->set_attr("axis", Attribute::of_int(0));
   Value* s3 = g->add_node("Reshape", {scatter->output(0), lead}, {"s3"})->output(0);
+  if (bf16) {
+    Node* narrow = g->add_node("Cast", {s3}, {"s3_bf16"});
+    narrow->set_attr("to", Attribute::of_int(16));
+    s3 = narrow->output(0);
+  }
   Node* dx = g->add_node("FusedMatMul", {s3, w}, {"dx"}, kTrainrtDomain);
   dx->set_attr("transB", Attribute::of_int(1));
   Node* flat = g->add_node("Flatten", {s3}, {"s_flat"});
@@ -150,6 +159,10 @@ std::shared_ptr<Graph> scatter_readers() {
   g->add_output(dw->output(0));
   g->add_output(db);
   infer_graph_shapes(*g);
+  if (bf16)  // known to the builder, as the autodiff knows each gradient's dims from its forward value
+    for (const auto& [name, dims] : {std::pair<const char*, std::vector<int64_t>>{"s3", {2, 3, 6}},
+                                     {"s3_bf16", {2, 3, 6}}, {"s_flat", {6, 6}}})
+      g->find_value(name)->shape = Shape::of(dims);
   return g;
 }
 
@@ -170,6 +183,29 @@ TEST(RowScatterPushdown, ReadersOfTheScatterRunOnTheRowsAndGiveTheSameGradients)
   const auto got = Session(pushed).run(inputs);
   ASSERT_EQ(got.size(), expected.size());
   for (size_t i = 0; i < got.size(); ++i) expect_close(got[i], expected[i], 1e-5, 1e-6);
+}
+
+// Under autocast: the Cast moves onto the R rows (Cast(scatter(dv)) = scatter(Cast(dv))), and the
+// bf16 readers are pushed as the f32 ones are; the same gradients (the casts and products round the
+// same values: the scattered zeros add nothing).
+TEST(RowScatterPushdown, ACastOfTheScatterCastsTheRowsInstead) {
+  auto plain = scatter_readers(true);
+  auto pushed = scatter_readers(true);
+  EXPECT_TRUE(RowScatterPushdown().apply(*pushed));
+  verify(*pushed);
+  ASSERT_EQ(count(*pushed, "GatherGrad"), 1);
+  for (const Node* n : pushed->nodes()) {
+    if (n->op_type() == "GatherGrad") EXPECT_EQ(n->input(2)->producer->op_type(), "FusedMatMul");
+    if (n->op_type() == "Cast") EXPECT_EQ(n->input(0)->name, "dv") << "the Cast reads the R rows";
+  }
+  EXPECT_EQ(pushed->find_value("db")->producer->input(0)->producer->op_type(), "Cast");
+  const std::vector<Tensor> inputs = {make_tensor<int64_t>({4}, {0, 2, 5, 1}), random_tensor({4, 6}, 4),
+                                      testing::to_bf16(random_tensor({4, 6}, 5)),
+                                      testing::to_bf16(random_tensor({6, 4}, 6)), Tensor::from_i64({2, 3, 6})};
+  const auto expected = Session(plain).run(inputs);
+  const auto got = Session(pushed).run(inputs);
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t i = 0; i < got.size(); ++i) expect_close(got[i], expected[i], 1e-2, 1e-3);
 }
 
 }  // namespace
