@@ -23,6 +23,8 @@
 //   dX = scatter(dV) W           ->  scatter(dV W)           (FusedMatMul, with its transB)
 //   dW = scatter(dV)^T H         ->  dV^T Gather(H, rows)    (Gemm / FusedMatMul, transA = 1)
 //   db = ReduceSumToShape(scatter(dV), (C))  ->  ReduceSumToShape(dV, (C))
+// A Cast of the scatter (under autocast, the f32 gradient cast for the bf16 products below) casts
+// the R rows instead, Cast(scatter(dV)) = scatter(Cast(dV)), so its readers are pushed too.
 #pragma once
 
 #include "trainrt/passes/pass.h"
