@@ -339,3 +339,47 @@ def test_bf16_loss_only_head_is_one_fused_node_with_autocasts_losses_and_gradien
     assert types.get(fused[0].input[0]) == onnx.TensorProto.BFLOAT16
     producers = {o: n for n in graph.node for o in n.output}
     assert _reads_gathered_rows(fused[0], producers, set(programs.row_selections))
+
+
+def _bf16_hf_steps(model, batches, autocast):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    out = []
+    for batch in batches:
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = model(**batch).loss
+        loss.backward()
+        out.append((float(loss.detach()), {n: p.grad.clone() for n, p in model.named_parameters()}))
+        optimizer.step()
+    return out
+
+
+def test_bf16_gpt2_with_padding_scatters_no_cast_and_matches_autocast():
+    """Under bf16 the head's gradient reaches its bf16 products through a Cast of the rows' scatter:
+    the Cast moves onto the rows, so no Cast reads a scatter, and losses and gradients stay eager
+    autocast's over 3 SGD-momentum steps."""
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=96, n_positions=32, resid_pdrop=0.0,
+                                     embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False)
+    model = transformers.GPT2LMHeadModel(config)
+    batches = _padded_batches(96)
+    rt = trainrt.RTModule(copy.deepcopy(model), mixed_precision="bf16")
+    got = _bf16_hf_steps(rt, batches, autocast=False)
+    want = _bf16_hf_steps(copy.deepcopy(model), batches, autocast=True)
+    assert rt.fallback_reason is None and _programs(rt)[0].sparse_losses == 1
+    for step, ((le, ge), (lr, gr)) in enumerate(zip(want, got)):
+        assert abs(le - lr) <= 5e-3 * abs(le), (step, le, lr)
+        for name in ge:
+            scale = ge[name].abs().max().item()
+            assert (ge[name] - gr[name]).abs().max().item() <= 3e-2 * scale + 1e-6, (step, name)
+    backward = onnx.load_from_string(_programs(rt)[0].backward_graph_onnx()).graph
+    producers = {o: n for n in backward.node for o in n.output}
+
+    def scattered(value):
+        p = producers.get(value)
+        while p is not None and p.op_type in ("Reshape", "Flatten"):
+            p = producers.get(p.input[0])
+        return p is not None and p.op_type == "GatherGrad"
+
+    casts = [n for n in backward.node if n.op_type == "Cast"]
+    assert casts and not any(scattered(n.input[0]) for n in casts)
