@@ -2,9 +2,10 @@
 // ops/tensor_grad_schemas.cc):
 //   SliceGrad    zero dX, then one strided write of dY over the sliced positions (any float type;
 //                the slice arithmetic is Slice's own, tensor_op_args.h)
-//   GatherGrad   (f32, f64; bf16 and f16 summed in f32) a deterministic scatter-add: indices are bucketed by destination row (a counting
-//                sort that keeps their order), then destination rows are summed in parallel, each
-//                from its own bucket in index order, so results never depend on the thread count;
+//   GatherGrad   a deterministic scatter-add (f32, f64; bf16 and f16 summed in f32, rounded once):
+//                indices are bucketed by destination row (a counting sort that keeps their order),
+//                then destination rows are summed in parallel, each from its own bucket in index
+//                order, so results never depend on the thread count;
 //                with padding_idx (Embedding's gradient) that row's bucket is emptied: it stays 0;
 //                with an addend, each row is addend + (its bucket's sum), the sum taken first as
 //                without one, so the result is Sum(addend, GatherGrad(...)) bit for bit
@@ -164,8 +165,10 @@ void gather_grad_16(const IndexBuckets& b, const T* dy, const T* addend, T* dx, 
                     int64_t n, int64_t inner, ThreadPool& pool) {
   constexpr bool kHalf = std::is_same_v<T, Half>;
   const auto widen = [](T v) { return kHalf ? f16_to_f32(v.bits) : bf16_to_f32(v.bits); };
-  pool.parallel_for(outer * rows, rows_per_chunk(static_cast<size_t>(inner) * sizeof(T)), [&](int64_t begin, int64_t end) {
-    std::vector<float> sum(static_cast<size_t>(inner));
+  const int64_t grain = rows_per_chunk(static_cast<size_t>(inner) * sizeof(T));
+  pool.parallel_for(outer * rows, grain, [&](int64_t begin, int64_t end) {
+    thread_local std::vector<float> sum;  // keeps its largest size: no steady-state allocation
+    sum.resize(static_cast<size_t>(inner));
     for (int64_t row = begin; row < end; ++row) {
       const int64_t o = row / rows, v = row % rows;
       T* out = dx + row * inner;
@@ -228,11 +231,12 @@ KernelFn make_gather_grad(const Node& node) {
     const Tensor &indices = ctx.in(1), &dy = ctx.in(2);
     const Tensor* addend = ctx.has_in(3) ? &ctx.in(3) : nullptr;
     Tensor& dx = ctx.out(0);
+    ThreadPool& pool = ctx.threads();
     switch (dy.dtype()) {
-      case DType::kF32: return run_gather_grad<float>(indices, dy, addend, dx, axis, padding_idx, ctx.threads(), where);
-      case DType::kF64: return run_gather_grad<double>(indices, dy, addend, dx, axis, padding_idx, ctx.threads(), where);
-      case DType::kBF16: return run_gather_grad<BFloat16>(indices, dy, addend, dx, axis, padding_idx, ctx.threads(), where);
-      case DType::kF16: return run_gather_grad<Half>(indices, dy, addend, dx, axis, padding_idx, ctx.threads(), where);
+      case DType::kF32: return run_gather_grad<float>(indices, dy, addend, dx, axis, padding_idx, pool, where);
+      case DType::kF64: return run_gather_grad<double>(indices, dy, addend, dx, axis, padding_idx, pool, where);
+      case DType::kBF16: return run_gather_grad<BFloat16>(indices, dy, addend, dx, axis, padding_idx, pool, where);
+      case DType::kF16: return run_gather_grad<Half>(indices, dy, addend, dx, axis, padding_idx, pool, where);
       default: throw InvalidModel(fmt(where, ": input 2 (dY) is ", describe(dy), ", expected a float type"));
     }
   };
