@@ -12,7 +12,6 @@ namespace {
 bool is_matrix(const Value* v, DType dtype) {
   return v && v->dtype == dtype && v->shape.rank_known && v->shape.rank() == 2;
 }
-bool is_f32_matrix(const Value* v) { return is_matrix(v, DType::kF32); }
 
 // op(A) op(B) (+ bias) on f32 or bf16 matrices (all one type), as MatMul, FusedMatMul or Gemm
 // compute it with alpha 1.
@@ -108,7 +107,7 @@ bool fuse(Graph& g, Node* grad) {
   Value* w = p->b;
   const bool trans_w = p->trans_b;
   Value* ds_f32 = grad->output(0);
-  if (!ds_f32 || !read_only_by(g, log_prob, grad, 1) || is_graph_output(g, ds_f32) || !is_f32_matrix(ds_f32))
+  if (!ds_f32 || !read_only_by(g, log_prob, grad, 1) || is_graph_output(g, ds_f32) || !is_matrix(ds_f32, DType::kF32))
     return false;
   Node* ds_cast = dtype == DType::kF32 ? nullptr : only_cast_to(g, ds_f32, dtype);
   if (dtype != DType::kF32 && !ds_cast) return false;

@@ -7,7 +7,7 @@
 // layer's batched input) is one product with the batch folded into M. With a bias (N), f32 Y is
 // first filled with the bias rows and the products add onto it (beta = 1, oneDNN's sum post-op:
 // no separate pass reading and writing Y again); the row loop adds it to each finished row. With
-// output_dtype = 1, bf16 A and B give an f32 Y (gemm_bf16_f32; passes/product_cast_fusion.h).
+// output_dtype = 1, bf16 A and B give an f32 Y (gemm_bf16_f32_batched; passes/product_cast_fusion.h).
 #include <algorithm>
 #include <array>
 #include <string>
@@ -71,18 +71,18 @@ void fill_rows(const T* bias, int64_t rows, int64_t n, T* y, ThreadPool& pool) {
   });
 }
 
-// T = float or BFloat16 (gemm_batched). beta = 1 adds the products onto what y holds (the bias
-// rows), 0 overwrites it.
-template <typename T>
-void run_onednn(const Attrs& at, const ProductPlan& p, const T* a, const T* b, float beta, T* y) {
+// T = float or BFloat16, C = T or (output_dtype f32) float (gemm_batched). beta = 1 adds the products
+// onto what y holds (the bias rows), 0 overwrites it.
+template <typename T, typename C = T>
+void run_onednn(const Attrs& at, const ProductPlan& p, const T* a, const T* b, float beta, C* y) {
   const int64_t ldc = std::max<int64_t>(1, p.n);
   if (p.batch.size() == 1 && p.batch[0].stride_b == 0 && !at.trans_a && p.batch[0].stride_a == p.m * p.k) {
-    gemm_batched<T>(1, false, at.trans_b, p.batch[0].size * p.m, p.n, p.k, at.alpha, a, p.lda, 0, b, p.ldb, 0, beta,
+    gemm_batched<T, C>(1, false, at.trans_b, p.batch[0].size * p.m, p.n, p.k, at.alpha, a, p.lda, 0, b, p.ldb, 0, beta,
                     y, ldc, 0);
     return;
   }
   for_each_batch_run(p.batch, [&](int64_t oa, int64_t ob, int64_t oc, const BatchDim& inner) {
-    gemm_batched<T>(inner.size, at.trans_a, at.trans_b, p.m, p.n, p.k, at.alpha, a + oa, p.lda, inner.stride_a,
+    gemm_batched<T, C>(inner.size, at.trans_a, at.trans_b, p.m, p.n, p.k, at.alpha, a + oa, p.lda, inner.stride_a,
                     b + ob, p.ldb, inner.stride_b, beta, y + oc, ldc, inner.stride_c);
   });
 }
@@ -116,20 +116,6 @@ void run_loop(const Attrs& at, const ProductPlan& p, const T* a, const T* b, con
   });
 }
 
-// bf16 A and B, f32 Y (output_dtype = 1): each product through gemm_bf16_f32.
-void run_bf16_into_f32(const Attrs& at, const ProductPlan& p, const BFloat16* a, const BFloat16* b, float* y) {
-  const int64_t ldc = std::max<int64_t>(1, p.n);
-  if (p.batch.size() == 1 && p.batch[0].stride_b == 0 && !at.trans_a && p.batch[0].stride_a == p.m * p.k) {
-    gemm_bf16_f32(false, at.trans_b, p.batch[0].size * p.m, p.n, p.k, at.alpha, a, p.lda, b, p.ldb, 0.f, y, ldc);
-    return;
-  }
-  for_each_batch_run(p.batch, [&](int64_t oa, int64_t ob, int64_t oc, const BatchDim& inner) {
-    for (int64_t i = 0; i < inner.size; ++i)
-      gemm_bf16_f32(at.trans_a, at.trans_b, p.m, p.n, p.k, at.alpha, a + oa + i * inner.stride_a, p.lda,
-                    b + ob + i * inner.stride_b, p.ldb, 0.f, y + oc + i * inner.stride_c, ldc);
-  });
-}
-
 template <typename T>
 KernelFn make_fused_matmul(const Node& node) {
   Attrs at{node.describe(), node.attr_int("transA", 0) != 0, node.attr_int("transB", 0) != 0,
@@ -149,7 +135,7 @@ KernelFn make_fused_matmul(const Node& node) {
             last.get(a.dims(), b.dims(), y.dims(), [&] { return plan_product(at, a.dims(), b.dims(), y.dims()); });
         if (y.numel() == 0) return;
         if (p.k == 0) std::fill(y.data<float>(), y.data<float>() + y.numel(), 0.f);
-        else run_bf16_into_f32(at, p, a.data<BFloat16>(), b.data<BFloat16>(), y.data<float>());
+        else run_onednn<BFloat16, float>(at, p, a.data<BFloat16>(), b.data<BFloat16>(), 0.f, y.data<float>());
       };
   }
   return [at, last = LastPlan<ProductPlan>()](KernelContext& ctx) mutable {

@@ -266,7 +266,8 @@ Split default_split(int64_t m, int64_t n, int64_t ldc) {
     constexpr int64_t block = 128;
     // Each row piece packs all of B, each column piece reads all of A: split the longer side.
     if (n > m && n >= 2 * block) return {Split::kColumns, block};
-    if (ldc == n) return m >= 2 * block ? Split{Split::kRows, block} : m >= 64 ? Split{Split::kRows, (m + 1) / 2} : Split{};
+    if (ldc == n && m >= 2 * block) return {Split::kRows, block};
+    if (ldc == n) return m >= 64 ? Split{Split::kRows, (m + 1) / 2} : Split{};
   }
   constexpr int64_t kBlock = 64;
   if (n >= 2 * kBlock) return {Split::kColumns, kBlock};
@@ -391,12 +392,13 @@ void product_batched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64
     return;
   }
   constexpr bool kBf16 = !std::is_same_v<T, float>;
-  // One piece: `count` products of (rows, cols) starting at a (leading dim piece_lda), b, c.
-  auto piece = [&](int64_t count, int64_t rows, int64_t cols, const T* pa, int64_t piece_lda, const T* pb, C* pc) {
+  // One piece: `count` products of (rows, cols) at pa, pb, pc with those leading dims.
+  auto piece = [&](int64_t count, int64_t rows, int64_t cols, const T* pa, int64_t piece_lda, const T* pb,
+                   int64_t piece_ldb, C* pc, int64_t piece_ldc) {
     bool batched = count > 1;
-    if (kBf16 && beta == 0.f && !batched && ldc == cols)  // C's rows of this piece, contiguous
+    if (kBf16 && beta == 0.f && !batched && piece_ldc == cols)  // C's rows of this piece, contiguous
       zero_a_byte_per_page(pc, static_cast<size_t>(rows * cols) * sizeof(C));
-    GemmKey key{count, rows, cols, k, piece_lda, ldb, ldc, batched ? stride_a : 0,
+    GemmKey key{count, rows, cols, k, piece_lda, piece_ldb, piece_ldc, batched ? stride_a : 0,
                 batched ? stride_b : 0, batched ? stride_c : 0, trans_a, trans_b,
                 std::bit_cast<uint32_t>(alpha), std::bit_cast<uint32_t>(beta), onednn_type<T>(), onednn_type<C>()};
     run(key, pa, pb, pc);
@@ -404,7 +406,7 @@ void product_batched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64
   ThreadPool& pool = ThreadPool::global();
   if (batch > 1) {
     pool.parallel_for(batch, grain(m * n * k), [&](int64_t begin, int64_t end) {
-      piece(end - begin, m, n, a + begin * stride_a, lda, b + begin * stride_b, c + begin * stride_c);
+      piece(end - begin, m, n, a + begin * stride_a, lda, b + begin * stride_b, ldb, c + begin * stride_c, ldc);
     });
     return;
   }
@@ -454,7 +456,7 @@ void product_batched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64
           pb = dense_b_block.data();
           piece_ldb = cols;
         }
-        if (!kBf16 || cols == ldc) return piece(1, m, cols, a, lda, pb, out + j0);
+        if (!kBf16 || cols == ldc) return piece(1, m, cols, a, lda, pb, piece_ldb, out + j0, ldc);
         // bf16: the piece's C dense in the thread's buffer (beta reads C's block in), then copied out.
         thread_local std::vector<C> dense_c;
         dense_c.resize(static_cast<size_t>(m * cols));
@@ -462,9 +464,7 @@ void product_batched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64
         if (beta != 0.f)
           for (int64_t i = 0; i < m; ++i)
             std::memcpy(&dense_c[static_cast<size_t>(i * cols)], out + i * ldc + j0, row_bytes);
-        GemmKey key{1, m, cols, k, lda, piece_ldb, cols, 0, 0, 0, trans_a, trans_b, std::bit_cast<uint32_t>(alpha),
-                    std::bit_cast<uint32_t>(beta), onednn_type<T>(), onednn_type<C>()};
-        run(key, a, pb, dense_c.data());
+        piece(1, m, cols, a, lda, pb, piece_ldb, dense_c.data(), cols);
         for (int64_t i = 0; i < m; ++i)
           std::memcpy(out + i * ldc + j0, &dense_c[static_cast<size_t>(i * cols)], row_bytes);
       });
@@ -472,12 +472,12 @@ void product_batched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64
       pool.parallel_for(blocks, grain(split.block * n * k), [&](int64_t begin, int64_t end) {
         int64_t i0 = begin * split.block, i1 = std::min(m, end * split.block), piece_lda = lda;
         const T* pa = rows_of_a(i0, i1, piece_lda);
-        piece(1, i1 - i0, n, pa, piece_lda, b, out + i0 * ldc);
+        piece(1, i1 - i0, n, pa, piece_lda, b, ldb, out + i0 * ldc, ldc);
       });
     } else {
       int64_t piece_lda = lda;
       const T* pa = rows_of_a(0, m, piece_lda);
-      piece(1, m, n, pa, piece_lda, b, out);
+      piece(1, m, n, pa, piece_lda, b, ldb, out, ldc);
     }
   };
   run_split(choose_split<T, C>(trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta,
@@ -510,6 +510,13 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
 void gemm_bf16_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const BFloat16* a,
                    int64_t lda, const BFloat16* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   product_batched<BFloat16, float>(1, trans_a, trans_b, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc, 0);
+}
+
+void gemm_bf16_f32_batched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                           const BFloat16* a, int64_t lda, int64_t stride_a, const BFloat16* b, int64_t ldb,
+                           int64_t stride_b, float beta, float* c, int64_t ldc, int64_t stride_c) {
+  product_batched<BFloat16, float>(batch, trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta,
+                                   c, ldc, stride_c);
 }
 
 void gemm_bf16_batched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,

@@ -48,21 +48,29 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
 void gemm_bf16_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const BFloat16* a,
                    int64_t lda, const BFloat16* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
+void gemm_bf16_f32_batched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                           const BFloat16* a, int64_t lda, int64_t stride_a, const BFloat16* b, int64_t ldb,
+                           int64_t stride_b, float beta, float* c, int64_t ldc, int64_t stride_c);
+
 void gemm_bf16_batched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                        float alpha, const BFloat16* a, int64_t lda, int64_t stride_a, const BFloat16* b,
                        int64_t ldb, int64_t stride_b, float beta, BFloat16* c, int64_t ldc,
                        int64_t stride_c);
 
-// gemm_f32_batched or gemm_bf16_batched by element type T (float or BFloat16), for kernels written
-// once for both.
-template <typename T>
+// gemm_f32_batched, gemm_bf16_batched or gemm_bf16_f32_batched by operand type T (float or BFloat16) and
+// result type C (T, or float for bf16 operands), for kernels written once for all three.
+template <typename T, typename C = T>
 void gemm_batched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                   const T* a, int64_t lda, int64_t stride_a, const T* b, int64_t ldb, int64_t stride_b, float beta,
-                  T* c, int64_t ldc, int64_t stride_c) {
+                  C* c, int64_t ldc, int64_t stride_c) {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, BFloat16>);
+  static_assert(std::is_same_v<C, T> || std::is_same_v<C, float>);
   if constexpr (std::is_same_v<T, float>)
     gemm_f32_batched(batch, trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc,
                      stride_c);
+  else if constexpr (std::is_same_v<C, float>)
+    gemm_bf16_f32_batched(batch, trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc,
+                          stride_c);
   else
     gemm_bf16_batched(batch, trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc,
                       stride_c);

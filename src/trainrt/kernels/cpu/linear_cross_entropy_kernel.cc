@@ -12,7 +12,7 @@
 // it rounds differently from one product over all N rows; within the usual f32 tolerance.
 // A label outside [0, C) that is not ignore_index is an error naming the node, position and label.
 // On bf16 X and W (autocast's head) the products run on bf16 operands with f32 sums
-// (gemm_bf16_f32): each block's scores are rounded to bf16, as the bf16 product's would be, the loss
+// (gemm_batched into f32): each block's scores are rounded to bf16, as the bf16 product's would be, the loss
 // runs in f32, the gradient S is rounded to bf16 for the products (as the Cast's gradient does),
 // and dW and dB are summed over the blocks in f32 in the workspace and rounded once at the end.
 #include <algorithm>
@@ -39,23 +39,6 @@ struct Spec {
   bool has_ignore_index = false;
   int64_t ignore_index = 0;
 };
-
-// C = op(A) op(B) on f32 or bf16 operands, C of the operands' type.
-template <typename T>
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const T* a, int64_t lda,
-          const T* b, int64_t ldb, float beta, T* c, int64_t ldc) {
-  if constexpr (std::is_same_v<T, float>) gemm_f32(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-  else gemm_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-}
-
-// C (f32) = op(A) op(B) + beta C on f32 or bf16 operands: a gradient summed over the row blocks.
-template <typename T>
-void gemm_sum(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
-              int64_t ldb, float beta, float* c, int64_t ldc) {
-  if constexpr (std::is_same_v<T, float>) gemm_f32(trans_a, trans_b, m, n, k, 1.f, a, lda, b, ldb, beta, c, ldc);
-  else gemm_bf16_f32(trans_a, trans_b, m, n, k, 1.f, a, lda, b, ldb, beta, c, ldc);
-}
-
 
 // The rows' losses and scores' gradients of one block, in place: row i of `scores` (its f32 scores)
 // becomes f_i (softmax - onehot(t)), losses[i] its loss. With `grad_bf16`, the scores are first
@@ -159,18 +142,22 @@ void run(const Spec& s, KernelContext& ctx, const L* labels) {
   for (int64_t r0 = 0; r0 < n; r0 += block) {
     const int64_t rows = std::min(block, n - r0);
     const T* xb = xs + r0 * k;
-    if constexpr (kBf16) gemm_bf16_f32(false, s.trans_w, rows, classes, k, 1.f, xb, k, ws, ldw, 0.f, scores, classes);
-    else gemm_f32(false, s.trans_w, rows, classes, k, 1.f, xb, k, ws, ldw, 0.f, scores, classes);
+    gemm_batched<T, float>(1, false, s.trans_w, rows, classes, k, 1.f, xb, k, 0, ws, ldw, 0, 0.f, scores, classes, 0);
     rows_loss_and_gradient(s, ctx.threads(), scores, grad_bf16, rows, classes, bias, labels + r0, scale_mean, losses);
     for (int64_t i = 0; i < rows; ++i) total += losses[static_cast<size_t>(i)];
     // The gradient products read the f32 gradient, or its bf16 rounding.
     const T* grad = nullptr;
     if constexpr (kBf16) grad = grad_bf16;
     else grad = scores;
-    if (dx) gemm<T>(false, !s.trans_w, rows, k, classes, 1.f, grad, classes, ws, ldw, 0.f, dx + r0 * k, k);
-    const float beta = r0 == 0 ? 0.f : 1.f;
-    if (dw && s.trans_w) gemm_sum<T>(true, false, classes, k, rows, grad, classes, xb, k, beta, dw_sum, k);
-    else if (dw) gemm_sum<T>(true, false, k, classes, rows, xb, k, grad, classes, beta, dw_sum, classes);
+    if (dx)
+      gemm_batched<T>(1, false, !s.trans_w, rows, k, classes, 1.f, grad, classes, 0, ws, ldw, 0, 0.f, dx + r0 * k, k,
+                      0);
+    const float beta = r0 == 0 ? 0.f : 1.f;  // dW summed over the blocks in f32
+    if (dw && s.trans_w)
+      gemm_batched<T, float>(1, true, false, classes, k, rows, 1.f, grad, classes, 0, xb, k, 0, beta, dw_sum, k, 0);
+    else if (dw)
+      gemm_batched<T, float>(1, true, false, k, classes, rows, 1.f, xb, k, 0, grad, classes, 0, beta, dw_sum, classes,
+                             0);
     if (db) cols_add(db_sum, scores, rows, classes, classes);
   }
   if constexpr (kBf16) {
